@@ -1,0 +1,1 @@
+"""Operator that keeps ExporterSet pools of virtual exporters at their target."""

@@ -1,0 +1,1 @@
+"""Session-wide test setup shared by every test module."""
