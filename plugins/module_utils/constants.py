@@ -1,0 +1,66 @@
+"""Names shared by the pool logic, the provisioners and the operator.
+
+Every label, annotation, condition type and reason that more than one part
+of the collection reads or writes is spelled here once.
+"""
+
+GROUP = "virtualtarget.jumpstarter.dev"
+
+PROVISIONER_QEMU = "qemu.jumpstarter.dev"
+PROVISIONER_QEMU_BAREMETAL = "qemu-baremetal.jumpstarter.dev"
+PROVISIONER_CORELLIUM = "corellium.jumpstarter.dev"
+
+# Exporter label: the ExporterSet that owns the Exporter.
+LABEL_EXPORTER_SET = GROUP + "/exporterset"
+# Exporter label: the lab host a qemu-baremetal instance runs on.
+LABEL_HOST = GROUP + "/host"
+
+# ExporterSet annotation: RFC3339 time since which the pool has had more
+# replicas than its target without interruption (scale-down cooldown clock).
+ANNOTATION_SURPLUS_SINCE = GROUP + "/surplus-since"
+# ExporterSet annotation: number of instance failures since an instance last
+# became ready (drives backoff and the ReplicaFailure condition).
+ANNOTATION_CONSECUTIVE_FAILURES = GROUP + "/consecutive-failures"
+# ExporterSet annotation: JSON {"time", "reason", "message", "exporters"} of
+# the latest failure round; "exporters" stops a failure seen twice through a
+# stale cache from being counted twice.
+ANNOTATION_LAST_FAILURE = GROUP + "/last-failure"
+
+# Exporter annotation: name of the lease the Exporter was last seen holding.
+# When status.leaseRef is empty but this is set, the lease has ended.
+ANNOTATION_LEASED_BY = GROUP + "/leased-by"
+# Exporter annotation: RFC3339 time the Exporter was first seen ready. Tells a
+# never-started instance (startup timeout) from one that went offline later.
+ANNOTATION_FIRST_READY = GROUP + "/first-ready"
+# Exporter annotation: present while the pool itself disabled the Exporter for
+# scale-down. Exporters disabled by someone else are never touched.
+ANNOTATION_SCALE_DOWN = GROUP + "/scale-down"
+# Exporter annotations written at creation time.
+ANNOTATION_SET_GENERATION = GROUP + "/exporterset-generation"
+ANNOTATION_PROVISIONER = GROUP + "/provisioner"
+
+BINDING_IMMEDIATE = "Immediate"
+BINDING_WAIT_FOR_FIRST_CONSUMER = "WaitForFirstConsumer"
+RECYCLE_EXIT_AND_REPLACE = "ExitAndReplace"
+RECYCLE_IN_PLACE_REUSE = "InPlaceReuse"
+
+CONDITION_AVAILABLE = "Available"
+CONDITION_PROGRESSING = "Progressing"
+CONDITION_DEGRADED = "Degraded"
+CONDITION_SCALING_LIMITED = "ScalingLimited"
+
+REASON_CLASS_NOT_FOUND = "ClassNotFound"
+REASON_INVALID_PARAMETERS = "InvalidParameters"
+REASON_REPLICA_FAILURE = "ReplicaFailure"
+REASON_MAX_REPLICAS_REACHED = "MaxReplicasReached"
+REASON_NO_FREE_SLOTS = "NoFreeSlots"
+
+DELETE_SCALE_DOWN = "ScaleDown"
+DELETE_FAILED = "Failed"
+DELETE_STARTUP_TIMEOUT = "StartupTimeout"
+DELETE_RECYCLE = "Recycle"
+
+INSTANCE_PENDING = "Pending"
+INSTANCE_RUNNING = "Running"
+INSTANCE_FAILED = "Failed"
+INSTANCE_UNKNOWN = "Unknown"
