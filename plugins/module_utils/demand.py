@@ -1,0 +1,107 @@
+"""Which pending Leases are demand for which ExporterSet (one namespace).
+
+Rule (documented in docs/pool-semantics.md):
+
+1. A lease is pending when it has not ended, is not being released or
+   deleted, has no assigned exporter (``status.exporterRef``), is not pinned
+   to a named exporter (``spec.exporterRef``: a new exporter could never
+   serve it), its ``spec.beginTime`` is not in the future and its
+   ``spec.endTime`` is not in the past.
+2. Pending leases are taken oldest first (creationTimestamp, then name).
+3. A lease that an available exporter (ready, enabled, unleased, virtual or
+   physical) satisfies will be served by the Jumpstarter controller; it
+   claims that exporter (the first by name) and is demand for nobody. Each
+   available exporter absorbs at most one lease.
+4. Otherwise it is demand for exactly one set whose template labels satisfy
+   the lease selector: the one with the most headroom left (maxReplicas
+   minus owned replicas minus leases already attributed to it; no ceiling
+   counts as unlimited), ties broken by set name.
+"""
+
+import math
+
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.constants import (
+    LABEL_EXPORTER_SET,
+)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.exporter_state import (
+    exporter_name,
+    is_available,
+    is_terminating,
+)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.selectors import (
+    selector_matches,
+)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.timeutil import (
+    parse_time,
+)
+
+
+def is_pending_lease(lease, now):
+    now = parse_time(now)
+    spec = lease.get("spec") or {}
+    status = lease.get("status") or {}
+    if status.get("ended") is True or spec.get("release") is True or is_terminating(lease):
+        return False
+    if (status.get("exporterRef") or {}).get("name"):
+        return False
+    if (spec.get("exporterRef") or {}).get("name"):
+        return False
+    if spec.get("beginTime") and parse_time(spec["beginTime"]) > now:
+        return False
+    return not (spec.get("endTime") and parse_time(spec["endTime"]) <= now)
+
+
+def attribute_lease_demand(exporter_sets, leases, exporters, now):
+    """Map every set name to the names of the pending leases it should serve."""
+    now = parse_time(now)
+    sets = sorted(
+        (s for s in exporter_sets or () if not is_terminating(s)),
+        key=lambda s: s["metadata"]["name"],
+    )
+    demand = {s["metadata"]["name"]: [] for s in sets}
+    owned_counts = {}
+    for exporter in exporters or ():
+        owner = (exporter["metadata"].get("labels") or {}).get(LABEL_EXPORTER_SET)
+        if owner in demand and not is_terminating(exporter):
+            owned_counts[owner] = owned_counts.get(owner, 0) + 1
+    headroom = {}
+    for exporter_set in sets:
+        name = exporter_set["metadata"]["name"]
+        ceiling = (exporter_set.get("spec") or {}).get("maxReplicas") or 0
+        headroom[name] = ceiling - owned_counts.get(name, 0) if ceiling > 0 else math.inf
+    template_labels = {
+        s["metadata"]["name"]: ((s["spec"].get("template") or {}).get("metadata") or {}).get(
+            "labels"
+        )
+        or {}
+        for s in sets
+    }
+    unclaimed = sorted(
+        (e for e in exporters or () if is_available(e)), key=exporter_name
+    )
+    pending = sorted(
+        (lease for lease in leases or () if is_pending_lease(lease, now)),
+        key=_lease_order,
+    )
+    for lease in pending:
+        selector = (lease.get("spec") or {}).get("selector") or {}
+        claimed = next(
+            (e for e in unclaimed if selector_matches(selector, e["metadata"].get("labels"))),
+            None,
+        )
+        if claimed is not None:
+            unclaimed.remove(claimed)
+            continue
+        candidates = [n for n in demand if selector_matches(selector, template_labels[n])]
+        if not candidates:
+            continue
+        chosen = min(candidates, key=lambda n: (-headroom[n], n))
+        demand[chosen].append(lease["metadata"]["name"])
+        headroom[chosen] -= 1
+    return demand
+
+
+def _lease_order(lease):
+    created = lease["metadata"].get("creationTimestamp")
+    return (parse_time(created) if created else parse_time("1970-01-01T00:00:00Z"),
+            lease["metadata"]["name"])

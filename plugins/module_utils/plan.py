@@ -1,0 +1,535 @@
+"""The scale plan: what one reconcile of an ExporterSet should do.
+
+``scale_plan`` is a pure function of the objects the API server returns and
+of ``now``; the rules it implements are written down in
+docs/pool-semantics.md. The provisioner applies the plan in this order:
+deletes, then disables/enables/recycles, then creates (so a tight
+maxReplicas is never exceeded), then the annotation patches (an Exporter's
+patch only after its action succeeded), then the status.
+"""
+
+import json
+
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (
+    constants as c,
+)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.exporter_state import (
+    find_condition,
+    is_available,
+    is_enabled,
+    is_ready,
+    is_terminating,
+    lease_name,
+)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.merge import (
+    deep_merge,
+    merge_images,
+)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.parameters import (
+    validate_parameters,
+)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.status import (
+    pool_status,
+)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.timeutil import (
+    format_time,
+    parse_duration,
+    parse_time,
+)
+
+DEFAULT_OPTIONS = {
+    "burst": 20,
+    "startup_timeout": 300,
+    # Seconds an exporter that was ready may stay offline before it is replaced.
+    "offline_timeout": 300,
+    "failure_threshold": 3,
+    "failure_backoff_base": 10,
+    "failure_backoff_max": 300,
+    "taken_names": (),
+    "capacity": None,
+}
+DEFAULT_SCALE_DOWN_COOLDOWN = "5m"
+
+# Scale-down order, least useful first (then newest first, then name).
+_RANK_BACKEND_LOST = 0
+_RANK_PROVISIONING = 1
+_RANK_OFFLINE = 2
+_RANK_IDLE = 3
+
+
+class _Member:
+    """One owned, non-terminating Exporter and what the plan learnt about it."""
+
+    __slots__ = ("exporter", "name", "annotations", "ready", "enabled", "lease", "rank")
+
+    def __init__(self, exporter):
+        self.exporter = exporter
+        metadata = exporter["metadata"]
+        self.name = metadata["name"]
+        self.annotations = metadata.get("annotations") or {}
+        self.ready = is_ready(exporter)
+        self.enabled = is_enabled(exporter)
+        self.lease = lease_name(exporter)
+        self.rank = _RANK_IDLE
+
+    @property
+    def created(self):
+        return parse_time(self.exporter["metadata"]["creationTimestamp"])
+
+
+class _Builder:
+    """Accumulates the actions of one plan."""
+
+    def __init__(self, set_annotations):
+        self.create = []
+        self.enable = []
+        self.disable = []
+        self.delete = []
+        self.recycle = []
+        self.exporter_annotations = {}
+        self.set_annotation_values = set_annotations
+        self.set_annotations = {}
+        self.events = []
+        self.requeue = []
+
+    def annotate(self, name, key, value):
+        self.exporter_annotations.setdefault(name, {})[key] = value
+
+    def annotate_set(self, key, value):
+        if self.set_annotation_values.get(key) != value:
+            self.set_annotations[key] = value
+
+    def event(self, kind, reason, message, exporter=None):
+        event = {"type": kind, "reason": reason, "message": message}
+        if exporter is not None:
+            event["exporter"] = exporter
+        self.events.append(event)
+
+    def requeue_at(self, seconds):
+        self.requeue.append(max(float(seconds), 0.0))
+
+
+def scale_plan(exporter_set, virtual_target_class, exporters, pending_leases, now,
+               instances=None, options=None):
+    """Plan one reconcile of ``exporter_set``; see the module docstring."""
+    now = parse_time(now)
+    options = {**DEFAULT_OPTIONS, **(options or {})}
+    instances = instances or {}
+    metadata = exporter_set["metadata"]
+    spec = exporter_set.get("spec") or {}
+    builder = _Builder(metadata.get("annotations") or {})
+    members = [_Member(e) for e in exporters if not is_terminating(e)]
+    members.sort(key=lambda m: m.name)
+
+    min_replicas = spec.get("minReplicas") or 0
+    max_replicas = spec.get("maxReplicas") or 0
+    pending = len(pending_leases or ())
+    leased = sum(1 for m in members if m.lease)
+
+    if virtual_target_class is None:
+        target = _clamp(leased + pending + (spec.get("minAvailableReplicas") or 0),
+                        min_replicas, max_replicas)
+        class_name = spec.get("virtualTargetClassName")
+        conditions = [
+            _available_condition(exporters, spec.get("minAvailableReplicas") or 0),
+            _condition(c.CONDITION_PROGRESSING, False, c.REASON_CLASS_NOT_FOUND,
+                       "waiting for the VirtualTargetClass"),
+            _condition(c.CONDITION_DEGRADED, True, c.REASON_CLASS_NOT_FOUND,
+                       f"spec.virtualTargetClassName: VirtualTargetClass {class_name!r} not "
+                       f"found in namespace {metadata.get('namespace')!r}"),
+            _condition(c.CONDITION_SCALING_LIMITED, False, "WithinLimits", ""),
+        ]
+        return _finish(exporter_set, exporters, instances, now, builder, target, conditions,
+                       parameters=None, images=None, warnings=[])
+
+    class_spec = virtual_target_class.get("spec") or {}
+    provisioner = class_spec.get("provisioner")
+    parameters = deep_merge(class_spec.get("parameters"), spec.get("parameters"))
+    images = merge_images(class_spec.get("images"), spec.get("images"))
+    validation = validate_parameters(provisioner, parameters)
+    errors = list(validation["errors"])
+    try:
+        cooldown = parse_duration(spec.get("scaleDownCooldown") or DEFAULT_SCALE_DOWN_COOLDOWN)
+    except ValueError:
+        errors.append(f"spec.scaleDownCooldown: {spec.get('scaleDownCooldown')!r} is not a "
+                      "duration")
+        cooldown = parse_duration(DEFAULT_SCALE_DOWN_COOLDOWN)
+    recycle_strategy = spec.get("recycleStrategy") or c.RECYCLE_EXIT_AND_REPLACE
+    waits_for_consumer = class_spec.get("bindingMode") == c.BINDING_WAIT_FOR_FIRST_CONSUMER
+    warm_buffer = 0 if waits_for_consumer else (spec.get("minAvailableReplicas") or 0)
+
+    failures = _FailureLog(builder.set_annotation_values, now)
+    became_ready = False
+    failed = []  # (member, reason, message)
+    leaving = set()
+    recycling = []
+    held = []  # disabled by someone else: counted, never touched
+    parked = []  # disabled by us for scale-down, unleased
+    idle = []  # enabled and unleased: what scale-down may pick
+
+    for member in members:
+        if member.ready and c.ANNOTATION_FIRST_READY not in member.annotations:
+            builder.annotate(member.name, c.ANNOTATION_FIRST_READY, format_time(now))
+            became_ready = True
+        if member.lease:
+            if member.annotations.get(c.ANNOTATION_LEASED_BY) != member.lease:
+                builder.annotate(member.name, c.ANNOTATION_LEASED_BY, member.lease)
+            continue
+        if not member.enabled and c.ANNOTATION_SCALE_DOWN not in member.annotations:
+            held.append(member)
+            continue
+        failure = _failure_of(member, instances.get(member.name), now, options, builder)
+        if failure is not None:
+            failed.append((member, *failure))
+            leaving.add(member.name)
+            continue
+        if c.ANNOTATION_LEASED_BY in member.annotations:
+            if recycle_strategy == c.RECYCLE_IN_PLACE_REUSE:
+                recycling.append(member)
+                builder.annotate(member.name, c.ANNOTATION_LEASED_BY, None)
+            else:
+                builder.delete.append({"name": member.name, "reason": c.DELETE_RECYCLE})
+                builder.event("Normal", "Recycling",
+                              "lease ended, replacing the exporter (ExitAndReplace)", member.name)
+                leaving.add(member.name)
+                continue
+        member.rank = _rank(member, instances.get(member.name))
+        if not member.enabled:
+            parked.append(member)
+        else:
+            if c.ANNOTATION_SCALE_DOWN in member.annotations:
+                builder.annotate(member.name, c.ANNOTATION_SCALE_DOWN, None)
+            idle.append(member)
+
+    if became_ready:
+        failures.reset(builder)
+    failures.record(failed, builder)
+
+    target_unclamped = leased + pending + warm_buffer
+    target = _clamp(target_unclamped, min_replicas, max_replicas)
+    useful = leased + len(idle)
+    need = target - useful
+    parked.sort(key=lambda m: (-m.rank, m.name))
+    reenabled = parked[:max(need, 0)]
+    for member in reenabled:
+        builder.enable.append(member.name)
+        builder.annotate(member.name, c.ANNOTATION_SCALE_DOWN, None)
+    for member in parked[len(reenabled):]:
+        builder.delete.append({"name": member.name, "reason": c.DELETE_SCALE_DOWN})
+        leaving.add(member.name)
+    scaled_down = [m.name for m in parked[len(reenabled):]]
+    if scaled_down:
+        builder.event("Normal", "ScaledDown",
+                      f"deleting {len(scaled_down)} disabled exporter(s): "
+                      f"{', '.join(scaled_down)}")
+    recycling = [m for m in recycling if m.name not in leaving]
+    builder.recycle.extend({"name": m.name, "strategy": c.RECYCLE_IN_PLACE_REUSE}
+                           for m in recycling)
+    for member in recycling:
+        builder.event("Normal", "Recycling", "lease ended, resetting in place (InPlaceReuse)",
+                      member.name)
+
+    surplus = -need
+    waiting_for_cooldown = False
+    if surplus > 0 and idle:
+        waiting_for_cooldown = _scale_down(idle, surplus, cooldown, now, builder)
+    else:
+        builder.annotate_set(c.ANNOTATION_SURPLUS_SINCE, None)
+
+    to_create = max(need - len(reenabled), 0)
+    live_after_deletes = len(members) - len(leaving)
+    limits = _CreateLimits(to_create)
+    if max_replicas > 0:
+        limits.apply(max_replicas - live_after_deletes, c.REASON_MAX_REPLICAS_REACHED,
+                     f"maxReplicas {max_replicas} reached")
+    capacity = options.get("capacity")
+    if capacity is not None:
+        limits.apply(capacity.get("limit", 0), capacity.get("reason") or c.REASON_NO_FREE_SLOTS,
+                     capacity.get("message") or "backend has no free capacity")
+    limits.apply(options["burst"], None, None)
+    if errors:
+        limits.apply(0, None, None)
+    backoff_wait = failures.backoff_remaining(options)
+    if backoff_wait > 0:
+        limits.apply(0, None, None)
+        builder.requeue_at(backoff_wait)
+    elif failures.count >= options["failure_threshold"]:
+        limits.apply(1, None, None)
+    _create(exporter_set, provisioner, exporters, limits.allowed, options, builder)
+
+    if builder.create or builder.enable:
+        names = [e["name"] for e in builder.create] + builder.enable
+        verb = "creating" if builder.create else "re-enabling"
+        builder.event("Normal", "ScaledUp",
+                      f"{verb} {len(names)} exporter(s): {', '.join(names)}")
+
+    degraded = _condition(c.CONDITION_DEGRADED, False, "AsExpected", "")
+    if errors:
+        degraded = _condition(c.CONDITION_DEGRADED, True, c.REASON_INVALID_PARAMETERS,
+                              "; ".join(errors))
+    elif failures.count >= options["failure_threshold"]:
+        degraded = _condition(
+            c.CONDITION_DEGRADED, True, c.REASON_REPLICA_FAILURE,
+            f"{failures.count} consecutive instance failures; last: {failures.last_message}",
+        )
+    limited_reason, limited_message = limits.reason, limits.message
+    if limited_reason is None and max_replicas > 0 and target_unclamped > max_replicas:
+        limited_reason = c.REASON_MAX_REPLICAS_REACHED
+        limited_message = f"need {target_unclamped} replicas, maxReplicas is {max_replicas}"
+    scaling_limited = (
+        _condition(c.CONDITION_SCALING_LIMITED, True, limited_reason, limited_message)
+        if limited_reason
+        else _condition(c.CONDITION_SCALING_LIMITED, False, "WithinLimits", "")
+    )
+    conditions = [
+        _available_condition(exporters, warm_buffer),
+        _progressing_condition(builder, members, backoff_wait > 0, waiting_for_cooldown),
+        degraded,
+        scaling_limited,
+    ]
+    return _finish(exporter_set, exporters, instances, now, builder, target, conditions,
+                   parameters=parameters, images=images, warnings=validation["warnings"])
+
+
+def _clamp(value, lower, upper):
+    value = max(value, lower)
+    return min(value, upper) if upper > 0 else value
+
+
+def _failure_of(member, instance, now, options, builder):
+    """(reason, message) when the instance must be replaced, else None.
+
+    Also asks for a requeue at the moment a timeout would expire.
+    """
+    if instance is not None and instance.get("phase") == c.INSTANCE_FAILED:
+        detail = instance.get("message") or instance.get("reason") or "instance failed"
+        return c.DELETE_FAILED, f"{member.name}: {detail}"
+    if member.ready:
+        return None
+    if c.ANNOTATION_FIRST_READY not in member.annotations:
+        age = (now - member.created).total_seconds()
+        if age >= options["startup_timeout"]:
+            return (c.DELETE_STARTUP_TIMEOUT,
+                    f"{member.name}: not ready {options['startup_timeout']:g}s after creation")
+        builder.requeue_at(options["startup_timeout"] - age)
+        return None
+    online = find_condition(member.exporter, "Online") or find_condition(
+        member.exporter, "Registered")
+    since = (online or {}).get("lastTransitionTime")
+    if since is None:
+        return None
+    offline_for = (now - parse_time(since)).total_seconds()
+    if offline_for >= options["offline_timeout"]:
+        return c.DELETE_FAILED, f"{member.name}: offline since {since}"
+    builder.requeue_at(options["offline_timeout"] - offline_for)
+    return None
+
+
+def _rank(member, instance):
+    if instance is not None and instance.get("phase") in (c.INSTANCE_FAILED, c.INSTANCE_UNKNOWN):
+        return _RANK_BACKEND_LOST
+    if member.ready:
+        return _RANK_IDLE
+    if c.ANNOTATION_FIRST_READY in member.annotations:
+        return _RANK_OFFLINE
+    return _RANK_PROVISIONING
+
+
+def _scale_down(idle, surplus, cooldown, now, builder):
+    """Disable the least useful idle exporters once the cooldown has run out.
+
+    Returns True while the cooldown is still running.
+    """
+    since_text = builder.set_annotation_values.get(c.ANNOTATION_SURPLUS_SINCE)
+    try:
+        since = parse_time(since_text) if since_text else None
+    except ValueError:
+        since = None
+    if since is None:
+        builder.annotate_set(c.ANNOTATION_SURPLUS_SINCE, format_time(now))
+        since = now
+    remaining = cooldown - (now - since).total_seconds()
+    if remaining > 0:
+        builder.requeue_at(remaining)
+        return True
+    victims = sorted(idle, key=lambda m: (m.rank, -m.created.timestamp(), m.name))[:surplus]
+    for member in victims:
+        builder.disable.append(member.name)
+        builder.annotate(member.name, c.ANNOTATION_SCALE_DOWN, format_time(now))
+    names = sorted(m.name for m in victims)
+    builder.event("Normal", "ScalingDown",
+                  f"disabling {len(names)} idle exporter(s) before deletion: {', '.join(names)}")
+    return False
+
+
+class _FailureLog:
+    """Consecutive failures kept in the set's annotations."""
+
+    def __init__(self, annotations, now):
+        self.now = now
+        try:
+            self.count = int(annotations.get(c.ANNOTATION_CONSECUTIVE_FAILURES) or 0)
+        except ValueError:
+            self.count = 0
+        try:
+            self.last = json.loads(annotations.get(c.ANNOTATION_LAST_FAILURE) or "{}")
+        except ValueError:
+            self.last = {}
+        if not isinstance(self.last, dict):
+            self.last = {}
+
+    @property
+    def last_message(self):
+        return self.last.get("message", "")
+
+    def reset(self, builder):
+        self.count = 0
+        self.last = {}
+        builder.annotate_set(c.ANNOTATION_CONSECUTIVE_FAILURES, None)
+        builder.annotate_set(c.ANNOTATION_LAST_FAILURE, None)
+
+    def record(self, failed, builder):
+        already_counted = set(self.last.get("exporters") or ())
+        for member, reason, message in failed:
+            builder.delete.append({"name": member.name, "reason": reason})
+            builder.event("Warning", "ReplicaFailed" if reason == c.DELETE_FAILED else reason,
+                          message, member.name)
+        fresh = [entry for entry in failed if entry[0].name not in already_counted]
+        if not fresh:
+            return
+        self.count += len(fresh)
+        _, reason, message = fresh[-1]
+        self.last = {
+            "time": format_time(self.now),
+            "reason": reason,
+            "message": message,
+            "exporters": sorted(entry[0].name for entry in failed),
+        }
+        builder.annotate_set(c.ANNOTATION_CONSECUTIVE_FAILURES, str(self.count))
+        builder.annotate_set(c.ANNOTATION_LAST_FAILURE,
+                             json.dumps(self.last, sort_keys=True, separators=(",", ":")))
+
+    def backoff_remaining(self, options):
+        """Seconds until the next create is allowed (0 when it is allowed now)."""
+        if self.count <= 0 or not self.last.get("time"):
+            return 0.0
+        delay = options["failure_backoff_max"]
+        if self.count < options["failure_threshold"]:
+            delay = min(options["failure_backoff_base"] * 2 ** (self.count - 1), delay)
+        elapsed = (self.now - parse_time(self.last["time"])).total_seconds()
+        return max(delay - elapsed, 0.0)
+
+
+class _CreateLimits:
+    """The smallest of several ceilings on creates, and why it applies."""
+
+    def __init__(self, wanted):
+        self.wanted = wanted
+        self.allowed = wanted
+        self.reason = None
+        self.message = None
+
+    def apply(self, ceiling, reason, message):
+        ceiling = max(ceiling, 0)
+        if ceiling >= self.allowed:
+            return
+        self.allowed = ceiling
+        if reason is not None:
+            self.reason = reason
+            self.message = f"{message}: creating {ceiling} of {self.wanted} needed"
+
+
+def _create(exporter_set, provisioner, exporters, count, options, builder):
+    if count <= 0:
+        return
+    set_name = exporter_set["metadata"]["name"]
+    template_metadata = ((exporter_set.get("spec") or {}).get("template") or {}).get(
+        "metadata") or {}
+    labels = dict(template_metadata.get("labels") or {})
+    labels[c.LABEL_EXPORTER_SET] = set_name
+    annotations = dict(template_metadata.get("annotations") or {})
+    annotations[c.ANNOTATION_SET_GENERATION] = str(exporter_set["metadata"].get("generation", ""))
+    annotations[c.ANNOTATION_PROVISIONER] = provisioner
+    taken = set(options.get("taken_names") or ())
+    # Terminating Exporters keep their names until they are gone.
+    taken.update(e["metadata"]["name"] for e in exporters)
+    index = 0
+    for _ in range(count):
+        while f"{set_name}-{index}" in taken:
+            index += 1
+        name = f"{set_name}-{index}"
+        taken.add(name)
+        builder.create.append(
+            {"name": name, "labels": dict(labels), "annotations": dict(annotations)}
+        )
+
+
+def _condition(kind, status, reason, message):
+    return {"type": kind, "status": "True" if status else "False", "reason": reason,
+            "message": message}
+
+
+def _available_condition(exporters, warm_buffer):
+    available = sum(1 for e in exporters if is_available(e))
+    message = f"{available} available, warm buffer {warm_buffer}"
+    if available >= warm_buffer:
+        return _condition(c.CONDITION_AVAILABLE, True, "MinimumAvailable", message)
+    return _condition(c.CONDITION_AVAILABLE, False, "BelowMinimumAvailable", message)
+
+
+def _progressing_condition(builder, members, backing_off, waiting_for_cooldown):
+    if builder.create or builder.enable:
+        return _condition(c.CONDITION_PROGRESSING, True, "ScalingUp", "adding exporters")
+    if builder.disable or any(d["reason"] == c.DELETE_SCALE_DOWN for d in builder.delete):
+        return _condition(c.CONDITION_PROGRESSING, True, "ScalingDown", "removing idle exporters")
+    if builder.delete or builder.recycle:
+        return _condition(c.CONDITION_PROGRESSING, True, "Replacing", "replacing exporters")
+    if backing_off:
+        return _condition(c.CONDITION_PROGRESSING, True, "BackOff",
+                          "waiting before replacing failed instances")
+    if any(m.enabled and not m.ready for m in members):
+        return _condition(c.CONDITION_PROGRESSING, True, "Provisioning",
+                          "waiting for exporters to become ready")
+    if waiting_for_cooldown:
+        return _condition(c.CONDITION_PROGRESSING, True, "WaitingForCooldown",
+                          "surplus exporters are removed after scaleDownCooldown")
+    return _condition(c.CONDITION_PROGRESSING, False, "Stable", "pool is at its target")
+
+
+def _finish(exporter_set, exporters, instances, now, builder, target, conditions, parameters,
+            images, warnings):
+    previous_status = exporter_set.get("status") or {}
+    previous_conditions = {x.get("type"): x for x in previous_status.get("conditions") or ()}
+    for condition in conditions:
+        was = previous_conditions.get(condition["type"]) or {}
+        turned_bad = condition["status"] == "True" and condition["type"] in (
+            c.CONDITION_DEGRADED, c.CONDITION_SCALING_LIMITED)
+        if turned_bad and (was.get("status"), was.get("reason")) != ("True", condition["reason"]):
+            builder.event("Warning", condition["reason"], condition["message"])
+    status = pool_status(exporter_set, exporters, instances, now, conditions)
+    leaving = {d["name"] for d in builder.delete}
+    exporter_annotations = {
+        name: patch for name, patch in sorted(builder.exporter_annotations.items())
+        if name not in leaving
+    }
+    changed = bool(
+        builder.create or builder.enable or builder.disable or builder.delete or builder.recycle
+        or exporter_annotations or builder.set_annotations or status != previous_status
+    )
+    return {
+        "target": target,
+        "create": builder.create,
+        "enable": sorted(builder.enable),
+        "disable": sorted(builder.disable),
+        "delete": sorted(builder.delete, key=lambda d: d["name"]),
+        "recycle": sorted(builder.recycle, key=lambda r: r["name"]),
+        "exporter_annotations": exporter_annotations,
+        "set_annotations": dict(sorted(builder.set_annotations.items())),
+        "status": status,
+        "events": builder.events,
+        "requeue_after": min(builder.requeue) if builder.requeue else None,
+        "changed": changed,
+        "parameters": parameters,
+        "images": images,
+        "warnings": warnings,
+    }
