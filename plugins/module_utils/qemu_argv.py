@@ -1,0 +1,203 @@
+"""The QEMU command line of one virtual target, built from its merged parameters.
+
+Both QEMU provisioners use it: the Pod renderer puts the argv into the
+runtime container, the bare-metal role into the service unit on the lab
+server. Everything the exporter talks to lives in the instance's run
+directory (the Pod's shared emptyDir, or the instance directory on the lab
+server):
+
+- ``qmp.sock``: QMP control socket (server, no wait);
+- ``serial.sock``: the first serial port as a UNIX stream socket (server, no
+  wait). A socket rather than a pty because a pty cannot cross the container
+  boundary of the Pod; the exporter exposes it with
+  ``jumpstarter_driver_network.driver.UnixNetwork``. Its output is also
+  written to ``serial.log`` so a failed boot can be diagnosed afterwards;
+- ``disk.qcow2``: the writable disk, created by ``disk_create_argv``;
+- ``firmware``, ``kernel``, ``initrd``, ``disk.base``: where images given
+  by ``url`` are expected once fetched (``runtime_files`` lists them);
+  images given by ``path`` are used where they are.
+
+Pure: no I/O, standard library and the collection's quantity parser only.
+"""
+
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.quantity import (
+    parse_quantity,
+    quantity_to_bytes,
+)
+
+QMP_SOCKET = "qmp.sock"
+SERIAL_SOCKET = "serial.sock"
+SERIAL_LOG = "serial.log"
+DISK_IMAGE = "disk.qcow2"
+
+ACCEL_KVM = "kvm"
+ACCEL_TCG = "tcg"
+
+# Where an image given by url lands in the run directory once fetched.
+FETCHED_IMAGE_NAMES = {
+    "firmware": "firmware",
+    "kernel": "kernel",
+    "initrd": "initrd",
+    "disk": "disk.base",
+}
+
+# Per guest architecture: QEMU binary, default machine type, the serial
+# console device name the guest kernel knows the first UART by.
+_ARCH = {
+    "x86_64": {"binary": "qemu-system-x86_64", "machine": "q35", "console": "ttyS0"},
+    "aarch64": {"binary": "qemu-system-aarch64", "machine": "virt", "console": "ttyAMA0"},
+}
+DEFAULT_ARCH = "x86_64"
+# "max" enables every feature the accelerator can emulate; under KVM the
+# host CPU is passed through.
+_CPU_MODEL = {ACCEL_KVM: "host", ACCEL_TCG: "max"}
+# Backing images are qcow2 unless ``disk.format`` says otherwise.
+DEFAULT_BACKING_FORMAT = "qcow2"
+_MIB = 2**20
+
+
+def run_path(run_dir, file_name):
+    return f"{run_dir.rstrip('/')}/{file_name}"
+
+
+def arch_of(parameters):
+    arch = parameters.get("arch") or DEFAULT_ARCH
+    if arch not in _ARCH:
+        raise ValueError(f"parameters.arch: unsupported architecture {arch!r}")
+    return arch
+
+
+def vcpu_count(parameters):
+    """Whole vCPUs from ``resources.cpu`` (an integer or a quantity), at least 1."""
+    cpu = (parameters.get("resources") or {}).get("cpu", 1)
+    count = parse_quantity(cpu).to_integral_value(rounding="ROUND_CEILING")
+    return max(int(count), 1)
+
+
+def memory_mib(parameters):
+    """Guest memory in MiB (rounded up) from ``resources.memory``."""
+    memory = (parameters.get("resources") or {}).get("memory")
+    if memory is None:
+        raise ValueError("parameters.resources.memory is required")
+    return -(-quantity_to_bytes(memory) // _MIB)
+
+
+def storage_bytes(parameters):
+    """Size of the writable disk in bytes, or None when no size is asked for."""
+    storage = (parameters.get("resources") or {}).get("storage")
+    return None if storage is None else quantity_to_bytes(storage)
+
+
+def image_path(parameters, key, run_dir):
+    """Local path of the firmware/kernel/initrd/disk image, or None if not given."""
+    image = parameters.get(key)
+    if not image:
+        return None
+    if image.get("path"):
+        return image["path"]
+    return run_path(run_dir, FETCHED_IMAGE_NAMES[key])
+
+
+def runtime_files(parameters, run_dir):
+    """Images given by ``url`` that must be fetched before QEMU starts.
+
+    A list of ``{"name", "url", "digest", "dest"}``; ``digest`` may be None.
+    """
+    files = []
+    for key, file_name in FETCHED_IMAGE_NAMES.items():
+        image = parameters.get(key) or {}
+        if image.get("url") and not image.get("path"):
+            files.append(
+                {
+                    "name": key,
+                    "url": image["url"],
+                    "digest": image.get("digest"),
+                    "dest": run_path(run_dir, file_name),
+                }
+            )
+    return files
+
+
+def has_disk(parameters):
+    return storage_bytes(parameters) is not None or bool(parameters.get("disk"))
+
+
+def wants_kvm(parameters):
+    """What the parameters ask for; bare metal's ``runtime.kvm`` wins when set."""
+    runtime_kvm = (parameters.get("runtime") or {}).get("kvm")
+    if runtime_kvm is not None:
+        return bool(runtime_kvm)
+    return bool(parameters.get("kvm", False))
+
+
+def effective_accel(parameters, accel):
+    """KVM only when the parameters ask for it and the caller found it working."""
+    return ACCEL_KVM if wants_kvm(parameters) and accel == ACCEL_KVM else ACCEL_TCG
+
+
+def qemu_argv(parameters, *, run_dir, name, accel=None):
+    """Complete QEMU command line (a list; element 0 is the binary).
+
+    ``accel`` is what the caller knows about the host: ``"kvm"`` when KVM has
+    been seen working there, anything else (or None) when not.
+    """
+    arch = arch_of(parameters)
+    profile = _ARCH[arch]
+    accel = effective_accel(parameters, accel)
+    binary = (parameters.get("runtime") or {}).get("binary") or profile["binary"]
+    machine = parameters.get("machineType") or profile["machine"]
+    cpu_model = parameters.get("cpuModel") or _CPU_MODEL[accel]
+
+    argv = [
+        binary,
+        "-name", name,
+        "-machine", f"{machine},accel={accel}",
+        "-cpu", cpu_model,
+        "-smp", str(vcpu_count(parameters)),
+        "-m", str(memory_mib(parameters)),
+        # No implicit devices (NIC, VGA, monitor, serial on stdio): the
+        # command line says everything the guest gets.
+        "-nodefaults",
+        "-display", "none",
+        "-qmp", f"unix:{run_path(run_dir, QMP_SOCKET)},server=on,wait=off",
+        "-chardev",
+        f"socket,id=serial0,path={run_path(run_dir, SERIAL_SOCKET)},server=on,wait=off,"
+        f"logfile={run_path(run_dir, SERIAL_LOG)}",
+        "-serial", "chardev:serial0",
+    ]
+    firmware = image_path(parameters, "firmware", run_dir)
+    if firmware:
+        argv += ["-bios", firmware]
+    if has_disk(parameters):
+        argv += ["-drive", f"file={run_path(run_dir, DISK_IMAGE)},if=virtio,format=qcow2"]
+    kernel = image_path(parameters, "kernel", run_dir)
+    if kernel:
+        argv += ["-kernel", kernel]
+        initrd = image_path(parameters, "initrd", run_dir)
+        if initrd:
+            argv += ["-initrd", initrd]
+        kernel_args = parameters.get("kernelArgs")
+        argv += ["-append", kernel_args if kernel_args else f"console={profile['console']}"]
+    return argv
+
+
+def disk_create_argv(parameters, run_dir):
+    """``qemu-img create`` for the instance's writable disk, or None if it has none.
+
+    With a ``disk`` image the new disk is a qcow2 overlay on it, so the base
+    image is never written and a fresh overlay is a fresh disk (InPlaceReuse).
+    ``resources.storage`` sets the size; an overlay without it takes the size
+    of its base.
+    """
+    if not has_disk(parameters):
+        return None
+    argv = ["qemu-img", "create", "-q", "-f", "qcow2"]
+    base = image_path(parameters, "disk", run_dir)
+    if base:
+        backing_format = parameters["disk"].get("format") or DEFAULT_BACKING_FORMAT
+        argv += ["-b", base, "-F", backing_format]
+    argv.append(run_path(run_dir, DISK_IMAGE))
+    size = storage_bytes(parameters)
+    if size is not None:
+        argv.append(str(size))
+    return argv
