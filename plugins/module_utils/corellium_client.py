@@ -223,12 +223,16 @@ class CorelliumClient:
             parsed = _json_or_empty(payload)
             failure = classify_error(status, parsed, method, path)
             if status == 429 or status >= 500:
-                raise _Retryable(failure, parse_retry_after(error.headers.get("Retry-After")))
+                retry_after = parse_retry_after(error.headers.get("Retry-After"))
+                raise _Retryable(failure, retry_after) from None
             raise failure from None
         except (urllib.error.URLError, OSError) as error:
             reason = getattr(error, "reason", error)
             failure = CorelliumError(self._scrub(f"connection failed: {reason}"),
                                      method=method, path=path)
+            # An untrusted certificate stays untrusted; only transport hiccups are retried.
+            if isinstance(reason, ssl.SSLCertVerificationError):
+                raise failure from None
             raise _Retryable(failure, None) from None
 
     def request(self, method: str, path: str, body: dict | None = None):

@@ -31,7 +31,7 @@ def _name(common_name: str) -> x509.Name:
 
 def generate(directory: Path, hosts: tuple[str, ...] = ("127.0.0.1", "localhost")) -> CertFiles:
     """Write ca.pem, server.pem and server.key into ``directory``."""
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     validity = (now - datetime.timedelta(minutes=5), now + datetime.timedelta(days=2))
 
     ca_key = ec.generate_private_key(ec.SECP256R1())

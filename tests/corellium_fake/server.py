@@ -92,7 +92,7 @@ DEFAULT_MODELS = (
 
 
 def _iso(moment: float) -> str:
-    stamp = datetime.datetime.fromtimestamp(moment, datetime.timezone.utc)
+    stamp = datetime.datetime.fromtimestamp(moment, datetime.UTC)
     return stamp.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
@@ -131,15 +131,16 @@ class FakeCorellium:
         self.cert_files = certs.generate(self._workdir)
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(self.cert_files.cert, self.cert_files.key)
-        server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
+        server = _QuietServer(("127.0.0.1", 0), _handler_for(self))
         server.daemon_threads = True
         # The handshake runs in the handler thread, so a stalled client cannot
         # block the accept loop.
         server.socket = context.wrap_socket(server.socket, server_side=True,
                                             do_handshake_on_connect=False)
         self._server = server
-        self._thread = threading.Thread(target=server.serve_forever, name="corellium-fake",
-                                        daemon=True)
+        # A short poll keeps stop() quick; tests start one fake each.
+        self._thread = threading.Thread(target=server.serve_forever, args=(0.02,),
+                                        name="corellium-fake", daemon=True)
         self._thread.start()
         return self
 
@@ -415,6 +416,11 @@ def _user_error(message: str, field_name: str) -> dict:
 def _bearer_matches(header: str | None, token: str) -> bool:
     scheme, _, value = (header or "").partition(" ")
     return scheme.lower() == "bearer" and value.strip() == token
+
+
+class _QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request, client_address):
+        """Clients that reject the certificate or hang up early are part of the tests."""
 
 
 def _handler_for(fake: FakeCorellium):

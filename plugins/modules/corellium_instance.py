@@ -1,0 +1,348 @@
+#!/usr/bin/python
+"""Ansible module: one Corellium virtual instance, addressed by name within a project."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: corellium_instance
+short_description: Create, power and delete a Corellium virtual instance
+version_added: 0.1.0
+author: Jumpstarter virtual exporters maintainers
+description:
+  - Manages one virtual device in Corellium's cloud through its public REST API
+    (C(https://<api_host>/api/v1)).
+  - The instance is identified by O(name) within O(project); a second run with the
+    same arguments changes nothing.
+  - Rate limiting (HTTP 429, honouring C(Retry-After)) and server errors are retried with
+    exponential backoff; a retried creation never makes a second instance.
+  - A request refused for lack of project quota fails with C(corellium_error.kind=QuotaError)
+    and the API's message; a rejected token fails with C(corellium_error.kind=AuthError).
+options:
+  api_host:
+    description:
+      - Corellium API host (and optional port), without scheme or C(/api),
+        for example C(app.corellium.com).
+      - Defaults to the E(CORELLIUM_API_HOST) environment variable, the name the
+        Jumpstarter Corellium driver reads.
+    type: str
+    required: true
+  api_token:
+    description:
+      - Corellium API token, sent as a Bearer token. Never logged or returned.
+      - Defaults to the E(CORELLIUM_API_TOKEN) environment variable, the name the
+        Jumpstarter Corellium driver reads.
+    type: str
+    required: true
+  project:
+    description: Project id or project name the instance belongs to.
+    type: str
+    required: true
+  name:
+    description: Instance name, unique within O(project).
+    type: str
+    required: true
+  flavor:
+    description:
+      - Device flavor (model) to create, for example C(kronos) or C(rpi4b).
+      - Required when the instance has to be created.
+    type: str
+  os:
+    description:
+      - Firmware (OS) version to create the instance with, for example C(1.1.1).
+      - Required when the instance has to be created.
+    type: str
+  osbuild:
+    description: Firmware build to create the instance with, for example
+      C(Critical Application Monitor (Baremetal)).
+    type: str
+  state:
+    description:
+      - V(present) makes sure the instance exists, whatever its power state.
+      - V(on) and V(off) make sure it exists and is powered on or off.
+      - V(rebooted) reboots it (starts it when it is off); always a change.
+      - V(absent) deletes it; an instance already gone is not a change.
+    type: str
+    choices: [present, absent, "on", "off", rebooted]
+    default: present
+  wait:
+    description:
+      - Wait until the instance reaches the requested state (exists and settled,
+        on, off, or gone).
+      - An instance that is busy (creating, booting, rebooting) is always waited
+        for before its power state is changed, because the API refuses changes then.
+    type: bool
+    default: true
+  wait_timeout:
+    description: Seconds to wait before failing.
+    type: int
+    default: 600
+  poll_interval:
+    description: Seconds between two state queries while waiting.
+    type: float
+    default: 5
+  ca_path:
+    description: PEM file of certificate authorities to trust in addition to the system ones.
+    type: path
+  validate_certs:
+    description: Verify the API's TLS certificate. Turn off only for lab endpoints.
+    type: bool
+    default: true
+attributes:
+  check_mode:
+    description: Reports what would change without calling the API's write endpoints.
+    support: full
+  diff_mode:
+    description: Returns the instance before and after.
+    support: full
+  idempotent:
+    description: Every state except V(rebooted) is idempotent.
+    support: partial
+notes:
+  - Flavor, OS and build of an existing instance are never changed; a mismatch is a warning.
+    Delete and recreate the instance to change them.
+"""
+
+EXAMPLES = r"""
+- name: Keep a Kronos instance running
+  jumpstarter.virtual_exporters.corellium_instance:
+    api_host: app.corellium.com
+    api_token: "{{ corellium_token }}"
+    project: 778f00af-5e9b-40e6-8e7f-c4f14b632e9c
+    name: kronos-pool-0
+    flavor: kronos
+    os: "1.1.1"
+    osbuild: Critical Application Monitor (Baremetal)
+    state: "on"
+
+- name: Power it off but keep it
+  jumpstarter.virtual_exporters.corellium_instance:
+    project: Default Project
+    name: kronos-pool-0
+    state: "off"
+  environment:
+    CORELLIUM_API_HOST: app.corellium.com
+    CORELLIUM_API_TOKEN: "{{ corellium_token }}"
+
+- name: Delete it
+  jumpstarter.virtual_exporters.corellium_instance:
+    api_host: app.corellium.com
+    api_token: "{{ corellium_token }}"
+    project: Default Project
+    name: kronos-pool-0
+    state: absent
+"""
+
+RETURN = r"""
+instance:
+  description: The instance after the task; only C(name) and C(state=absent) when it does not exist.
+  returned: always
+  type: dict
+  contains:
+    id:
+      description: Instance id (UUID); missing when check mode predicts a creation.
+      type: str
+      sample: 7f4f241c-821f-4219-905f-c3b50b0db5dd
+    name:
+      description: Instance name.
+      type: str
+      sample: kronos-pool-0
+    project:
+      description: Project id.
+      type: str
+      sample: 778f00af-5e9b-40e6-8e7f-c4f14b632e9c
+    flavor:
+      description: Device flavor.
+      type: str
+      sample: kronos
+    os:
+      description: Firmware version.
+      type: str
+      sample: 1.1.1
+    state:
+      description: API state (on, off, creating, booting, rebooting, deleting, paused, error)
+        or absent.
+      type: str
+      sample: "on"
+corellium_error:
+  description: On failure of an API call, what kind of failure it was.
+  returned: failed
+  type: dict
+  contains:
+    kind:
+      description: AuthError, QuotaError, NotFoundError, ConflictError, RetryBudgetExhausted,
+        StateTimeout, InstanceFailed or CorelliumError.
+      type: str
+    message:
+      description: The API's error text.
+      type: str
+    status:
+      description: HTTP status, when there was a response.
+      type: int
+    error_id:
+      description: The API's errorID, when it sent one.
+      type: str
+"""
+
+# Imports follow the documentation blocks, as Ansible modules lay them out.
+from ansible.module_utils.basic import AnsibleModule, env_fallback  # noqa: E402
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (  # noqa: E402
+    corellium_client,
+)
+
+ABSENT = corellium_client.ABSENT
+
+# Where each requested state leaves the instance's power state; None: as it is.
+POWER_TARGET = {"present": None, "on": "on", "off": "off", "rebooted": "on"}
+SETTLED_STATES = ("on", "off", "paused")
+
+
+def summarize(instance: dict | None, name: str) -> dict:
+    if instance is None:
+        return {"name": name, "state": ABSENT}
+    return {key: instance.get(key) for key in ("id", "name", "project", "flavor", "os", "state")}
+
+
+class InstanceManager:
+    """Moves one named instance towards the requested state, honouring check mode."""
+
+    def __init__(self, module: AnsibleModule, client: corellium_client.CorelliumClient):
+        self.module = module
+        self.client = client
+        self.params = module.params
+        self.check_mode = module.check_mode
+        self.changed = False
+
+    def wait_for(self, instance_id: str, states) -> dict | None:
+        return self.client.wait_for_state(instance_id, states, self.params["wait_timeout"],
+                                          self.params["poll_interval"])
+
+    def run(self) -> dict:
+        project = self.client.get_project(self.params["project"])
+        if project is None:
+            self.module.fail_json(msg=f"Corellium project {self.params['project']!r} not found")
+        name = self.params["name"]
+        instance = self.client.find_instance(project["id"], name)
+        before = summarize(instance, name)
+        if instance is not None and instance.get("state") == "deleting":
+            # The name is being released; waiting keeps a second instance of
+            # the same name from appearing next to the dying one.
+            if not self.check_mode:
+                self.wait_for(instance["id"], [ABSENT])
+            instance = None
+        if self.params["state"] == "absent":
+            after = self.delete(instance, name)
+        else:
+            after = self.ensure(instance, project["id"], name)
+        return {"changed": self.changed, "instance": after,
+                "diff": {"before": before, "after": after}}
+
+    def delete(self, instance: dict | None, name: str) -> dict:
+        if instance is None:
+            return summarize(None, name)
+        self.changed = True
+        if not self.check_mode:
+            self.changed = self.client.delete_instance(instance["id"])
+            if self.params["wait"]:
+                self.wait_for(instance["id"], [ABSENT])
+        return summarize(None, name)
+
+    def ensure(self, instance: dict | None, project_id: str, name: str) -> dict:
+        target = POWER_TARGET[self.params["state"]]
+        if instance is None:
+            instance = self.create(project_id, name)
+            if self.check_mode:
+                return instance
+            # A new instance boots by itself: on and rebooted need nothing more.
+            if target == "off":
+                instance = self.power(instance, target)
+        else:
+            self.warn_on_drift(instance)
+            if target is not None:
+                instance = self.power(instance, target)
+        if self.params["wait"] and not self.check_mode:
+            wanted = [target] if target else SETTLED_STATES
+            instance = self.wait_for(instance["id"], wanted)
+        return summarize(instance, name)
+
+    def create(self, project_id: str, name: str) -> dict:
+        missing = [option for option in ("flavor", "os") if not self.params[option]]
+        if missing:
+            self.module.fail_json(msg=f"instance {name!r} does not exist; creating it needs "
+                                      f"{' and '.join(missing)}")
+        self.changed = True
+        if self.check_mode:
+            predicted = {"name": name, "project": project_id, "flavor": self.params["flavor"],
+                         "os": self.params["os"], "state": "creating"}
+            return summarize(predicted, name)
+        created = self.client.create_instance(project_id, name, self.params["flavor"],
+                                              self.params["os"], self.params["osbuild"])
+        return self.client.get_instance(created["id"]) or {**created, "name": name}
+
+    def power(self, instance: dict, target: str | None) -> dict:
+        rebooting = self.params["state"] == "rebooted"
+        if instance.get("state") == target and not rebooting:
+            return instance
+        if instance.get("state") in corellium_client.TRANSITIONAL_STATES:
+            if self.check_mode:
+                self.changed = True
+                return instance
+            instance = self.wait_for(instance["id"], SETTLED_STATES)
+            if instance.get("state") == target and not rebooting:
+                return instance
+        self.changed = True
+        if self.check_mode:
+            return {**instance, "state": target}
+        if rebooting and instance.get("state") == "on":
+            self.client.reboot(instance["id"])
+        else:
+            self.client.set_state(instance["id"], target)
+        return self.client.get_instance(instance["id"]) or instance
+
+    def warn_on_drift(self, instance: dict) -> None:
+        for option in ("flavor", "os"):
+            wanted = self.params[option]
+            if wanted and instance.get(option) and instance.get(option) != wanted:
+                self.module.warn(f"instance {instance.get('name')!r} has {option} "
+                                 f"{instance.get(option)!r}, not {wanted!r}; it is left as it is")
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "api_host": {"type": "str", "required": True,
+                         "fallback": (env_fallback, ["CORELLIUM_API_HOST"])},
+            "api_token": {"type": "str", "required": True, "no_log": True,
+                          "fallback": (env_fallback, ["CORELLIUM_API_TOKEN"])},
+            "project": {"type": "str", "required": True},
+            "name": {"type": "str", "required": True},
+            "flavor": {"type": "str"},
+            "os": {"type": "str"},
+            "osbuild": {"type": "str"},
+            "state": {"type": "str", "default": "present",
+                      "choices": ["present", "absent", "on", "off", "rebooted"]},
+            "wait": {"type": "bool", "default": True},
+            "wait_timeout": {"type": "int", "default": 600},
+            "poll_interval": {"type": "float", "default": 5},
+            "ca_path": {"type": "path"},
+            "validate_certs": {"type": "bool", "default": True},
+        },
+        supports_check_mode=True,
+    )
+    try:
+        client = corellium_client.CorelliumClient(
+            module.params["api_host"], module.params["api_token"],
+            ca_path=module.params["ca_path"], validate_certs=module.params["validate_certs"],
+        )
+        result = InstanceManager(module, client).run()
+    except corellium_client.CorelliumError as error:
+        module.fail_json(msg=str(error), corellium_error=error.as_dict())
+    except (ValueError, OSError) as error:
+        module.fail_json(msg=str(error))
+    if not module._diff:
+        result.pop("diff")
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
