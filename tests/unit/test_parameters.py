@@ -1,0 +1,148 @@
+import pytest
+
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.parameters import (
+    PROVISIONER_SCHEMAS,
+    describe_parameters,
+    validate_parameters,
+)
+
+QEMU = "qemu.jumpstarter.dev"
+BAREMETAL = "qemu-baremetal.jumpstarter.dev"
+CORELLIUM = "corellium.jumpstarter.dev"
+GOOD_QEMU = {"arch": "aarch64", "machineType": "virt", "resources": {"cpu": 4, "memory": "4Gi"}}
+GOOD_BAREMETAL = {
+    "resources": {"memory": "2Gi"},
+    "hosts": [{"name": "bench-01.example.com", "slots": 2},
+              {"name": "10.0.0.7", "address": "10.0.0.7", "port": 2222, "slots": 1}],
+    "runtime": {"binary": "/usr/bin/qemu-system-aarch64", "kvm": False},
+    "board": {"soc": "sa8295"},
+    "reconnectTimeout": "30s",
+}
+GOOD_CORELLIUM = {
+    "api": {"host": "app.corellium.com", "projectId": "778f00af-5e9b-40e6-8e7f-c4f14b632e9c"},
+    "device": {"flavor": "kronos", "os": "1.1.1", "build": "Critical Application Monitor"},
+}
+
+
+@pytest.mark.parametrize(
+    ("provisioner", "parameters"),
+    [
+        (QEMU, GOOD_QEMU),
+        (QEMU, {"resources": {"memory": "64Mi", "cpu": "2", "storage": "10Gi"}, "kvm": True,
+                "bootTimeout": "2m", "kernel": {"path": "/boot/vmlinuz"}, "cpuModel": "max"}),
+        (BAREMETAL, GOOD_BAREMETAL),
+        (CORELLIUM, GOOD_CORELLIUM),
+        (CORELLIUM, {**GOOD_CORELLIUM, "api": {**GOOD_CORELLIUM["api"], "host": "h.example:8443"}}),
+    ],
+)
+def test_valid_parameters(provisioner, parameters):
+    assert validate_parameters(provisioner, parameters) == {"errors": [], "warnings": []}
+
+
+@pytest.mark.parametrize(
+    ("provisioner", "parameters", "error"),
+    [
+        (QEMU, {"resources": {"memory": "8Gx"}},
+         'parameters.resources.memory: "8Gx" is not a quantity'),
+        (QEMU, {"resources": {"memory": "32Mi"}},
+         'parameters.resources.memory: "32Mi" is below the minimum 64Mi'),
+        (QEMU, {}, "parameters.resources: required"),
+        (QEMU, {"resources": {}}, "parameters.resources.memory: required"),
+        (QEMU, {"resources": {"memory": "1Gi", "cpu": 0}},
+         "parameters.resources.cpu: 0 must be a whole number of CPUs >= 1"),
+        (QEMU, {"resources": {"memory": "1Gi", "cpu": "500m"}},
+         'parameters.resources.cpu: "500m" must be a whole number of CPUs >= 1'),
+        (QEMU, {"arch": "riscv64", "resources": {"memory": "1Gi"}},
+         "parameters.arch: 'riscv64' is not one of x86_64, aarch64"),
+        (QEMU, {"machineType": "virt", "resources": {"memory": "1Gi"}},
+         "parameters.machineType: 'virt' does not fit arch x86_64 (use q35, pc, or set "
+         "parameters.arch)"),
+        (QEMU, {"arch": "aarch64", "machineType": "q35", "resources": {"memory": "1Gi"}},
+         "parameters.machineType: 'q35' does not fit arch aarch64 (use virt)"),
+        (QEMU, {"kvm": "yes", "resources": {"memory": "1Gi"}},
+         "parameters.kvm: 'yes' is not a boolean"),
+        (QEMU, {"bootTimeout": "soon", "resources": {"memory": "1Gi"}},
+         'parameters.bootTimeout: "soon" is not a duration (e.g. 30s, 5m, 1h)'),
+        (QEMU, {"disk": {}, "resources": {"memory": "1Gi"}},
+         "parameters.disk: needs url or path"),
+        (QEMU, {"kernel": {"path": "vmlinuz"}, "resources": {"memory": "1Gi"}},
+         'parameters.kernel.path: "vmlinuz" is not an absolute path'),
+        (QEMU, {"firmware": "blob", "resources": {"memory": "1Gi"}},
+         "parameters.firmware: 'blob' is not an object"),
+        (BAREMETAL, {"resources": {"memory": "1Gi"}}, "parameters.hosts: required"),
+        (BAREMETAL, {**GOOD_BAREMETAL, "hosts": []}, "parameters.hosts: must not be empty"),
+        (BAREMETAL, {**GOOD_BAREMETAL, "hosts": [{"name": "a", "slots": 1},
+                                                 {"name": "a", "slots": 1}]},
+         "parameters.hosts[1].name: duplicate host 'a'"),
+        (BAREMETAL, {**GOOD_BAREMETAL, "hosts": [{"name": "a"}]},
+         "parameters.hosts[0].slots: required"),
+        (BAREMETAL, {**GOOD_BAREMETAL, "hosts": [{"name": "a", "slots": 0}]},
+         "parameters.hosts[0].slots: 0 is below the minimum 1"),
+        (BAREMETAL, {**GOOD_BAREMETAL, "hosts": [{"name": "a", "slots": 1, "port": 0}]},
+         "parameters.hosts[0].port: 0 is below the minimum 1"),
+        (BAREMETAL, {**GOOD_BAREMETAL, "hosts": [{"name": "bad_name!", "slots": 1}]},
+         'parameters.hosts[0].name: "bad_name!" is not a DNS name or IP address'),
+        (BAREMETAL, {**GOOD_BAREMETAL, "reconnectTimeout": "500ms"},
+         'parameters.reconnectTimeout: "500ms" is below the minimum 1s'),
+        (BAREMETAL, {**GOOD_BAREMETAL, "reconnectTimeout": "2h"},
+         'parameters.reconnectTimeout: "2h" is above the maximum 3600s'),
+        (BAREMETAL, {**GOOD_BAREMETAL, "workDir": "relative"},
+         'parameters.workDir: "relative" is not an absolute path'),
+        (BAREMETAL, {**GOOD_BAREMETAL, "runtime": {"binary": "qemu"}},
+         'parameters.runtime.binary: "qemu" is not an absolute path'),
+        (CORELLIUM, {"device": GOOD_CORELLIUM["device"]}, "parameters.api: required"),
+        (CORELLIUM, {**GOOD_CORELLIUM, "api": {"host": "h", "projectId": "nope"}},
+         'parameters.api.projectId: "nope" is not a UUID'),
+        (CORELLIUM, {**GOOD_CORELLIUM, "api": {**GOOD_CORELLIUM["api"], "host": "h:99999"}},
+         'parameters.api.host: "h:99999" has an invalid port'),
+        (CORELLIUM, {**GOOD_CORELLIUM, "device": {"flavor": "kronos"}},
+         "parameters.device.os: required"),
+        ("nope.example.com", {}, "provisioner: unknown provisioner 'nope.example.com' (known: "
+         "corellium.jumpstarter.dev, qemu-baremetal.jumpstarter.dev, qemu.jumpstarter.dev)"),
+    ],
+)
+def test_one_error_names_its_path(provisioner, parameters, error):
+    assert validate_parameters(provisioner, parameters)["errors"] == [error]
+
+
+def test_all_errors_are_listed_at_once():
+    result = validate_parameters(QEMU, {"machineType": "virt",
+                                        "resources": {"memory": "8Gx", "cpu": -1}})
+    assert len(result["errors"]) == 3
+    assert {e.split(":")[0] for e in result["errors"]} == {
+        "parameters.machineType", "parameters.resources.memory", "parameters.resources.cpu"}
+
+
+def test_unknown_keys_are_warnings():
+    result = validate_parameters(QEMU, {**GOOD_QEMU, "colour": "blue",
+                                        "resources": {**GOOD_QEMU["resources"], "gpu": 1}})
+    assert result["errors"] == []
+    assert sorted(result["warnings"]) == ["parameters.colour: unknown key, ignored",
+                                  "parameters.resources.gpu: unknown key, ignored"]
+
+
+def test_board_is_free_form():
+    parameters = {**GOOD_BAREMETAL, "board": {"anything": {"nested": [1, 2]}}}
+    assert validate_parameters(BAREMETAL, parameters)["warnings"] == []
+
+
+@pytest.mark.parametrize("provisioner", sorted(PROVISIONER_SCHEMAS))
+def test_describe_parameters_rows(provisioner):
+    rows = describe_parameters(provisioner)
+    assert rows and len({row["path"] for row in rows}) == len(rows)
+    for row in rows:
+        assert set(row) == {"path", "type", "required", "default", "description", "enum"}
+        assert row["description"]
+
+
+def test_describe_parameters_covers_nested_lists():
+    rows = {row["path"]: row for row in describe_parameters(BAREMETAL)}
+    assert rows["hosts[].slots"]["required"] is True
+    assert rows["hosts[].port"]["default"] == 22
+    assert rows["reconnectTimeout"]["default"] == "5m"
+    assert rows["resources.memory"]["type"] == "quantity"
+
+
+def test_describe_unknown_provisioner():
+    with pytest.raises(KeyError):
+        describe_parameters("nope")
