@@ -1,0 +1,153 @@
+"""Command line entry point: ``exporterset-operator`` / ``python -m exporterset_operator``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+from pathlib import Path
+
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s_client import (
+    api_client as load_client,
+)
+from kubernetes import client
+
+from . import cgroup, logs
+from .controller import Controller
+from .metrics import Metrics, serve
+from .reconciler import Reconciler
+from .runner import PlaybookRunner
+from .watches import load_watches
+
+log = logging.getLogger("exporterset_operator")
+
+DEFAULT_PROVISIONERS = ("qemu.jumpstarter.dev",)
+
+
+def _collection_root() -> Path:
+    """The collection this operator ships with: the repository or the installed copy."""
+    here = Path(__file__).resolve()
+    for parent in here.parents:
+        if (parent / "galaxy.yml").exists() or (parent / "MANIFEST.json").exists():
+            return parent
+    raise SystemExit("cannot find the collection (galaxy.yml) above " + str(here))
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    env = os.environ.get
+    parser = argparse.ArgumentParser(prog="exporterset-operator", description=__doc__)
+    parser.add_argument(
+        "--provisioner", action="append", dest="provisioners",
+        help="provisioner string this Deployment serves (repeatable); "
+        "classes of other provisioners are left alone. Env: PROVISIONERS (comma separated).",
+    )
+    parser.add_argument("--watches-file", default=env("WATCHES_FILE"),
+                        help="watches.yaml (default: the one shipped in operator/)")
+    parser.add_argument("--namespace", default=env("WATCH_NAMESPACE") or None,
+                        help="watch one namespace only (default: all)")
+    parser.add_argument(
+        "--max-concurrent-reconciles", type=int,
+        default=int(env("MAX_CONCURRENT_RECONCILES", "0")) or None,
+        help="reconciles in flight at once (default: the container's CPU limit, at least 1)",
+    )
+    parser.add_argument("--metrics-bind-address", default=env("METRICS_BIND_ADDRESS", "0.0.0.0:8080"),
+                        help="address of /metrics, /healthz and /readyz")
+    parser.add_argument("--leader-elect", action="store_true", default=env("LEADER_ELECT") == "true")
+    parser.add_argument("--leader-election-id", default=env("LEADER_ELECTION_ID"))
+    parser.add_argument("--leader-election-namespace", default=env("LEADER_ELECTION_NAMESPACE"))
+    parser.add_argument("--artifacts-dir", default=env("ARTIFACTS_DIR", "/tmp/exporterset-operator"))
+    parser.add_argument("--max-artifacts", type=int, default=int(env("MAX_ARTIFACTS", "20")))
+    parser.add_argument("--ansible-verbosity", type=int, default=int(env("ANSIBLE_VERBOSITY_LEVEL", "0")))
+    parser.add_argument("--log-level", default=env("LOG_LEVEL", "INFO"))
+    parser.add_argument("--kubeconfig", default=env("KUBECONFIG"))
+    args = parser.parse_args(argv)
+    if not args.provisioners:
+        from_env = [p.strip() for p in env("PROVISIONERS", "").split(",") if p.strip()]
+        args.provisioners = from_env or list(DEFAULT_PROVISIONERS)
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logs.configure(args.log_level)
+    root = _collection_root()
+    watches = load_watches(args.watches_file or root / "operator" / "watches.yaml")
+    watch = watches.entry("virtualtarget.jumpstarter.dev", "v1alpha1", "ExporterSet")
+    api_client = load_client(args.kubeconfig)
+    # The leader election lock builds its own API objects from the default
+    # configuration.
+    client.Configuration.set_default(api_client.configuration)
+    workers = args.max_concurrent_reconciles or watch.max_concurrent_reconciles or cgroup.cpu_limit()
+    metrics = Metrics()
+    runner = PlaybookRunner(
+        str(root), args.artifacts_dir, max_artifacts=args.max_artifacts,
+        verbosity=args.ansible_verbosity,
+        env={"ANSIBLE_COLLECTIONS_PATH": os.environ.get("ANSIBLE_COLLECTIONS_PATH", "")},
+    )
+
+    def make_reconciler(caches):
+        return Reconciler(
+            caches, api_client, runner, metrics, set(args.provisioners),
+            playbook=watch.playbook, plan_options=watch.vars.get("plan_options"),
+        )
+
+    controller = Controller(
+        api_client, make_reconciler, metrics, workers=workers, namespace=args.namespace,
+        resync_period=watch.reconcile_period,
+    )
+    leading = threading.Event()
+    host, _, port = args.metrics_bind_address.rpartition(":")
+    serve(host or "0.0.0.0", int(port), metrics, healthy=lambda: True,
+          ready=lambda: controller.synced() and (leading.is_set() or not args.leader_elect))
+
+    stopped = threading.Event()
+
+    def shutdown(signum, frame):
+        log.info("shutting down", extra={"signal": signum})
+        controller.stop()
+        stopped.set()
+
+    signal.signal(signal.SIGTERM, shutdown)
+    signal.signal(signal.SIGINT, shutdown)
+
+    def lead():
+        log.info("starting", extra={"provisioners": args.provisioners, "workers": workers,
+                                    "namespace": args.namespace or "*"})
+        controller.start_informers()
+        controller.wait_synced()
+        leading.set()
+        controller.start_workers()
+
+    if args.leader_elect:
+        from kubernetes.leaderelection import electionconfig, leaderelection
+        from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
+
+        identity = f"{socket.gethostname()}_{os.getpid()}"
+        lock = LeaseLock(
+            args.leader_election_id or "exporterset-operator-" + "-".join(
+                p.split(".")[0] for p in sorted(args.provisioners)),
+            args.leader_election_namespace or args.namespace or "default",
+            identity,
+        )
+
+        def lost():
+            log.error("lost leadership; exiting so a fresh process can compete again")
+            os._exit(1)
+
+        election = leaderelection.LeaderElection(
+            electionconfig.Config(lock, lease_duration=15, renew_deadline=10, retry_period=2,
+                                  onstarted_leading=lead, onstopped_leading=lost)
+        )
+        threading.Thread(target=election.run, name="leader-election", daemon=True).start()
+    else:
+        lead()
+    stopped.wait()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,214 @@
+"""List-then-watch caches over the Kubernetes API.
+
+The streaming, bookmarks and resourceVersion tracking are the kubernetes
+client's ``watch.Watch``; this module adds what an informer needs on top:
+a local cache of plain dicts, a relist when the API answers 410 Gone, and a
+reconnect with capped exponential backoff and jitter on any other failure.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes import client, watch
+from kubernetes.client.rest import ApiException
+
+log = logging.getLogger(__name__)
+
+ObjectKey = tuple[str, str]  # (namespace, name)
+Handler = Callable[[str, dict, dict | None], None]  # (event type, object, previous)
+
+
+@dataclass(frozen=True)
+class Resource:
+    """Where a kind lives in the API and how to list it."""
+
+    kind: str
+    group: str
+    version: str
+    plural: str
+    label_selector: str | None = None
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+
+def key_of(obj: dict) -> ObjectKey:
+    meta = obj.get("metadata", {})
+    return meta.get("namespace", ""), meta["name"]
+
+
+def _slim(obj: dict) -> dict:
+    """Drop what the operator never reads, so the cache stays small."""
+    meta = obj.get("metadata")
+    if meta:
+        meta.pop("managedFields", None)
+        annotations = meta.get("annotations")
+        if annotations:
+            annotations.pop("kubectl.kubernetes.io/last-applied-configuration", None)
+    return obj
+
+
+@dataclass
+class Informer:
+    resource: Resource
+    api_client: client.ApiClient
+    namespace: str | None = None
+    handlers: list[Handler] = field(default_factory=list)
+    backoff_base: float = 0.5
+    backoff_cap: float = 30.0
+    watch_timeout: int = 300
+
+    def __post_init__(self) -> None:
+        self._store: dict[ObjectKey, dict] = {}
+        self._lock = threading.RLock()
+        self.synced = threading.Event()
+        self._stop = threading.Event()
+        self._watch: watch.Watch | None = None
+        self._rng = random.Random()
+        self.relists = 0
+
+    # -- cache reads ---------------------------------------------------------
+    def get(self, namespace: str, name: str) -> dict | None:
+        with self._lock:
+            return self._store.get((namespace, name))
+
+    def list(self, namespace: str | None = None) -> list[dict]:
+        with self._lock:
+            if namespace is None:
+                return list(self._store.values())
+            return [obj for (ns, _), obj in self._store.items() if ns == namespace]
+
+    def items(self) -> Iterable[dict]:
+        return self.list()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._store)
+
+    # -- API plumbing ----------------------------------------------------------
+    def _list_call(self) -> tuple[Callable[..., Any], dict]:
+        res = self.resource
+        kwargs: dict[str, Any] = {}
+        if res.label_selector:
+            kwargs["label_selector"] = res.label_selector
+        if res.group:
+            api = client.CustomObjectsApi(self.api_client)
+            if self.namespace:
+                return api.list_namespaced_custom_object, dict(
+                    group=res.group, version=res.version, namespace=self.namespace,
+                    plural=res.plural, **kwargs)
+            return api.list_cluster_custom_object, dict(
+                group=res.group, version=res.version, plural=res.plural, **kwargs)
+        core = client.CoreV1Api(self.api_client)
+        if self.namespace:
+            return getattr(core, f"list_namespaced_{res.kind.lower()}"), dict(
+                namespace=self.namespace, **kwargs)
+        return getattr(core, f"list_{res.kind.lower()}_for_all_namespaces"), kwargs
+
+    def _relist(self) -> str:
+        func, kwargs = self._list_call()
+        response = func(_preload_content=False, **kwargs)
+        body = json.loads(response.data)
+        fresh = {key_of(obj): _slim(obj) for obj in body.get("items", [])}
+        with self._lock:
+            old = self._store
+            self._store = fresh
+        self.relists += 1
+        for key, obj in fresh.items():
+            previous = old.get(key)
+            if previous is None:
+                self._dispatch("ADDED", obj, None)
+            elif previous["metadata"].get("resourceVersion") != obj["metadata"].get(
+                "resourceVersion"
+            ):
+                self._dispatch("MODIFIED", obj, previous)
+        for key, obj in old.items():
+            if key not in fresh:
+                self._dispatch("DELETED", obj, obj)
+        self.synced.set()
+        return body["metadata"]["resourceVersion"]
+
+    def _apply(self, event_type: str, obj: dict) -> None:
+        key = key_of(obj)
+        with self._lock:
+            previous = self._store.get(key)
+            if event_type == "DELETED":
+                self._store.pop(key, None)
+            else:
+                self._store[key] = _slim(obj)
+        self._dispatch(event_type, obj, previous)
+
+    def _dispatch(self, event_type: str, obj: dict, previous: dict | None) -> None:
+        for handler in self.handlers:
+            try:
+                handler(event_type, obj, previous)
+            except Exception:  # a broken handler must not stop the watch
+                log.exception("event handler failed", extra={"kind": self.resource.kind})
+
+    def run(self) -> None:
+        """List and watch until ``stop()``; never raises."""
+        failures = 0
+        resource_version: str | None = None
+        while not self._stop.is_set():
+            try:
+                if resource_version is None:
+                    resource_version = self._relist()
+                func, kwargs = self._list_call()
+                self._watch = watch.Watch()
+                for event in self._watch.stream(
+                    func,
+                    resource_version=resource_version,
+                    allow_watch_bookmarks=True,
+                    timeout_seconds=self.watch_timeout,
+                    deserialize=False,
+                    **kwargs,
+                ):
+                    failures = 0
+                    event_type = event["type"]
+                    obj = event["object"]
+                    if event_type == "BOOKMARK":
+                        resource_version = obj["metadata"]["resourceVersion"]
+                        continue
+                    if event_type == "ERROR":
+                        raise ApiException(status=obj.get("code"), reason=obj.get("message"))
+                    resource_version = obj["metadata"]["resourceVersion"]
+                    self._apply(event_type, obj)
+                    if self._stop.is_set():
+                        break
+            except ApiException as exc:
+                if exc.status == 410:
+                    log.info("watch expired; relisting", extra={"kind": self.resource.kind})
+                    resource_version = None
+                    continue
+                failures += 1
+                self._sleep_backoff(failures, exc)
+            except Exception as exc:  # connection refused, reset, timeouts
+                failures += 1
+                self._sleep_backoff(failures, exc)
+
+    def _sleep_backoff(self, failures: int, exc: BaseException) -> None:
+        ceiling = min(self.backoff_cap, self.backoff_base * 2 ** (failures - 1))
+        delay = self._rng.uniform(ceiling / 2, ceiling)
+        log.warning(
+            "watch failed; reconnecting",
+            extra={"kind": self.resource.kind, "error": str(exc)[:300], "retry_in": round(delay, 2)},
+        )
+        self._stop.wait(delay)
+
+    def start(self) -> threading.Thread:
+        thread = threading.Thread(target=self.run, name=f"informer-{self.resource.kind}", daemon=True)
+        thread.start()
+        return thread
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._watch is not None:
+            self._watch.stop()

@@ -1,0 +1,135 @@
+"""Prometheus metrics and the health endpoints, served on one port."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+SET_LABELS = ("namespace", "exporterset")
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.reconcile_duration = Histogram(
+            "jumpstarter_exporterset_reconcile_duration_seconds",
+            "Time spent in one reconcile of an ExporterSet, by path taken.",
+            ["path"],
+            buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
+            registry=r,
+        )
+        self.reconciles = Counter(
+            "jumpstarter_exporterset_reconciles_total",
+            "Reconciles by outcome (fastpath, status, playbook, error, skipped).",
+            ["outcome"],
+            registry=r,
+        )
+        self.playbook_runs = Counter(
+            "jumpstarter_exporterset_playbook_runs_total",
+            "ansible-runner runs of the reconcile playbook by result.",
+            ["result"],
+            registry=r,
+        )
+        self.fast_path_hits = Counter(
+            "jumpstarter_exporterset_fast_path_total",
+            "Reconciles finished in process without running a playbook.",
+            registry=r,
+        )
+        self.queue_depth = Gauge(
+            "jumpstarter_exporterset_workqueue_depth",
+            "ExporterSets waiting in the work queue.",
+            registry=r,
+        )
+        self.scale_ups = Counter(
+            "jumpstarter_exporterset_scale_up_total",
+            "Exporters created by scale-up.",
+            SET_LABELS,
+            registry=r,
+        )
+        self.scale_downs = Counter(
+            "jumpstarter_exporterset_scale_down_total",
+            "Exporters removed by scale-down.",
+            SET_LABELS,
+            registry=r,
+        )
+        self.failures = Counter(
+            "jumpstarter_exporterset_instance_failures_total",
+            "Instances replaced because they failed or never became ready.",
+            SET_LABELS,
+            registry=r,
+        )
+        self.replicas = {
+            field: Gauge(
+                f"jumpstarter_exporterset_{metric}",
+                help_text,
+                SET_LABELS,
+                registry=r,
+            )
+            for field, metric, help_text in (
+                ("replicas", "replicas", "Exporters owned by the set."),
+                ("readyReplicas", "ready_replicas", "Owned Exporters registered and online."),
+                ("availableReplicas", "available_replicas", "Ready, enabled, unleased Exporters."),
+                ("leasedReplicas", "leased_replicas", "Owned Exporters serving a lease."),
+            )
+        }
+        self.pending_demand = Gauge(
+            "jumpstarter_exporterset_pending_demand",
+            "Pending leases attributed to the set.",
+            SET_LABELS,
+            registry=r,
+        )
+
+    def observe_set(self, namespace: str, name: str, status: dict, demand: int) -> None:
+        for field, gauge in self.replicas.items():
+            gauge.labels(namespace, name).set(status.get(field, 0))
+        self.pending_demand.labels(namespace, name).set(demand)
+
+    def forget_set(self, namespace: str, name: str) -> None:
+        for metric in (*self.replicas.values(), self.pending_demand):
+            try:
+                metric.remove(namespace, name)
+            except KeyError:
+                pass
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+def serve(
+    address: str,
+    port: int,
+    metrics: Metrics,
+    healthy: Callable[[], bool],
+    ready: Callable[[], bool],
+) -> ThreadingHTTPServer:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+            if self.path == "/metrics":
+                self._send(200, metrics.exposition(), CONTENT_TYPE_LATEST)
+            elif self.path == "/healthz":
+                ok = healthy()
+                self._send(200 if ok else 503, b"ok" if ok else b"unhealthy")
+            elif self.path == "/readyz":
+                ok = ready()
+                self._send(200 if ok else 503, b"ok" if ok else b"not ready")
+            else:
+                self._send(404, b"not found")
+
+        def _send(self, code: int, body: bytes, content_type: str = "text/plain") -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            return
+
+    server = ThreadingHTTPServer((address, port), Handler)
+    threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
+    return server

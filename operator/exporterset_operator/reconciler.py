@@ -1,0 +1,238 @@
+"""One reconcile of one ExporterSet: observe from the cache, plan, act.
+
+The plan comes from the collection's pool logic, computed here in process.
+When it asks for nothing, nothing runs (fast path). When only the status,
+annotations or Events change, they are written here directly. Anything that
+touches instances runs the reconcile playbook through ansible-runner, which
+applies every action of the plan in one run.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (
+    constants,
+    k8s_observe,
+    k8s_status,
+)
+from kubernetes.client.rest import ApiException
+
+from .metrics import Metrics
+from .runner import PlaybookRunner
+
+log = logging.getLogger(__name__)
+
+FINALIZER = constants.GROUP + "/teardown"
+ACTION_KEYS = ("create", "enable", "disable", "delete", "recycle")
+OBSERVED_KINDS = ("VirtualTargetClass", "ExporterSet", "Exporter", "Lease", "Pod")
+# How long an expectation from a playbook run may wait for the cache.
+EXPECTATION_TTL = 30.0
+
+
+@dataclass
+class Result:
+    requeue_after: float | None = None
+    error: str | None = None
+    path: str = "fastpath"
+
+
+@dataclass
+class Expectation:
+    present: set[str] = field(default_factory=set)
+    absent: set[str] = field(default_factory=set)
+    deadline: float = 0.0
+
+
+class Expectations:
+    """What a playbook run did that the cache has not shown yet.
+
+    A reconcile that starts before the informer delivered the run's own
+    writes would plan the same creations again; it waits instead.
+    """
+
+    def __init__(self) -> None:
+        self._by_key: dict[tuple[str, str], Expectation] = {}
+        self._lock = threading.Lock()
+
+    def expect(self, key, present, absent) -> None:
+        with self._lock:
+            self._by_key[key] = Expectation(set(present), set(absent), time.monotonic() + EXPECTATION_TTL)
+
+    def satisfied(self, key, names: set[str]) -> bool:
+        with self._lock:
+            exp = self._by_key.get(key)
+            if exp is None:
+                return True
+            if time.monotonic() > exp.deadline or (
+                exp.present <= names and not (exp.absent & names)
+            ):
+                del self._by_key[key]
+                return True
+            return False
+
+    def forget(self, key) -> None:
+        with self._lock:
+            self._by_key.pop(key, None)
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Reconciler:
+    def __init__(
+        self,
+        caches,
+        api_client,
+        runner: PlaybookRunner,
+        metrics: Metrics,
+        provisioners: set[str],
+        playbook: str = "playbooks/reconcile.yml",
+        plan_options: dict | None = None,
+        clock=utcnow,
+    ):
+        self.caches = caches
+        self.api_client = api_client
+        self.runner = runner
+        self.metrics = metrics
+        self.provisioners = provisioners
+        self.playbook = playbook
+        self.plan_options = dict(plan_options or {})
+        self.clock = clock
+        self.expectations = Expectations()
+
+    # -- observation -------------------------------------------------------
+    def observe(self, exporter_set: dict) -> dict:
+        """Everything the plan needs, from the informer caches."""
+        namespace = exporter_set["metadata"]["namespace"]
+        objects = {kind: self.caches[kind].list(namespace) for kind in OBSERVED_KINDS}
+        return k8s_observe.observe(exporter_set, objects, self.clock())
+
+    # -- reconcile -----------------------------------------------------------
+    def reconcile(self, key: tuple[str, str]) -> Result:
+        namespace, name = key
+        exporter_set = self.caches["ExporterSet"].get(namespace, name)
+        if exporter_set is None:
+            self.runner.forget(key)
+            self.metrics.forget_set(namespace, name)
+            self.expectations.forget(key)
+            return Result(path="gone")
+        observed = self.observe(exporter_set)
+        vclass = observed["class"]
+        if vclass is not None and k8s_observe.provisioner_of(observed) not in self.provisioners:
+            return Result(path="skipped")
+
+        if exporter_set["metadata"].get("deletionTimestamp"):
+            return self._teardown(key, exporter_set, observed)
+        if vclass is not None and FINALIZER not in (exporter_set["metadata"].get("finalizers") or []):
+            self._add_finalizer(exporter_set)
+
+        owned_names = {e["metadata"]["name"] for e in observed["owned"]}
+        if not self.expectations.satisfied(key, owned_names):
+            return Result(requeue_after=1.0, path="waiting")
+
+        plan = k8s_observe.plan_for(exporter_set, observed, self.plan_options)
+        self.metrics.observe_set(namespace, name, plan["status"], len(observed["pending"]))
+        if any(plan.get(k) for k in ACTION_KEYS) or k8s_observe.unprovisioned(observed):
+            return self._run_playbook(key, exporter_set, observed, plan)
+        if plan.get("changed"):
+            self._write_plan_results(exporter_set, plan)
+            return Result(requeue_after=plan.get("requeue_after"), path="status")
+        return Result(requeue_after=plan.get("requeue_after"), path="fastpath")
+
+    def _write_plan_results(self, exporter_set: dict, plan: dict) -> None:
+        meta = exporter_set["metadata"]
+        namespace, name = meta["namespace"], meta["name"]
+        for exporter, patch in (plan.get("exporter_annotations") or {}).items():
+            k8s_status.patch_annotations(
+                self.api_client, "jumpstarter.dev", "v1alpha1", "exporters", namespace, exporter, patch
+            )
+        if k8s_status.annotations_differ(meta.get("annotations"), plan.get("set_annotations")):
+            k8s_status.patch_annotations(
+                self.api_client, constants.GROUP, "v1alpha1", "exportersets", namespace, name,
+                plan["set_annotations"],
+            )
+        k8s_status.write_status(self.api_client, namespace, name, plan["status"])
+        if plan.get("events"):
+            k8s_status.emit_events(self.api_client, exporter_set, plan["events"])
+
+    def _run_playbook(self, key, exporter_set, observed, plan) -> Result:
+        namespace, name = key
+        variables = k8s_observe.playbook_variables(exporter_set, observed, plan)
+        result = self.runner.run(self.playbook, key, variables)
+        self.metrics.playbook_runs.labels("successful" if result.ok else "failed").inc()
+        created = [c["name"] for c in plan.get("create") or []]
+        deleted = [d["name"] for d in plan.get("delete") or []]
+        self.expectations.expect(key, created, deleted)
+        if created:
+            self.metrics.scale_ups.labels(namespace, name).inc(len(created))
+        scale_down = [d for d in plan.get("delete") or [] if d.get("reason") == constants.DELETE_SCALE_DOWN]
+        if scale_down:
+            self.metrics.scale_downs.labels(namespace, name).inc(len(scale_down))
+        failed = [
+            d for d in plan.get("delete") or []
+            if d.get("reason") in (constants.DELETE_FAILED, constants.DELETE_STARTUP_TIMEOUT)
+        ]
+        if failed:
+            self.metrics.failures.labels(namespace, name).inc(len(failed))
+        if not result.ok:
+            self.expectations.forget(key)
+            self._report_failure(exporter_set, plan, result.message)
+            return Result(error=result.message, path="playbook")
+        return Result(requeue_after=plan.get("requeue_after"), path="playbook")
+
+    def _report_failure(self, exporter_set: dict, plan: dict, message: str) -> None:
+        meta = exporter_set["metadata"]
+        outcome = k8s_status.outcome_condition(
+            "Failure", "ReconcileFailed", message, meta.get("generation", 0)
+        )
+        try:
+            k8s_status.write_status(
+                self.api_client, meta["namespace"], meta["name"], plan["status"], outcome=outcome
+            )
+            k8s_status.emit_events(
+                self.api_client,
+                exporter_set,
+                [{"type": "Warning", "reason": "ReconcileFailed", "message": message[:1024]}],
+            )
+        except ApiException as exc:
+            log.warning("could not report failure", extra={"error": str(exc)[:300]})
+
+    # -- finalizer -------------------------------------------------------------
+    def _add_finalizer(self, exporter_set: dict) -> None:
+        self._patch_finalizers(exporter_set, [*(exporter_set["metadata"].get("finalizers") or []), FINALIZER])
+
+    def _patch_finalizers(self, exporter_set: dict, finalizers: list[str]) -> None:
+        from kubernetes import client
+
+        meta = exporter_set["metadata"]
+        client.CustomObjectsApi(self.api_client).patch_namespaced_custom_object(
+            constants.GROUP, "v1alpha1", meta["namespace"], "exportersets", meta["name"],
+            {"metadata": {"finalizers": finalizers, "resourceVersion": meta["resourceVersion"]}},
+        )
+
+    def _teardown(self, key, exporter_set: dict, observed: dict) -> Result:
+        finalizers = exporter_set["metadata"].get("finalizers") or []
+        if FINALIZER not in finalizers:
+            return Result(path="skipped")
+        if observed["owned"] or observed["pods"]:
+            variables = k8s_observe.playbook_variables(exporter_set, observed, {}, teardown=True)
+            result = self.runner.run(self.playbook, key, variables)
+            self.metrics.playbook_runs.labels("successful" if result.ok else "failed").inc()
+            if not result.ok:
+                k8s_status.emit_events(
+                    self.api_client,
+                    exporter_set,
+                    [{"type": "Warning", "reason": "TeardownFailed", "message": result.message[:1024]}],
+                )
+                return Result(error=result.message, path="teardown")
+            # The cache shows the deletions shortly; look again then.
+            return Result(requeue_after=1.0, path="teardown")
+        self._patch_finalizers(exporter_set, [f for f in finalizers if f != FINALIZER])
+        self.runner.forget(key)
+        return Result(path="teardown")

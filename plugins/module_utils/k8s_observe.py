@@ -1,0 +1,124 @@
+"""From the objects of one namespace to the inputs and plan of one reconcile.
+
+Pure functions over plain dicts. The operator feeds them from its informer
+caches; the ``exporterset_info`` module feeds them from API reads when the
+reconcile playbook runs by hand. Both therefore plan the same way.
+"""
+
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (
+    constants,
+    k8s_objects,
+)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.demand import (
+    attribute_lease_demand,
+)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.merge import (
+    deep_merge,
+    merge_images,
+)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.plan import scale_plan
+
+# Provisioners whose instances are Pods the pool makes once the exporter
+# credential exists.
+POD_PROVISIONERS = (constants.PROVISIONER_QEMU, constants.PROVISIONER_CORELLIUM)
+
+
+def _labels(obj):
+    return obj["metadata"].get("labels") or {}
+
+
+def observe(exporter_set, namespace_objects, now):
+    """Select what concerns ``exporter_set`` among a namespace's objects.
+
+    ``namespace_objects`` maps kind to a list: ``VirtualTargetClass``,
+    ``ExporterSet``, ``Exporter``, ``Lease``, ``Pod`` (Pods may be limited to
+    those labelled with a set).
+    """
+    meta = exporter_set["metadata"]
+    name, uid = meta["name"], meta["uid"]
+    class_name = (exporter_set.get("spec") or {}).get("virtualTargetClassName", "")
+    vclass = next(
+        (c for c in namespace_objects["VirtualTargetClass"] if c["metadata"]["name"] == class_name), None
+    )
+    exporters = namespace_objects["Exporter"]
+    owned = [e for e in exporters if k8s_objects.controlled_by(e, uid)]
+    owned_names = {e["metadata"]["name"] for e in owned}
+    pods = [
+        p
+        for p in namespace_objects["Pod"]
+        if _labels(p).get(constants.LABEL_EXPORTER_SET) == name
+        and _labels(p).get(k8s_objects.LABEL_EXPORTER) in owned_names
+    ]
+    leases = namespace_objects["Lease"]
+    demand = attribute_lease_demand(namespace_objects["ExporterSet"], leases, exporters, now)
+    pending_names = set(demand.get(name, []))
+    return {
+        "class": vclass,
+        "owned": owned,
+        "pods": pods,
+        "pending": [lease for lease in leases if lease["metadata"]["name"] in pending_names],
+        "taken_names": sorted(e["metadata"]["name"] for e in exporters),
+        "now": now,
+    }
+
+
+def provisioner_of(observed):
+    return ((observed["class"] or {}).get("spec") or {}).get("provisioner")
+
+
+def plan_for(exporter_set, observed, options=None):
+    options = dict(options or {})
+    options["taken_names"] = observed["taken_names"]
+    return scale_plan(
+        exporter_set,
+        observed["class"],
+        observed["owned"],
+        observed["pending"],
+        observed["now"],
+        instances=k8s_objects.instances_from_pods(observed["pods"]),
+        options=options,
+    )
+
+
+def unprovisioned(observed):
+    """Exporters whose Pod does not exist yet but can be made now.
+
+    A Pod needs the exporter credential that the Jumpstarter controller
+    creates; until ``status.credential`` names it there is nothing to do, and
+    the Exporter's own status update brings the set back for another look.
+    """
+    if provisioner_of(observed) not in POD_PROVISIONERS:
+        return []
+    with_pods = {_labels(p).get(k8s_objects.LABEL_EXPORTER) for p in observed["pods"]}
+    return sorted(
+        e["metadata"]["name"]
+        for e in observed["owned"]
+        if e["metadata"]["name"] not in with_pods
+        and not e["metadata"].get("deletionTimestamp")
+        and e.get("spec", {}).get("enabled", True)
+        and ((e.get("status") or {}).get("credential") or {}).get("name")
+    )
+
+
+def playbook_variables(exporter_set, observed, plan, teardown=False):
+    """The Ansible Operator SDK's variables for the set, plus what was observed."""
+    vclass = observed["class"] or {}
+    class_spec = vclass.get("spec") or {}
+    meta = exporter_set["metadata"]
+    spec = exporter_set.get("spec") or {}
+    variables = k8s_objects.snake_case_spec(spec)
+    variables.update(
+        {
+            "_virtualtarget_jumpstarter_dev_exporterset": exporter_set,
+            "ansible_operator_meta": {"name": meta["name"], "namespace": meta["namespace"]},
+            "virtual_target_class": vclass,
+            "owned_exporters": observed["owned"],
+            "owned_pods": observed["pods"],
+            "exporterset_plan": plan,
+            "exporterset_teardown": teardown,
+            "unprovisioned_exporters": unprovisioned(observed),
+            "merged_parameters": deep_merge(class_spec.get("parameters"), spec.get("parameters")),
+            "merged_images": merge_images(class_spec.get("images"), spec.get("images")),
+        }
+    )
+    return variables

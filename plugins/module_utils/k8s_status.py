@@ -1,0 +1,216 @@
+"""Writes of an ExporterSet's status, annotations and Events.
+
+Shared by the ``exporterset_status`` module (slow path, from a playbook) and
+the operator (fast path, in process), so both write the same thing the same
+way. Needs the ``kubernetes`` client; takes an ``ApiClient`` so the caller
+decides how it is configured.
+"""
+
+import hashlib
+import time
+from datetime import UTC, datetime
+
+GROUP = "virtualtarget.jumpstarter.dev"
+VERSION = "v1alpha1"
+PLURAL = "exportersets"
+EXPORTER_GROUP = "jumpstarter.dev"
+EXPORTER_VERSION = "v1alpha1"
+EXPORTER_PLURAL = "exporters"
+COMPONENT = "exporterset-operator"
+
+# Condition types of the Ansible Operator SDK outcome of the last run.
+OUTCOME_CONDITIONS = ("Running", "Successful", "Failure")
+
+
+def _now():
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def merge_conditions(current, updates, now=None):
+    """Return ``current`` with ``updates`` applied by condition type.
+
+    ``lastTransitionTime`` is kept when a condition's status did not change,
+    and set to ``now`` when it did or the condition is new.
+    """
+    now = now or _now()
+    by_type = {c["type"]: dict(c) for c in current or []}
+    for update in updates:
+        previous = by_type.get(update["type"])
+        merged = dict(update)
+        if previous is not None and previous.get("status") == update.get("status"):
+            merged["lastTransitionTime"] = previous.get("lastTransitionTime") or now
+        else:
+            merged.setdefault("lastTransitionTime", now)
+            if previous is not None and previous.get("status") != update.get("status"):
+                merged["lastTransitionTime"] = now
+        merged.setdefault("message", "")
+        by_type[update["type"]] = merged
+    return sorted(by_type.values(), key=lambda c: c["type"])
+
+
+def outcome_condition(kind, reason, message, generation):
+    """One of the SDK's Running/Successful/Failure conditions, True."""
+    return {
+        "type": kind,
+        "status": "True",
+        "reason": reason,
+        "message": message[:32768],
+        "observedGeneration": generation,
+    }
+
+
+def status_with_outcome(status, current_status, outcome):
+    """``status`` plus the SDK outcome conditions, the outcome kind set True.
+
+    The other outcome kinds are kept False so ``kubectl wait`` on any of
+    them works as it does for SDK operators.
+    """
+    updates = list(status.get("conditions") or [])
+    if outcome is not None:
+        for kind in OUTCOME_CONDITIONS:
+            if kind == outcome["type"]:
+                updates.append(outcome)
+            else:
+                updates.append(
+                    {
+                        "type": kind,
+                        "status": "False",
+                        "reason": outcome["reason"],
+                        "message": "",
+                        "observedGeneration": outcome.get("observedGeneration", 0),
+                    }
+                )
+    else:
+        updates.extend(
+            c for c in (current_status or {}).get("conditions", []) if c["type"] in OUTCOME_CONDITIONS
+        )
+    merged = dict(status)
+    merged["conditions"] = merge_conditions((current_status or {}).get("conditions"), updates)
+    return merged
+
+
+def status_differs(current, desired):
+    """True when writing ``desired`` would change ``current``.
+
+    Conditions are compared without ``lastTransitionTime`` (that field only
+    moves when a status moves, which the comparison already sees).
+    """
+
+    def comparable(status):
+        status = dict(status or {})
+        status["conditions"] = sorted(
+            (
+                {k: v for k, v in c.items() if k != "lastTransitionTime"}
+                for c in status.get("conditions") or []
+            ),
+            key=lambda c: c["type"],
+        )
+        return status
+
+    return comparable(current) != comparable(desired)
+
+
+def write_status(api_client, namespace, name, status, outcome=None, attempts=5):
+    """Write ``status`` through the status subresource.
+
+    Guards with the object's resourceVersion and retries a 409 Conflict on a
+    fresh read, so a concurrent writer is never overwritten blindly. Returns
+    (changed, written status).
+    """
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    api = client.CustomObjectsApi(api_client)
+    for attempt in range(attempts):
+        current = api.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+        desired = status_with_outcome(status, current.get("status"), outcome)
+        if not status_differs(current.get("status"), desired):
+            return False, current.get("status")
+        body = {
+            "metadata": {"resourceVersion": current["metadata"]["resourceVersion"]},
+            "status": desired,
+        }
+        try:
+            api.patch_namespaced_custom_object_status(
+                GROUP, VERSION, namespace, PLURAL, name, body
+            )
+            return True, desired
+        except ApiException as exc:
+            if exc.status != 409 or attempt == attempts - 1:
+                raise
+            time.sleep(0.05 * (2**attempt))
+    raise AssertionError("unreachable")
+
+
+def patch_annotations(api_client, group, version, plural, namespace, name, annotations):
+    """Merge-patch annotations (a None value removes the key)."""
+    from kubernetes import client
+
+    if not annotations:
+        return False
+    api = client.CustomObjectsApi(api_client)
+    api.patch_namespaced_custom_object(
+        group, version, namespace, plural, name, {"metadata": {"annotations": annotations}}
+    )
+    return True
+
+
+def annotations_differ(current, patch):
+    current = current or {}
+    return any(current.get(key) != value for key, value in (patch or {}).items())
+
+
+def event_name(involved_name, reason, message):
+    digest = hashlib.sha256(f"{reason}\x00{message}".encode()).hexdigest()[:12]
+    return f"{involved_name}.{digest}"
+
+
+def emit_events(api_client, involved, events, component=COMPONENT):
+    """Create core/v1 Events about ``involved`` (a full object).
+
+    An Event seen before (same object, reason and message) has its count and
+    lastTimestamp bumped instead of adding a new object, like kubelet does.
+    Each event may name an ``exporter``; the event is then still recorded on
+    the set, with the exporter in the message.
+    """
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    core = client.CoreV1Api(api_client)
+    meta = involved["metadata"]
+    namespace = meta["namespace"]
+    now = datetime.now(UTC)
+    written = 0
+    for event in events:
+        message = event["message"]
+        name = event_name(meta["name"], event["reason"], message)
+        try:
+            existing = core.read_namespaced_event(name, namespace)
+            existing.count = (existing.count or 1) + 1
+            existing.last_timestamp = now
+            core.replace_namespaced_event(name, namespace, existing)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            body = client.CoreV1Event(
+                metadata=client.V1ObjectMeta(name=name, namespace=namespace),
+                involved_object=client.V1ObjectReference(
+                    api_version=involved.get("apiVersion", f"{GROUP}/{VERSION}"),
+                    kind=involved.get("kind", "ExporterSet"),
+                    name=meta["name"],
+                    namespace=namespace,
+                    uid=meta.get("uid"),
+                    resource_version=meta.get("resourceVersion"),
+                ),
+                reason=event["reason"],
+                message=message,
+                type=event.get("type", "Normal"),
+                count=1,
+                first_timestamp=now,
+                last_timestamp=now,
+                source=client.V1EventSource(component=component),
+                reporting_component=component,
+            )
+            core.create_namespaced_event(namespace, body)
+        written += 1
+    return written

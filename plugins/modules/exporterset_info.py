@@ -1,0 +1,133 @@
+#!/usr/bin/python
+# Copyright: Jumpstarter virtual exporters maintainers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+
+DOCUMENTATION = r"""
+---
+module: exporterset_info
+short_description: Observe an ExporterSet and plan its next reconcile
+version_added: 0.1.0
+description:
+  - Reads an ExporterSet, its VirtualTargetClass, the Exporters, Leases and
+    instance Pods of its namespace, and computes the scale plan with the same
+    pool logic the operator uses in process.
+  - Returns the variables the operator passes to C(playbooks/reconcile.yml), so
+    the playbook run by hand does exactly what the operator would do.
+author:
+  - Jumpstarter virtual exporters maintainers
+attributes:
+  check_mode:
+    support: full
+    description: Reads only.
+  diff_mode:
+    support: none
+  idempotent:
+    support: full
+options:
+  name:
+    description: Name of the ExporterSet.
+    type: str
+    required: true
+  namespace:
+    description: Namespace of the ExporterSet.
+    type: str
+    required: true
+  plan_options:
+    description: Options of the scale plan (burst, startup_timeout, failure_threshold, ...).
+    type: dict
+    default: {}
+  kubeconfig:
+    description: Path to a kubeconfig. Default is C(K8S_AUTH_KUBECONFIG), C(KUBECONFIG), then in-cluster.
+    type: path
+requirements:
+  - kubernetes >= 30
+"""
+
+EXAMPLES = r"""
+- name: Plan the next reconcile of one set
+  jumpstarter.virtual_exporters.exporterset_info:
+    name: rpi4-virtual
+    namespace: jumpstarter
+  register: observed
+
+- name: Show what it would create
+  ansible.builtin.debug:
+    var: observed.variables.exporterset_plan.create
+"""
+
+RETURN = r"""
+exists:
+  description: Whether the ExporterSet exists.
+  returned: always
+  type: bool
+variables:
+  description:
+    - The reconcile playbook's inputs, keyed by variable name
+      (C(_virtualtarget_jumpstarter_dev_exporterset), C(ansible_operator_meta),
+      C(virtual_target_class), C(owned_exporters), C(owned_pods),
+      C(exporterset_plan), C(exporterset_teardown), C(unprovisioned_exporters),
+      C(merged_parameters), C(merged_images) and the snake_cased spec).
+  returned: when the set exists
+  type: dict
+"""
+
+from datetime import UTC, datetime
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (
+    constants,
+    k8s_observe,
+)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s_client import (
+    api_client,
+)
+
+KINDS = {
+    "VirtualTargetClass": (constants.GROUP, "v1alpha1", "virtualtargetclasses"),
+    "ExporterSet": (constants.GROUP, "v1alpha1", "exportersets"),
+    "Exporter": ("jumpstarter.dev", "v1alpha1", "exporters"),
+    "Lease": ("jumpstarter.dev", "v1alpha1", "leases"),
+}
+
+
+def read_namespace(client_, namespace):
+    from kubernetes import client
+
+    custom = client.CustomObjectsApi(client_)
+    objects = {
+        kind: custom.list_namespaced_custom_object(group, version, namespace, plural)["items"]
+        for kind, (group, version, plural) in KINDS.items()
+    }
+    pods = client.CoreV1Api(client_).list_namespaced_pod(
+        namespace, label_selector=constants.LABEL_EXPORTER_SET
+    )
+    objects["Pod"] = client_.sanitize_for_serialization(pods)["items"]
+    return objects
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            name=dict(type="str", required=True),
+            namespace=dict(type="str", required=True),
+            plan_options=dict(type="dict", default={}),
+            kubeconfig=dict(type="path"),
+        ),
+        supports_check_mode=True,
+    )
+    name, namespace = module.params["name"], module.params["namespace"]
+    objects = read_namespace(api_client(module.params["kubeconfig"]), namespace)
+    exporter_set = next((s for s in objects["ExporterSet"] if s["metadata"]["name"] == name), None)
+    if exporter_set is None:
+        module.exit_json(changed=False, exists=False)
+    observed = k8s_observe.observe(exporter_set, objects, datetime.now(UTC))
+    teardown = bool(exporter_set["metadata"].get("deletionTimestamp"))
+    plan = {}
+    if not teardown:
+        plan = k8s_observe.plan_for(exporter_set, observed, module.params["plan_options"])
+    variables = k8s_observe.playbook_variables(exporter_set, observed, plan, teardown=teardown)
+    module.exit_json(changed=False, exists=True, variables=variables)
+
+
+if __name__ == "__main__":
+    main()
