@@ -1,6 +1,4 @@
 import pytest
-from pool_builders import NOW, at, exporter, exporter_set, lease
-
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (
     constants as c,
 )
@@ -12,6 +10,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.plac
     capacity_for,
     place_instances,
 )
+from pool_builders import NOW, at, exporter, exporter_set, lease
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,6 @@
 import copy
 
 import pytest
-
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.merge import (
     deep_merge,
     merge_images,

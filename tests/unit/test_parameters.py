@@ -1,5 +1,4 @@
 import pytest
-
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.parameters import (
     PROVISIONER_SCHEMAS,
     describe_parameters,

@@ -2,14 +2,13 @@ import json
 import random
 
 import pytest
-from pool_builders import NOW, SET_NAME, at, exporter, exporter_set, lease, target_class
-
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (
     constants as c,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.plan import (
     scale_plan,
 )
+from pool_builders import NOW, SET_NAME, at, exporter, exporter_set, lease, target_class
 
 
 def plan(the_set, exporters=(), pending=0, now=NOW, klass="default", instances=None,

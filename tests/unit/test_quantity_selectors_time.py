@@ -2,7 +2,6 @@ from datetime import UTC, datetime
 from decimal import Decimal
 
 import pytest
-
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.quantity import (
     is_quantity,
     parse_quantity,
