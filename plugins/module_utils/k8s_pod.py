@@ -1,0 +1,198 @@
+"""The Pod and config Secret of one Pod-backed instance.
+
+``qemu.jumpstarter.dev``: the exporter (``jmp run``) is a native sidecar
+(an init container with ``restartPolicy: Always``) and QEMU the main
+container; they share an emptyDir holding the QMP and serial sockets. A
+first init container creates the instance's disk when it has one.
+
+``corellium.jumpstarter.dev``: the exporter alone; the Corellium driver
+reaches the cloud device over the API, with the API token coming only from
+an environment variable that refers to the class's Secret.
+
+Pure: no I/O. The ExporterConfig (with the exporter's token) goes only into
+the config Secret.
+"""
+
+import json
+
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (
+    constants,
+    exporter_config,
+    k8s_objects,
+    qemu_argv,
+)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.merge import deep_merge
+
+RUN_DIR = "/run/jumpstarter"
+CONFIG_DIR = "/etc/jumpstarter/exporters"
+CA_DIR = "/etc/jumpstarter/ca"
+QEMU_DRIVER_TYPE = "jumpstarter_driver_qemu.driver.Qemu"
+CORELLIUM_DRIVER_TYPE = "jumpstarter_driver_corellium.driver.Corellium"
+DEFAULT_IMAGES = {
+    "exporter": {"image": "quay.io/jumpstarter-dev/jumpstarter:0.9.0", "imagePullPolicy": "IfNotPresent"},
+    "runtime": {
+        "image": "quay.io/jumpstarter-dev/virtual/qemu-runtime:0.9.0",
+        "imagePullPolicy": "IfNotPresent",
+    },
+}
+CORELLIUM_TOKEN_ENV = "CORELLIUM_API_TOKEN"
+CORELLIUM_HOST_ENV = "CORELLIUM_API_HOST"
+DEFAULT_CREDENTIALS_KEY = "token"
+
+_RESTRICTED = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+
+
+def config_secret_name(exporter_name):
+    return f"{exporter_name}-config"
+
+
+def _owned_meta(name, exporter_set, exporter):
+    set_name = exporter_set["metadata"]["name"]
+    exporter_name = exporter["metadata"]["name"]
+    return {
+        "name": name,
+        "namespace": exporter["metadata"]["namespace"],
+        "labels": {
+            constants.LABEL_EXPORTER_SET: set_name,
+            k8s_objects.LABEL_EXPORTER: exporter_name,
+            "app.kubernetes.io/name": "jumpstarter-exporter",
+            "app.kubernetes.io/managed-by": "exporterset-operator",
+        },
+        "ownerReferences": [k8s_objects.controller_reference(exporter)],
+    }
+
+
+def driver_overrides(provisioner, drivers, parameters):
+    """What the provisioner lays over the template's drivers."""
+    overrides = {}
+    for driver in drivers or []:
+        if driver.get("type") == QEMU_DRIVER_TYPE and provisioner == constants.PROVISIONER_QEMU:
+            overrides[driver["name"]] = {"config": exporter_config.qemu_driver_config(parameters, RUN_DIR)}
+        elif driver.get("type") == CORELLIUM_DRIVER_TYPE:
+            device = parameters.get("device") or {}
+            config = {
+                "project_id": (parameters.get("api") or {}).get("projectId"),
+                "device_flavor": device.get("flavor"),
+                "device_os": device.get("os"),
+                "device_build": device.get("build"),
+                "console_name": parameters.get("console"),
+            }
+            overrides[driver["name"]] = {"config": {k: v for k, v in config.items() if v is not None}}
+    return overrides
+
+
+def config_secret(exporter_set, exporter, provisioner, parameters, token):
+    """The Secret holding the instance's ExporterConfig (and so its token)."""
+    name = exporter["metadata"]["name"]
+    drivers = ((exporter_set["spec"].get("template") or {}).get("spec") or {}).get("drivers") or []
+    rendered = exporter_config.render_exporter_config(
+        name,
+        exporter["metadata"]["namespace"],
+        drivers,
+        endpoint=(exporter.get("status") or {}).get("endpoint", ""),
+        token=token,
+        driver_overrides=driver_overrides(provisioner, drivers, parameters),
+    )
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": _owned_meta(config_secret_name(name), exporter_set, exporter),
+        # JSON is YAML, and the standard library writes it.
+        "stringData": {f"{name}.yaml": json.dumps(rendered, indent=2, sort_keys=True)},
+    }
+
+
+def _container(name, image, extra):
+    container = {
+        "name": name,
+        "image": image.get("image"),
+        "imagePullPolicy": image.get("imagePullPolicy", "IfNotPresent"),
+        "securityContext": dict(_RESTRICTED),
+    }
+    container.update(extra)
+    return container
+
+
+def instance_pod(exporter_set, vclass, exporter, provisioner, parameters, images, accel=None):
+    """The Pod of one instance."""
+    name = exporter["metadata"]["name"]
+    class_spec = vclass.get("spec") or {}
+    scheduling = class_spec.get("scheduling") or {}
+    images = deep_merge(DEFAULT_IMAGES, images)
+    run_mount = {"name": "run", "mountPath": RUN_DIR}
+    exporter_mounts = [run_mount, {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True}]
+    volumes = [
+        {"name": "run", "emptyDir": {}},
+        {"name": "config", "secret": {"secretName": config_secret_name(name), "defaultMode": 0o400}},
+    ]
+    exporter_env = []
+    ca_ref = class_spec.get("caBundleConfigMapRef")
+    if ca_ref:
+        key = ca_ref.get("key") or "ca-bundle.crt"
+        volumes.append({"name": "ca-bundle", "configMap": {"name": ca_ref["name"], "items": [{"key": key, "path": key}]}})
+        exporter_mounts.append({"name": "ca-bundle", "mountPath": CA_DIR, "readOnly": True})
+        exporter_env.append({"name": "SSL_CERT_FILE", "value": f"{CA_DIR}/{key}"})
+    if provisioner == constants.PROVISIONER_CORELLIUM:
+        secret_ref = class_spec.get("credentialsSecretRef") or {}
+        exporter_env.append({"name": CORELLIUM_HOST_ENV, "value": (parameters.get("api") or {}).get("host", "")})
+        exporter_env.append(
+            {
+                "name": CORELLIUM_TOKEN_ENV,
+                "valueFrom": {"secretKeyRef": {"name": secret_ref.get("name", ""), "key": DEFAULT_CREDENTIALS_KEY}},
+            }
+        )
+    exporter_container = _container(
+        "exporter",
+        images["exporter"],
+        {
+            "command": ["jmp", "run", "--exporter-config", f"{CONFIG_DIR}/{name}.yaml"],
+            "volumeMounts": exporter_mounts,
+            "env": exporter_env,
+        },
+    )
+    init_containers = []
+    containers = []
+    if provisioner == constants.PROVISIONER_QEMU:
+        disk_argv = qemu_argv.disk_create_argv(parameters, RUN_DIR)
+        if disk_argv:
+            init_containers.append(
+                _container("disk", images["runtime"], {"command": disk_argv, "volumeMounts": [run_mount]})
+            )
+        exporter_container["restartPolicy"] = "Always"
+        init_containers.append(exporter_container)
+        runtime = _container(
+            "qemu",
+            images["runtime"],
+            {
+                "command": qemu_argv.qemu_argv(parameters, run_dir=RUN_DIR, name=name, accel=accel),
+                "volumeMounts": [run_mount],
+            },
+        )
+        if scheduling.get("resources"):
+            runtime["resources"] = scheduling["resources"]
+        containers.append(runtime)
+    else:
+        if scheduling.get("resources"):
+            exporter_container["resources"] = scheduling["resources"]
+        containers.append(exporter_container)
+
+    spec = {
+        "restartPolicy": "Always",
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+        "initContainers": init_containers,
+        "containers": containers,
+        "volumes": volumes,
+    }
+    for field in ("nodeSelector", "tolerations", "affinity"):
+        if scheduling.get(field):
+            spec[field] = scheduling[field]
+    if scheduling.get("nodeAffinity"):
+        spec.setdefault("affinity", {})["nodeAffinity"] = scheduling["nodeAffinity"]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": _owned_meta(name, exporter_set, exporter), "spec": spec}

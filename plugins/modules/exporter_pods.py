@@ -1,0 +1,226 @@
+#!/usr/bin/python
+# Copyright: Jumpstarter virtual exporters maintainers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+
+DOCUMENTATION = r"""
+---
+module: exporter_pods
+short_description: Create or remove the Pods and config Secrets of Pod-backed instances
+version_added: 0.1.0
+description:
+  - For each named Exporter of an ExporterSet, renders the instance's
+    ExporterConfig into a Secret owned by the Exporter, then the instance Pod
+    (also owned by the Exporter), in one module run for all of them.
+  - The Pod is made only once the exporter credential exists (the Secret the
+    Jumpstarter controller names in the Exporter's C(status.credential));
+    Exporters still waiting for it are returned in C(waiting), which is not a failure.
+  - With I(state=absent), deletes the Pods and config Secrets of the named Exporters.
+  - The exporter token is read from the credential Secret and written only
+    into the config Secret; it is never returned.
+author:
+  - Jumpstarter virtual exporters maintainers
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  idempotent:
+    support: full
+options:
+  exporterset:
+    description: The ExporterSet object.
+    type: dict
+    required: true
+  virtual_target_class:
+    description: The set's VirtualTargetClass object.
+    type: dict
+    required: true
+  owned_exporters:
+    description: The Exporter objects of the set (as read from the API).
+    type: list
+    elements: dict
+    required: true
+  exporters:
+    description: Names of the Exporters to act on.
+    type: list
+    elements: str
+    required: true
+  parameters:
+    description: The class parameters with the set's overrides deep-merged over them.
+    type: dict
+    default: {}
+  images:
+    description: The class images with the set's per-field overrides.
+    type: dict
+    default: {}
+  state:
+    description: Whether the instances' Pods and config Secrets should exist.
+    type: str
+    choices: [present, absent]
+    default: present
+  kubeconfig:
+    description: Path to a kubeconfig. Default is C(K8S_AUTH_KUBECONFIG), C(KUBECONFIG), then in-cluster.
+    type: path
+requirements:
+  - kubernetes >= 30
+"""
+
+EXAMPLES = r"""
+- name: Make the Pods of the Exporters that have their credential
+  jumpstarter.virtual_exporters.exporter_pods:
+    exporterset: "{{ _virtualtarget_jumpstarter_dev_exporterset }}"
+    virtual_target_class: "{{ virtual_target_class }}"
+    owned_exporters: "{{ owned_exporters }}"
+    exporters: "{{ unprovisioned_exporters }}"
+    parameters: "{{ merged_parameters }}"
+    images: "{{ merged_images }}"
+
+- name: Remove the Pods of the Exporters the plan deletes
+  jumpstarter.virtual_exporters.exporter_pods:
+    exporterset: "{{ _virtualtarget_jumpstarter_dev_exporterset }}"
+    virtual_target_class: "{{ virtual_target_class }}"
+    owned_exporters: "{{ owned_exporters }}"
+    exporters: "{{ exporterset_plan.delete | map(attribute='name') | list }}"
+    state: absent
+"""
+
+RETURN = r"""
+created:
+  description: Exporters whose Pod was created.
+  returned: always
+  type: list
+  elements: str
+deleted:
+  description: Exporters whose Pod or config Secret was deleted.
+  returned: always
+  type: list
+  elements: str
+waiting:
+  description: Exporters whose credential does not exist yet.
+  returned: always
+  type: list
+  elements: str
+"""
+
+import base64
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import k8s_pod
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s_client import api_client
+
+
+class PodManager:
+    def __init__(self, module):
+        from kubernetes import client
+
+        self.module = module
+        self.p = module.params
+        self.core = client.CoreV1Api(api_client(self.p["kubeconfig"]))
+        self.namespace = self.p["exporterset"]["metadata"]["namespace"]
+        self.provisioner = (self.p["virtual_target_class"].get("spec") or {}).get("provisioner", "")
+        self.by_name = {e["metadata"]["name"]: e for e in self.p["owned_exporters"]}
+        self.result = {"created": [], "deleted": [], "waiting": []}
+
+    def _api_error(self, what, exc):
+        self.module.fail_json(msg=f"{what}: {exc.status} {exc.reason}", **self.result)
+
+    def _read(self, reader, name):
+        from kubernetes.client.rest import ApiException
+
+        try:
+            return reader(name, self.namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            self._api_error(f"reading {self.namespace}/{name}", exc)
+
+    def _token(self, exporter):
+        credential = ((exporter.get("status") or {}).get("credential") or {}).get("name")
+        if not credential:
+            return None
+        secret = self._read(self.core.read_namespaced_secret, credential)
+        if secret is None or not (secret.data or {}).get("token"):
+            return None
+        return base64.b64decode(secret.data["token"]).decode()
+
+    def present(self, name):
+        from kubernetes.client.rest import ApiException
+
+        exporter = self.by_name.get(name)
+        if exporter is None:
+            self.module.fail_json(msg=f"Exporter {self.namespace}/{name} is not among owned_exporters")
+        if self._read(self.core.read_namespaced_pod, name) is not None:
+            return
+        token = self._token(exporter)
+        if token is None:
+            self.result["waiting"].append(name)
+            return
+        secret = k8s_pod.config_secret(
+            self.p["exporterset"], exporter, self.provisioner, self.p["parameters"], token
+        )
+        accel = "kvm" if self.p["parameters"].get("kvm") else None
+        pod = k8s_pod.instance_pod(
+            self.p["exporterset"], self.p["virtual_target_class"], exporter, self.provisioner,
+            self.p["parameters"], self.p["images"], accel=accel,
+        )
+        self.result["created"].append(name)
+        if self.module.check_mode:
+            return
+        try:
+            if self._read(self.core.read_namespaced_secret, secret["metadata"]["name"]) is None:
+                self.core.create_namespaced_secret(self.namespace, secret)
+            else:
+                self.core.replace_namespaced_secret(secret["metadata"]["name"], self.namespace, secret)
+            self.core.create_namespaced_pod(self.namespace, pod)
+        except ApiException as exc:
+            if exc.status != 409:
+                self._api_error(f"creating the instance of {self.namespace}/{name}", exc)
+
+    def absent(self, name):
+        from kubernetes.client.rest import ApiException
+
+        removed = False
+        for reader, deleter, object_name in (
+            (self.core.read_namespaced_pod, self.core.delete_namespaced_pod, name),
+            (self.core.read_namespaced_secret, self.core.delete_namespaced_secret,
+             k8s_pod.config_secret_name(name)),
+        ):
+            if self.module.check_mode:
+                removed |= self._read(reader, object_name) is not None
+                continue
+            try:
+                deleter(object_name, self.namespace, grace_period_seconds=0)
+                removed = True
+            except ApiException as exc:
+                if exc.status != 404:
+                    self._api_error(f"deleting {self.namespace}/{object_name}", exc)
+        if removed:
+            self.result["deleted"].append(name)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            exporterset=dict(type="dict", required=True),
+            virtual_target_class=dict(type="dict", required=True),
+            owned_exporters=dict(type="list", elements="dict", required=True),
+            exporters=dict(type="list", elements="str", required=True),
+            parameters=dict(type="dict", default={}),
+            images=dict(type="dict", default={}),
+            state=dict(type="str", choices=["present", "absent"], default="present"),
+            kubeconfig=dict(type="path"),
+        ),
+        supports_check_mode=True,
+    )
+    manager = PodManager(module)
+    for name in module.params["exporters"]:
+        if module.params["state"] == "present":
+            manager.present(name)
+        else:
+            manager.absent(name)
+    result = manager.result
+    module.exit_json(changed=bool(result["created"] or result["deleted"]), **result)
+
+
+if __name__ == "__main__":
+    main()

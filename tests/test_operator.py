@@ -1,0 +1,262 @@
+"""The operator against the real test bed: kube-apiserver, etcd, kwok Pods.
+
+The Jumpstarter controller's part (credentials, Registered/Online, lease
+assignment) is played by ``JumpstarterStandIn`` through the same API calls.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+from jumpstarter_standin import JumpstarterStandIn, wait_for
+from kubernetes import client
+from operator_process import ROOT, OperatorProcess
+
+GROUP = ("virtualtarget.jumpstarter.dev", "v1alpha1")
+SET_LABEL = "virtualtarget.jumpstarter.dev/exporterset"
+
+QEMU_PARAMETERS = {"arch": "x86_64", "machineType": "q35", "resources": {"cpu": 1, "memory": "256Mi"}}
+
+
+def make_class(custom, namespace, name="qemu-small", parameters=None, **spec):
+    body = {
+        "apiVersion": "virtualtarget.jumpstarter.dev/v1alpha1",
+        "kind": "VirtualTargetClass",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"provisioner": "qemu.jumpstarter.dev", "parameters": parameters or QEMU_PARAMETERS, **spec},
+    }
+    return custom.create_namespaced_custom_object(*GROUP, namespace, "virtualtargetclasses", body)
+
+
+def make_set(custom, namespace, name="pool", board="qemu-x86", **spec):
+    body = {
+        "apiVersion": "virtualtarget.jumpstarter.dev/v1alpha1",
+        "kind": "ExporterSet",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "virtualTargetClassName": "qemu-small",
+            "minReplicas": 0,
+            "maxReplicas": 6,
+            "minAvailableReplicas": 2,
+            "scaleDownCooldown": "2s",
+            "selector": {"matchLabels": {"board": board}},
+            "template": {
+                "metadata": {"labels": {"board": board, "virtual": "true"}},
+                "spec": {"drivers": [{"name": "qemu", "type": "jumpstarter_driver_qemu.driver.Qemu"}]},
+            },
+            **spec,
+        },
+    }
+    return custom.create_namespaced_custom_object(*GROUP, namespace, "exportersets", body)
+
+
+def get_set(custom, namespace, name="pool"):
+    return custom.get_namespaced_custom_object(*GROUP, namespace, "exportersets", name)
+
+
+def condition(obj, kind):
+    return next((c for c in (obj.get("status") or {}).get("conditions") or [] if c["type"] == kind), None)
+
+
+@pytest.fixture
+def api(testbed):
+    with testbed.api_client() as api_client:
+        yield api_client
+
+
+@pytest.fixture
+def operator(testbed, namespace, tmp_path):
+    processes = []
+
+    def start(*extra, **kwargs):
+        proc = OperatorProcess(str(testbed.kubeconfig), namespace, tmp_path, *extra, **kwargs).start()
+        processes.append(proc)
+        proc.wait_ready()
+        return proc
+
+    yield start
+    for proc in processes:
+        proc.stop()
+    for proc in processes:
+        print(f"--- operator log {proc.log_path} ---\n{proc.log_tail(200)}")
+
+
+def settle_pool(standin, available, custom, namespace, name="pool", timeout=90):
+    """Play the controller until the set reports ``available`` warm exporters."""
+
+    def step():
+        standin.issue_credentials()
+        standin.bring_online_running()
+        status = get_set(custom, namespace, name).get("status") or {}
+        return status if status.get("availableReplicas") == available else None
+
+    return wait_for(step, timeout=timeout, message=f"{available} available exporters in {name}")
+
+
+def test_pool_fills_refills_recycles_and_shrinks(api, namespace, operator):
+    custom = client.CustomObjectsApi(api)
+    core = client.CoreV1Api(api)
+    standin = JumpstarterStandIn(api, namespace)
+    make_class(custom, namespace)
+    make_set(custom, namespace)
+    proc = operator()
+
+    status = settle_pool(standin, 2, custom, namespace)
+    assert status["replicas"] == 2
+    exporters = standin.exporters(f"{SET_LABEL}=pool")
+    assert sorted(e["metadata"]["name"] for e in exporters) == ["pool-0", "pool-1"]
+    for exporter in exporters:
+        assert exporter["metadata"]["labels"]["board"] == "qemu-x86"
+        owner = exporter["metadata"]["ownerReferences"][0]
+        assert (owner["kind"], owner["name"], owner["controller"]) == ("ExporterSet", "pool", True)
+    pods = standin.pods()
+    assert sorted(p.metadata.name for p in pods) == ["pool-0", "pool-1"]
+    assert all(p.status.phase == "Running" for p in pods)
+    assert condition(get_set(custom, namespace), "Available")["status"] == "True"
+
+    # A lease takes one: the pool refills to two available.
+    standin.create_lease("lease-a", {"board": "qemu-x86"})
+    standin.assign("lease-a", "pool-0")
+    status = settle_pool(standin, 2, custom, namespace)
+    assert status["replicas"] == 3 and status["leasedReplicas"] == 1
+
+    # The lease ends: ExitAndReplace deletes the used instance.
+    standin.release("lease-a", "pool-0")
+    wait_for(lambda: "pool-0" not in {e["metadata"]["name"] for e in standin.exporters()},
+             message="pool-0 recycled")
+    wait_for(lambda: "pool-0" not in {p.metadata.name for p in standin.pods()}, message="pool-0 Pod gone")
+
+    # Three warm exporters for a buffer of two: after the 2 s cooldown the
+    # surplus is disabled, then deleted with its Pod and config Secret.
+    def settled_at_two():
+        standin.issue_credentials()
+        standin.bring_online_running()
+        status = get_set(custom, namespace).get("status") or {}
+        names = {e["metadata"]["name"] for e in standin.exporters(f"{SET_LABEL}=pool")}
+        return names if status.get("replicas") == 2 and len(names) == 2 else None
+
+    remaining = wait_for(settled_at_two, timeout=90, message="pool back to 2")
+    assert {p.metadata.name for p in standin.pods()} == remaining
+    secrets = {s.metadata.name for s in core.list_namespaced_secret(namespace, label_selector=SET_LABEL).items}
+    assert secrets == {f"{name}-config" for name in remaining}
+    assert proc.metric("jumpstarter_exporterset_scale_up_total") >= 3
+    assert proc.metric("jumpstarter_exporterset_scale_down_total") >= 1
+
+
+def test_steady_pool_runs_no_playbook_and_writes_nothing(api, namespace, operator):
+    custom = client.CustomObjectsApi(api)
+    standin = JumpstarterStandIn(api, namespace)
+    make_class(custom, namespace)
+    make_set(custom, namespace, maxReplicas=2)
+    proc = operator()
+    settle_pool(standin, 2, custom, namespace)
+    wait_for(lambda: proc.metric("jumpstarter_exporterset_workqueue_depth") == 0, message="idle queue")
+    before = get_set(custom, namespace)["metadata"]["resourceVersion"]
+    runs_before = proc.metric("jumpstarter_exporterset_playbook_runs_total")
+    fast_before = proc.metric("jumpstarter_exporterset_fast_path_total")
+
+    # An unrelated change to the set's labels triggers a reconcile with nothing to do.
+    custom.patch_namespaced_custom_object(*GROUP, namespace, "exportersets", "pool",
+                                          {"metadata": {"labels": {"touched": "yes"}}})
+    wait_for(lambda: proc.metric("jumpstarter_exporterset_fast_path_total") > fast_before,
+             message="a fast-path reconcile")
+    assert proc.metric("jumpstarter_exporterset_playbook_runs_total") == runs_before
+    after = get_set(custom, namespace)
+    assert after["metadata"]["labels"]["touched"] == "yes"
+    # The only write since is our own label patch: the status was left alone.
+    assert int(after["metadata"]["resourceVersion"]) > int(before)
+    assert after["status"] == get_set(custom, namespace)["status"]
+
+
+def test_playbook_by_hand_agrees_with_fast_path(api, namespace, operator, testbed):
+    """At steady state the operator does nothing; the playbook run by hand
+    plans from the API the same way and so changes nothing either."""
+    custom = client.CustomObjectsApi(api)
+    standin = JumpstarterStandIn(api, namespace)
+    make_class(custom, namespace)
+    make_set(custom, namespace, maxReplicas=2)
+    proc = operator()
+    settle_pool(standin, 2, custom, namespace)
+    wait_for(lambda: proc.metric("jumpstarter_exporterset_workqueue_depth") == 0, message="idle queue")
+    proc.stop()
+    result = subprocess.run(
+        ["ansible-playbook", "playbooks/reconcile.yml",
+         "-e", "exporterset_name=pool", "-e", f"exporterset_namespace={namespace}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    recap = [line for line in result.stdout.splitlines() if line.startswith("localhost")]
+    assert recap and "changed=0" in recap[-1], result.stdout
+
+    # Now remove one exporter's readiness; the by-hand run must plan the
+    # same refill the operator would: one new exporter.
+    standin.set_online("pool-1", online=False)
+    result = subprocess.run(
+        ["ansible-playbook", "playbooks/reconcile.yml",
+         "-e", "exporterset_name=pool", "-e", f"exporterset_namespace={namespace}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    status = get_set(custom, namespace)["status"]
+    assert status["readyReplicas"] == 1
+    assert condition(get_set(custom, namespace), "Successful")["status"] == "True"
+
+
+def test_invalid_parameters_get_condition_and_event(api, namespace, operator):
+    custom = client.CustomObjectsApi(api)
+    core = client.CoreV1Api(api)
+    make_class(custom, namespace)
+    make_set(custom, namespace, parameters={"resources": {"memory": "8Gx"}})
+    operator()
+
+    def degraded():
+        cond = condition(get_set(custom, namespace), "Degraded")
+        return cond if cond and cond["status"] == "True" else None
+
+    cond = wait_for(degraded, message="Degraded condition")
+    assert cond["reason"] == "InvalidParameters"
+    assert "parameters.resources.memory" in cond["message"] and "8Gx" in cond["message"]
+    events = wait_for(
+        lambda: [e for e in core.list_namespaced_event(namespace).items if e.reason == "InvalidParameters"],
+        message="InvalidParameters event",
+    )
+    assert "parameters.resources.memory" in events[0].message
+    assert events[0].involved_object.name == "pool"
+    assert JumpstarterStandIn(api, namespace).exporters() == []
+
+    # Fixing the class's parameters is a class change: the set re-merges.
+    custom.patch_namespaced_custom_object(
+        *GROUP, namespace, "exportersets", "pool", {"spec": {"parameters": {"resources": {"memory": "512Mi"}}}}
+    )
+    wait_for(lambda: len(JumpstarterStandIn(api, namespace).exporters()) == 2, message="exporters after fix")
+    cond = wait_for(lambda: (c := condition(get_set(custom, namespace), "Degraded")) and c["status"] == "False"
+                    and c, message="Degraded cleared")
+    assert cond["reason"] != "InvalidParameters"
+
+
+def test_class_change_reaches_new_pods(api, namespace, operator):
+    custom = client.CustomObjectsApi(api)
+    standin = JumpstarterStandIn(api, namespace)
+    make_class(custom, namespace)
+    make_set(custom, namespace, minAvailableReplicas=1, parameters={"resources": {"memory": "384Mi"}})
+    operator()
+    settle_pool(standin, 1, custom, namespace)
+    pod = standin.pods()[0]
+    assert "-m" in pod.spec.containers[0].command
+    assert pod.spec.containers[0].command[pod.spec.containers[0].command.index("-m") + 1] == "384"
+
+    # The class now asks for 2 vCPUs: the next instance gets them, and the
+    # set's memory override still wins.
+    params = json.loads(json.dumps(QEMU_PARAMETERS))
+    params["resources"]["cpu"] = 2
+    custom.patch_namespaced_custom_object(*GROUP, namespace, "virtualtargetclasses", "qemu-small",
+                                          {"spec": {"parameters": params}})
+    custom.patch_namespaced_custom_object(*GROUP, namespace, "exportersets", "pool",
+                                          {"spec": {"minAvailableReplicas": 2}})
+    settle_pool(standin, 2, custom, namespace)
+    newest = next(p for p in standin.pods() if p.metadata.name == "pool-1")
+    command = newest.spec.containers[0].command
+    assert command[command.index("-smp") + 1] == "2"
+    assert command[command.index("-m") + 1] == "384"
