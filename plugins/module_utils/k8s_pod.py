@@ -134,7 +134,9 @@ def instance_pod(exporter_set, vclass, exporter, provisioner, parameters, images
     ca_ref = class_spec.get("caBundleConfigMapRef")
     if ca_ref:
         key = ca_ref.get("key") or "ca-bundle.crt"
-        volumes.append({"name": "ca-bundle", "configMap": {"name": ca_ref["name"], "items": [{"key": key, "path": key}]}})
+        volumes.append(
+            {"name": "ca-bundle", "configMap": {"name": ca_ref["name"], "items": [{"key": key, "path": key}]}}
+        )
         exporter_mounts.append({"name": "ca-bundle", "mountPath": CA_DIR, "readOnly": True})
         exporter_env.append({"name": "SSL_CERT_FILE", "value": f"{CA_DIR}/{key}"})
     if provisioner == constants.PROVISIONER_CORELLIUM:
