@@ -29,12 +29,10 @@ DEFAULT_PROVISIONERS = ("qemu.jumpstarter.dev",)
 
 
 def _collection_root() -> Path:
-    """The collection this operator ships with: the repository or the installed copy."""
-    here = Path(__file__).resolve()
-    for parent in here.parents:
-        if (parent / "galaxy.yml").exists() or (parent / "MANIFEST.json").exists():
-            return parent
-    raise SystemExit("cannot find the collection (galaxy.yml) above " + str(here))
+    """The collection the pool logic is imported from: its playbooks run too."""
+    from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import k8s_observe
+
+    return Path(k8s_observe.__file__).resolve().parents[2]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
