@@ -15,11 +15,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils impo
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.exporter_state import (
     find_condition,
-    is_available,
-    is_enabled,
-    is_ready,
-    is_terminating,
-    lease_name,
+    read_exporter,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.merge import (
     deep_merge,
@@ -29,7 +25,9 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.para
     validate_parameters,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.status import (
+    counters_from_tally,
     pool_status,
+    tally_exporter,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.timeutil import (
     format_time,
@@ -58,29 +56,38 @@ _RANK_IDLE = 3
 
 
 class _Member:
-    """One owned, non-terminating Exporter and what the plan learnt about it."""
+    """One owned, unleased, non-terminating Exporter and what the plan learnt about it."""
 
-    __slots__ = ("exporter", "name", "annotations", "ready", "enabled", "lease", "rank")
+    __slots__ = ("exporter", "name", "ready", "enabled", "annotations", "instance", "rank")
 
-    def __init__(self, exporter):
+    def __init__(self, exporter, name, ready, enabled, annotations, instance):
         self.exporter = exporter
-        metadata = exporter["metadata"]
-        self.name = metadata["name"]
-        self.annotations = metadata.get("annotations") or {}
-        self.ready = is_ready(exporter)
-        self.enabled = is_enabled(exporter)
-        self.lease = lease_name(exporter)
+        self.name = name
+        self.ready = ready
+        self.enabled = enabled
+        self.annotations = annotations
+        self.instance = instance
         self.rank = _RANK_IDLE
 
     @property
     def created(self):
         return parse_time(self.exporter["metadata"]["creationTimestamp"])
 
+    @property
+    def created_sort_key(self):
+        """creationTimestamp as canonical UTC text, which sorts chronologically.
+
+        The API server writes exactly this form, so parsing is skipped for it.
+        """
+        text = self.exporter["metadata"]["creationTimestamp"]
+        return text if len(text) == 20 and text[-1] == "Z" else format_time(parse_time(text))
+
 
 class _Builder:
     """Accumulates the actions of one plan."""
 
-    def __init__(self, set_annotations):
+    def __init__(self, set_annotations, now):
+        self.now_text = format_time(now)
         self.create = []
         self.enable = []
         self.disable = []
@@ -117,21 +124,45 @@ def scale_plan(exporter_set, virtual_target_class, exporters, pending_leases, no
     instances = instances or {}
     metadata = exporter_set["metadata"]
     spec = exporter_set.get("spec") or {}
-    builder = _Builder(metadata.get("annotations") or {})
-    members = [_Member(e) for e in exporters if not is_terminating(e)]
-    members.sort(key=lambda m: m.name)
+    builder = _Builder(metadata.get("annotations") or {}, now)
+
+    # One pass over the pool: counters, lease bookkeeping, and the unleased
+    # members that the rules below look at one by one.
+    tally = {}
+    members = []
+    live = leased = 0
+    became_ready = False
+    for exporter in exporters:
+        name, ready, online, enabled, lease, terminating = read_exporter(exporter)
+        if terminating:
+            continue
+        live += 1
+        instance = instances.get(name)
+        tally_exporter(tally, ready, online, enabled, lease is not None,
+                       instance.get("phase") if instance else None)
+        annotations = exporter["metadata"].get("annotations") or {}
+        if ready and c.ANNOTATION_FIRST_READY not in annotations:
+            builder.annotate(name, c.ANNOTATION_FIRST_READY, builder.now_text)
+            became_ready = True
+        if lease:
+            leased += 1
+            if annotations.get(c.ANNOTATION_LEASED_BY) != lease:
+                builder.annotate(name, c.ANNOTATION_LEASED_BY, lease)
+            continue
+        members.append(_Member(exporter, name, ready, enabled, annotations, instance))
+    counters = counters_from_tally(tally)
 
     min_replicas = spec.get("minReplicas") or 0
     max_replicas = spec.get("maxReplicas") or 0
     pending = len(pending_leases or ())
-    leased = sum(1 for m in members if m.lease)
 
     if virtual_target_class is None:
+        builder = _Builder(metadata.get("annotations") or {}, now)
         target = _clamp(leased + pending + (spec.get("minAvailableReplicas") or 0),
                         min_replicas, max_replicas)
         class_name = spec.get("virtualTargetClassName")
         conditions = [
-            _available_condition(exporters, spec.get("minAvailableReplicas") or 0),
+            _available_condition(counters, spec.get("minAvailableReplicas") or 0),
             _condition(c.CONDITION_PROGRESSING, False, c.REASON_CLASS_NOT_FOUND,
                        "waiting for the VirtualTargetClass"),
             _condition(c.CONDITION_DEGRADED, True, c.REASON_CLASS_NOT_FOUND,
@@ -139,7 +170,7 @@ def scale_plan(exporter_set, virtual_target_class, exporters, pending_leases, no
                        f"found in namespace {metadata.get('namespace')!r}"),
             _condition(c.CONDITION_SCALING_LIMITED, False, "WithinLimits", ""),
         ]
-        return _finish(exporter_set, exporters, instances, now, builder, target, conditions,
+        return _finish(exporter_set, counters, now, builder, target, conditions,
                        parameters=None, images=None, warnings=[])
 
     class_spec = virtual_target_class.get("spec") or {}
@@ -159,7 +190,6 @@ def scale_plan(exporter_set, virtual_target_class, exporters, pending_leases, no
     warm_buffer = 0 if waits_for_consumer else (spec.get("minAvailableReplicas") or 0)
 
     failures = _FailureLog(builder.set_annotation_values, now)
-    became_ready = False
     failed = []  # (member, reason, message)
     leaving = set()
     recycling = []
@@ -167,18 +197,12 @@ def scale_plan(exporter_set, virtual_target_class, exporters, pending_leases, no
     parked = []  # disabled by us for scale-down, unleased
     idle = []  # enabled and unleased: what scale-down may pick
 
+    lease_ended = []
     for member in members:
-        if member.ready and c.ANNOTATION_FIRST_READY not in member.annotations:
-            builder.annotate(member.name, c.ANNOTATION_FIRST_READY, format_time(now))
-            became_ready = True
-        if member.lease:
-            if member.annotations.get(c.ANNOTATION_LEASED_BY) != member.lease:
-                builder.annotate(member.name, c.ANNOTATION_LEASED_BY, member.lease)
-            continue
         if not member.enabled and c.ANNOTATION_SCALE_DOWN not in member.annotations:
             held.append(member)
             continue
-        failure = _failure_of(member, instances.get(member.name), now, options, builder)
+        failure = _failure_of(member, now, options, builder)
         if failure is not None:
             failed.append((member, *failure))
             leaving.add(member.name)
@@ -188,12 +212,10 @@ def scale_plan(exporter_set, virtual_target_class, exporters, pending_leases, no
                 recycling.append(member)
                 builder.annotate(member.name, c.ANNOTATION_LEASED_BY, None)
             else:
-                builder.delete.append({"name": member.name, "reason": c.DELETE_RECYCLE})
-                builder.event("Normal", "Recycling",
-                              "lease ended, replacing the exporter (ExitAndReplace)", member.name)
+                lease_ended.append(member.name)
                 leaving.add(member.name)
                 continue
-        member.rank = _rank(member, instances.get(member.name))
+        member.rank = _rank(member)
         if not member.enabled:
             parked.append(member)
         else:
@@ -201,8 +223,13 @@ def scale_plan(exporter_set, virtual_target_class, exporters, pending_leases, no
                 builder.annotate(member.name, c.ANNOTATION_SCALE_DOWN, None)
             idle.append(member)
 
+    for name in sorted(lease_ended):
+        builder.delete.append({"name": name, "reason": c.DELETE_RECYCLE})
+        builder.event("Normal", "Recycling",
+                      "lease ended, replacing the exporter (ExitAndReplace)", name)
     if became_ready:
         failures.reset(builder)
+    failed.sort(key=lambda entry: entry[0].name)
     failures.record(failed, builder)
 
     target_unclamped = leased + pending + warm_buffer
@@ -222,7 +249,7 @@ def scale_plan(exporter_set, virtual_target_class, exporters, pending_leases, no
         builder.event("Normal", "ScaledDown",
                       f"deleting {len(scaled_down)} disabled exporter(s): "
                       f"{', '.join(scaled_down)}")
-    recycling = [m for m in recycling if m.name not in leaving]
+    recycling = sorted((m for m in recycling if m.name not in leaving), key=lambda m: m.name)
     builder.recycle.extend({"name": m.name, "strategy": c.RECYCLE_IN_PLACE_REUSE}
                            for m in recycling)
     for member in recycling:
@@ -237,7 +264,7 @@ def scale_plan(exporter_set, virtual_target_class, exporters, pending_leases, no
         builder.annotate_set(c.ANNOTATION_SURPLUS_SINCE, None)
 
     to_create = max(need - len(reenabled), 0)
-    live_after_deletes = len(members) - len(leaving)
+    live_after_deletes = live - len(leaving)
     limits = _CreateLimits(to_create)
     if max_replicas > 0:
         limits.apply(max_replicas - live_after_deletes, c.REASON_MAX_REPLICAS_REACHED,
@@ -282,12 +309,12 @@ def scale_plan(exporter_set, virtual_target_class, exporters, pending_leases, no
         else _condition(c.CONDITION_SCALING_LIMITED, False, "WithinLimits", "")
     )
     conditions = [
-        _available_condition(exporters, warm_buffer),
+        _available_condition(counters, warm_buffer),
         _progressing_condition(builder, members, backoff_wait > 0, waiting_for_cooldown),
         degraded,
         scaling_limited,
     ]
-    return _finish(exporter_set, exporters, instances, now, builder, target, conditions,
+    return _finish(exporter_set, counters, now, builder, target, conditions,
                    parameters=parameters, images=images, warnings=validation["warnings"])
 
 
@@ -296,11 +323,12 @@ def _clamp(value, lower, upper):
     return min(value, upper) if upper > 0 else value
 
 
-def _failure_of(member, instance, now, options, builder):
+def _failure_of(member, now, options, builder):
     """(reason, message) when the instance must be replaced, else None.
 
     Also asks for a requeue at the moment a timeout would expire.
     """
+    instance = member.instance
     if instance is not None and instance.get("phase") == c.INSTANCE_FAILED:
         detail = instance.get("message") or instance.get("reason") or "instance failed"
         return c.DELETE_FAILED, f"{member.name}: {detail}"
@@ -325,7 +353,8 @@ def _failure_of(member, instance, now, options, builder):
     return None
 
 
-def _rank(member, instance):
+def _rank(member):
+    instance = member.instance
     if instance is not None and instance.get("phase") in (c.INSTANCE_FAILED, c.INSTANCE_UNKNOWN):
         return _RANK_BACKEND_LOST
     if member.ready:
@@ -346,16 +375,20 @@ def _scale_down(idle, surplus, cooldown, now, builder):
     except ValueError:
         since = None
     if since is None:
-        builder.annotate_set(c.ANNOTATION_SURPLUS_SINCE, format_time(now))
+        builder.annotate_set(c.ANNOTATION_SURPLUS_SINCE, builder.now_text)
         since = now
     remaining = cooldown - (now - since).total_seconds()
     if remaining > 0:
         builder.requeue_at(remaining)
         return True
-    victims = sorted(idle, key=lambda m: (m.rank, -m.created.timestamp(), m.name))[:surplus]
+    # Stable sorts: by name, then newest first, then least useful first.
+    victims = sorted(idle, key=lambda m: m.name)
+    victims.sort(key=lambda m: m.created_sort_key, reverse=True)
+    victims.sort(key=lambda m: m.rank)
+    victims = victims[:surplus]
     for member in victims:
         builder.disable.append(member.name)
-        builder.annotate(member.name, c.ANNOTATION_SCALE_DOWN, format_time(now))
+        builder.annotate(member.name, c.ANNOTATION_SCALE_DOWN, builder.now_text)
     names = sorted(m.name for m in victims)
     builder.event("Normal", "ScalingDown",
                   f"disabling {len(names)} idle exporter(s) before deletion: {', '.join(names)}")
@@ -469,8 +502,8 @@ def _condition(kind, status, reason, message):
             "message": message}
 
 
-def _available_condition(exporters, warm_buffer):
-    available = sum(1 for e in exporters if is_available(e))
+def _available_condition(counters, warm_buffer):
+    available = counters["availableReplicas"]
     message = f"{available} available, warm buffer {warm_buffer}"
     if available >= warm_buffer:
         return _condition(c.CONDITION_AVAILABLE, True, "MinimumAvailable", message)
@@ -496,8 +529,8 @@ def _progressing_condition(builder, members, backing_off, waiting_for_cooldown):
     return _condition(c.CONDITION_PROGRESSING, False, "Stable", "pool is at its target")
 
 
-def _finish(exporter_set, exporters, instances, now, builder, target, conditions, parameters,
-            images, warnings):
+def _finish(exporter_set, counters, now, builder, target, conditions, parameters, images,
+            warnings):
     previous_status = exporter_set.get("status") or {}
     previous_conditions = {x.get("type"): x for x in previous_status.get("conditions") or ()}
     for condition in conditions:
@@ -506,7 +539,7 @@ def _finish(exporter_set, exporters, instances, now, builder, target, conditions
             c.CONDITION_DEGRADED, c.CONDITION_SCALING_LIMITED)
         if turned_bad and (was.get("status"), was.get("reason")) != ("True", condition["reason"]):
             builder.event("Warning", condition["reason"], condition["message"])
-    status = pool_status(exporter_set, exporters, instances, now, conditions)
+    status = pool_status(exporter_set, None, now=now, conditions=conditions, counters=counters)
     leaving = {d["name"] for d in builder.delete}
     exporter_annotations = {
         name: patch for name, patch in sorted(builder.exporter_annotations.items())

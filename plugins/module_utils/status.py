@@ -5,11 +5,7 @@ change, as metav1.Condition consumers expect.
 """
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.exporter_state import (
-    is_enabled,
-    is_online,
-    is_ready,
-    is_terminating,
-    lease_name,
+    read_exporter,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.selectors import (
     selector_to_string,
@@ -20,43 +16,56 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.time
 )
 
 _POD_COUNTERS = {"Running": "podsRunning", "Pending": "podsPending", "Failed": "podsFailed"}
+COUNTER_NAMES = (
+    "replicas", "readyReplicas", "availableReplicas", "unavailableReplicas", "leasedReplicas",
+    "exportersActive", "exportersIdle", "exportersOffline", "exportersDisabled",
+    "podsRunning", "podsPending", "podsFailed", "podsUnknown",
+)
+
+
+def tally_exporter(tally, ready, online, enabled, leased, phase):
+    """Count one non-terminating Exporter by the facts the counters depend on.
+
+    Counting combinations first keeps the per-Exporter work to a dict update;
+    counters_from_tally turns the few combinations into the status counters.
+    """
+    key = (ready, online, enabled, leased, phase)
+    tally[key] = tally.get(key, 0) + 1
+
+
+def counters_from_tally(tally):
+    counters = dict.fromkeys(COUNTER_NAMES, 0)
+    for (ready, online, enabled, leased, phase), count in tally.items():
+        counters["replicas"] += count
+        counters["readyReplicas"] += ready * count
+        counters["leasedReplicas"] += leased * count
+        counters["exportersActive"] += leased * count
+        counters["availableReplicas"] += (ready and enabled and not leased) * count
+        counters["unavailableReplicas"] += (enabled and not ready) * count
+        counters["exportersIdle"] += (online and enabled and not leased) * count
+        counters["exportersOffline"] += (enabled and not online) * count
+        counters["exportersDisabled"] += (not enabled) * count
+        if phase is not None:
+            counters[_POD_COUNTERS.get(phase, "podsUnknown")] += count
+    return counters
 
 
 def pool_counters(exporters, instances=None):
     """Counters over the owned, non-terminating Exporters.
 
     ``instances`` maps Exporter names to the backend's view ({"phase": ...});
-    phases other than Running, Pending and Failed count as podsUnknown.
+    phases other than Running, Pending and Failed count as podsUnknown, and
+    Exporters without an instance count in no pod counter.
     """
     instances = instances or {}
-    counters = dict.fromkeys(
-        (
-            "replicas", "readyReplicas", "availableReplicas", "unavailableReplicas",
-            "leasedReplicas", "exportersActive", "exportersIdle", "exportersOffline",
-            "exportersDisabled", "podsRunning", "podsPending", "podsFailed", "podsUnknown",
-        ),
-        0,
-    )
+    tally = {}
     for exporter in exporters:
-        if is_terminating(exporter):
-            continue
-        counters["replicas"] += 1
-        ready = is_ready(exporter)
-        online = is_online(exporter)
-        enabled = is_enabled(exporter)
-        leased = lease_name(exporter) is not None
-        counters["readyReplicas"] += ready
-        counters["leasedReplicas"] += leased
-        counters["exportersActive"] += leased
-        counters["availableReplicas"] += ready and enabled and not leased
-        counters["unavailableReplicas"] += enabled and not ready
-        counters["exportersIdle"] += online and enabled and not leased
-        counters["exportersOffline"] += enabled and not online
-        counters["exportersDisabled"] += not enabled
-        instance = instances.get(exporter["metadata"]["name"])
-        if instance is not None:
-            counters[_POD_COUNTERS.get(instance.get("phase"), "podsUnknown")] += 1
-    return counters
+        name, ready, online, enabled, lease, terminating = read_exporter(exporter)
+        if not terminating:
+            instance = instances.get(name)
+            tally_exporter(tally, ready, online, enabled, lease is not None,
+                           instance.get("phase") if instance else None)
+    return counters_from_tally(tally)
 
 
 def merge_condition(previous_conditions, condition, generation, now):
@@ -80,16 +89,18 @@ def merge_condition(previous_conditions, condition, generation, now):
     return merged
 
 
-def pool_status(exporter_set, exporters, instances=None, now=None, conditions=None):
+def pool_status(exporter_set, exporters, instances=None, now=None, conditions=None,
+                counters=None):
     """The full new status of an ExporterSet.
 
     ``conditions`` is a list of {type, status, reason, message}; each is
     merged with the previous status. Without it the previous conditions are
     kept as they are. ``now`` is required when conditions are given.
+    ``counters`` skips counting when the caller already has pool_counters.
     """
     generation = exporter_set["metadata"].get("generation")
     previous = (exporter_set.get("status") or {}).get("conditions") or []
-    status = pool_counters(exporters, instances)
+    status = dict(counters) if counters is not None else pool_counters(exporters, instances)
     status["selector"] = selector_to_string((exporter_set.get("spec") or {}).get("selector"))
     if generation is not None:
         status["observedGeneration"] = generation
