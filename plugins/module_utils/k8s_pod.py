@@ -21,7 +21,6 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils impo
     k8s_objects,
     qemu_argv,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.merge import deep_merge
 
 RUN_DIR = "/run/jumpstarter"
 CONFIG_DIR = "/etc/jumpstarter/exporters"
@@ -123,7 +122,9 @@ def instance_pod(exporter_set, vclass, exporter, provisioner, parameters, images
     name = exporter["metadata"]["name"]
     class_spec = vclass.get("spec") or {}
     scheduling = class_spec.get("scheduling") or {}
-    images = deep_merge(DEFAULT_IMAGES, images)
+    # An ImageSpec is taken whole (JEP-0014 "Image Overrides"); the built-in
+    # default only stands in for a role nobody set.
+    images = {role: (images or {}).get(role) or default for role, default in DEFAULT_IMAGES.items()}
     run_mount = {"name": "run", "mountPath": RUN_DIR}
     exporter_mounts = [run_mount, {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True}]
     volumes = [

@@ -1,0 +1,177 @@
+"""The rendered instance Pod and config Secret, field by field."""
+
+import json
+
+import pytest
+
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import k8s_pod
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.merge import merge_images
+
+TOKEN = "s3cr3t-token-value"
+
+EXPORTER_SET = {
+    "apiVersion": "virtualtarget.jumpstarter.dev/v1alpha1",
+    "kind": "ExporterSet",
+    "metadata": {"name": "rpi4", "namespace": "lab", "uid": "set-uid"},
+    "spec": {
+        "template": {
+            "metadata": {"labels": {"board": "rpi4"}},
+            "spec": {
+                "drivers": [
+                    {"name": "qemu", "type": "jumpstarter_driver_qemu.driver.Qemu"},
+                    {"name": "console", "ref": "qemu.console"},
+                ]
+            },
+        },
+        "images": {"runtime": {"image": "registry.test/qemu-runtime:set"}},
+    },
+}
+EXPORTER = {
+    "apiVersion": "jumpstarter.dev/v1alpha1",
+    "kind": "Exporter",
+    "metadata": {"name": "rpi4-0", "namespace": "lab", "uid": "exporter-uid"},
+    "status": {"endpoint": "grpc.test:443", "credential": {"name": "rpi4-0-exporter"}},
+}
+CLASS = {
+    "metadata": {"name": "qemu", "namespace": "lab"},
+    "spec": {
+        "provisioner": "qemu.jumpstarter.dev",
+        "images": {
+            "exporter": {"image": "registry.test/jumpstarter:class", "imagePullPolicy": "Always"},
+            "runtime": {"image": "registry.test/qemu-runtime:class", "imagePullPolicy": "Never"},
+        },
+        "scheduling": {
+            "nodeSelector": {"kubernetes.io/arch": "amd64"},
+            "tolerations": [{"key": "jumpstarter.dev/kvm", "operator": "Exists", "effect": "NoSchedule"}],
+            "resources": {"limits": {"devices.kubevirt.io/kvm": "1"}},
+        },
+        "caBundleConfigMapRef": {"name": "corp-ca"},
+    },
+}
+PARAMETERS = {
+    "arch": "x86_64",
+    "machineType": "q35",
+    "kvm": True,
+    "resources": {"cpu": 2, "memory": "1Gi", "storage": "4Gi"},
+}
+
+
+def render():
+    images = merge_images(CLASS["spec"]["images"], EXPORTER_SET["spec"]["images"])
+    return k8s_pod.instance_pod(
+        EXPORTER_SET, CLASS, EXPORTER, "qemu.jumpstarter.dev", PARAMETERS, images, accel="kvm"
+    )
+
+
+def test_pod_is_owned_by_its_exporter_and_labelled_with_its_set():
+    pod = render()
+    meta = pod["metadata"]
+    assert meta["name"] == "rpi4-0" and meta["namespace"] == "lab"
+    assert meta["labels"]["virtualtarget.jumpstarter.dev/exporterset"] == "rpi4"
+    assert meta["labels"]["virtualtarget.jumpstarter.dev/exporter"] == "rpi4-0"
+    assert meta["ownerReferences"] == [
+        {"apiVersion": "jumpstarter.dev/v1alpha1", "kind": "Exporter", "name": "rpi4-0",
+         "uid": "exporter-uid", "controller": True, "blockOwnerDeletion": True}
+    ]
+
+
+def test_exporter_is_a_native_sidecar_after_the_disk_init():
+    spec = render()["spec"]
+    disk, exporter = spec["initContainers"]
+    assert disk["name"] == "disk" and disk["command"][:2] == ["qemu-img", "create"]
+    assert "restartPolicy" not in disk
+    assert exporter["name"] == "exporter" and exporter["restartPolicy"] == "Always"
+    assert exporter["command"] == ["jmp", "run", "--exporter-config", "/etc/jumpstarter/exporters/rpi4-0.yaml"]
+    mounts = {m["name"]: m for m in exporter["volumeMounts"]}
+    assert mounts["run"]["mountPath"] == "/run/jumpstarter"
+    assert mounts["config"] == {"name": "config", "mountPath": "/etc/jumpstarter/exporters", "readOnly": True}
+
+
+def test_runtime_runs_qemu_on_the_shared_sockets():
+    (runtime,) = render()["spec"]["containers"]
+    command = runtime["command"]
+    assert runtime["name"] == "qemu"
+    assert command[0] == "qemu-system-x86_64"
+    assert "q35,accel=kvm" in command
+    assert command[command.index("-smp") + 1] == "2" and command[command.index("-m") + 1] == "1024"
+    assert "unix:/run/jumpstarter/qmp.sock,server=on,wait=off" in command
+    assert any("path=/run/jumpstarter/serial.sock" in arg for arg in command)
+    assert runtime["volumeMounts"] == [{"name": "run", "mountPath": "/run/jumpstarter"}]
+
+
+def test_images_come_from_the_class_with_set_overrides_per_image_spec():
+    spec = render()["spec"]
+    exporter = spec["initContainers"][1]
+    (runtime,) = spec["containers"]
+    assert (exporter["image"], exporter["imagePullPolicy"]) == ("registry.test/jumpstarter:class", "Always")
+    # The set's runtime ImageSpec replaces the class's whole: its pull policy
+    # ("Never") is not inherited.
+    assert (runtime["image"], runtime["imagePullPolicy"]) == ("registry.test/qemu-runtime:set", "IfNotPresent")
+
+
+def test_defaults_when_neither_class_nor_set_names_images():
+    pod = k8s_pod.instance_pod(EXPORTER_SET, {"spec": {}}, EXPORTER, "qemu.jumpstarter.dev", PARAMETERS, {})
+    assert pod["spec"]["containers"][0]["image"] == k8s_pod.DEFAULT_IMAGES["runtime"]["image"]
+    assert pod["spec"]["initContainers"][-1]["image"] == k8s_pod.DEFAULT_IMAGES["exporter"]["image"]
+
+
+def test_scheduling_and_device_resources_come_from_the_class():
+    spec = render()["spec"]
+    assert spec["nodeSelector"] == {"kubernetes.io/arch": "amd64"}
+    assert spec["tolerations"][0]["key"] == "jumpstarter.dev/kvm"
+    assert spec["containers"][0]["resources"] == {"limits": {"devices.kubevirt.io/kvm": "1"}}
+
+
+def test_no_privilege_and_no_secret_values_in_the_pod():
+    pod = render()
+    for container in pod["spec"]["initContainers"] + pod["spec"]["containers"]:
+        context = container["securityContext"]
+        assert context.get("privileged") is not True
+        assert context["allowPrivilegeEscalation"] is False
+        assert context["capabilities"] == {"drop": ["ALL"]}
+    assert pod["spec"]["automountServiceAccountToken"] is False
+    assert TOKEN not in json.dumps(pod)
+
+
+def test_ca_bundle_is_mounted_for_the_exporter():
+    spec = render()["spec"]
+    volume = next(v for v in spec["volumes"] if v["name"] == "ca-bundle")
+    assert volume["configMap"] == {"name": "corp-ca", "items": [{"key": "ca-bundle.crt", "path": "ca-bundle.crt"}]}
+    env = {e["name"]: e.get("value") for e in spec["initContainers"][1]["env"]}
+    assert env["SSL_CERT_FILE"] == "/etc/jumpstarter/ca/ca-bundle.crt"
+
+
+def test_config_secret_holds_the_exporter_config_and_token():
+    secret = k8s_pod.config_secret(EXPORTER_SET, EXPORTER, "qemu.jumpstarter.dev", PARAMETERS, TOKEN)
+    assert secret["metadata"]["name"] == "rpi4-0-config"
+    assert secret["metadata"]["ownerReferences"][0]["uid"] == "exporter-uid"
+    config = json.loads(secret["stringData"]["rpi4-0.yaml"])
+    assert (config["apiVersion"], config["kind"]) == ("jumpstarter.dev/v1alpha1", "ExporterConfig")
+    assert config["endpoint"] == "grpc.test:443" and config["token"] == TOKEN
+    assert config["export"]["console"] == {"ref": "qemu.console"}
+    qemu = config["export"]["qemu"]
+    assert qemu["type"] == "jumpstarter_driver_qemu.driver.Qemu"
+    assert qemu["config"]["smp"] == 2 and qemu["config"]["mem"] == "1G"
+
+
+@pytest.mark.parametrize("missing", ["images", "scheduling", "caBundleConfigMapRef"])
+def test_optional_class_fields_may_be_absent(missing):
+    vclass = {"spec": {k: v for k, v in CLASS["spec"].items() if k != missing}}
+    pod = k8s_pod.instance_pod(EXPORTER_SET, vclass, EXPORTER, "qemu.jumpstarter.dev", PARAMETERS, {})
+    assert pod["spec"]["containers"][0]["name"] == "qemu"
+
+
+def test_corellium_pod_is_the_exporter_alone_with_the_token_by_reference():
+    vclass = {"spec": {"provisioner": "corellium.jumpstarter.dev",
+                       "credentialsSecretRef": {"name": "corellium-api"}}}
+    parameters = {"api": {"host": "corellium.test", "projectId": "p-1"},
+                  "device": {"flavor": "kronos", "os": "1.1.1"}}
+    pod = k8s_pod.instance_pod(EXPORTER_SET, vclass, EXPORTER, "corellium.jumpstarter.dev", parameters, {})
+    assert pod["spec"]["initContainers"] == []
+    (exporter,) = pod["spec"]["containers"]
+    env = {e["name"]: e for e in exporter["env"]}
+    assert env["CORELLIUM_API_TOKEN"] == {
+        "name": "CORELLIUM_API_TOKEN",
+        "valueFrom": {"secretKeyRef": {"name": "corellium-api", "key": "token"}},
+    }
+    assert env["CORELLIUM_API_HOST"]["value"] == "corellium.test"
