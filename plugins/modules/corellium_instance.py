@@ -99,6 +99,8 @@ attributes:
     description: Every state except V(rebooted) is idempotent.
     support: partial
 notes:
+  - Pass the token through O(api_token) or the controller's own environment. The task
+    keyword C(environment) shows its values in C(-vvv) output, so it is no place for the token.
   - Flavor, OS and build of an existing instance are never changed; a mismatch is a warning.
     Delete and recreate the instance to change them.
 """
@@ -115,14 +117,12 @@ EXAMPLES = r"""
     osbuild: Critical Application Monitor (Baremetal)
     state: "on"
 
+# CORELLIUM_API_HOST and CORELLIUM_API_TOKEN come from the controller's environment.
 - name: Power it off but keep it
   jumpstarter.virtual_exporters.corellium_instance:
     project: Default Project
     name: kronos-pool-0
     state: "off"
-  environment:
-    CORELLIUM_API_HOST: app.corellium.com
-    CORELLIUM_API_TOKEN: "{{ corellium_token }}"
 
 - name: Delete it
   jumpstarter.virtual_exporters.corellium_instance:
