@@ -8,9 +8,8 @@ module: exporterset_apply
 short_description: Apply the Kubernetes side of an ExporterSet scale plan in one call
 version_added: 0.1.0
 description:
-  - Applies what every provisioner shares in a scale plan computed by
-    R(jumpstarter.virtual_exporters.scale_plan,ansible_collections.jumpstarter.virtual_exporters.scale_plan_filter):
-    deletes the Exporters the plan removes, disables and re-enables Exporters,
+  - Applies what every provisioner shares in a scale plan (see the
+    C(jumpstarter.virtual_exporters.scale_plan) filter), that is, it deletes the Exporters the plan removes, disables and re-enables Exporters,
     creates the new Exporters (owned by the set, labelled and annotated),
     patches bookkeeping annotations on Exporters and on the set, writes the
     set's status through the status subresource and records Kubernetes Events.

@@ -3,7 +3,6 @@
 import json
 
 import pytest
-
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import k8s_pod
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.merge import merge_images
 
