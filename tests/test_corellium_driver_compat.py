@@ -9,9 +9,11 @@ import pytest
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (
     corellium_client as cc,
 )
+from corellium_fake import Delays, FakeCorellium
 from jumpstarter_driver_corellium.corellium.api import ApiClient
 from jumpstarter_driver_corellium.corellium.exceptions import CorelliumApiException
 from jumpstarter_driver_corellium.corellium.types import Instance
+from jumpstarter_driver_corellium.driver import Corellium
 
 pytest_plugins = ["corellium_fake.pytest_plugin"]
 
@@ -104,3 +106,42 @@ def test_driver_surfaces_the_fakes_errors(corellium_fake, driver_api, default_pr
     wrong = ApiClient(corellium_fake.host, "not-the-token")
     with pytest.raises(CorelliumApiException, match="Invalid or missing authorization token"):
         wrong.get_project()
+
+
+@pytest.fixture
+def instant_fake(monkeypatch):
+    """A fake whose transitions are immediate: the driver polls every 5 s otherwise."""
+    with FakeCorellium(delays=Delays(create=0, boot=0, stop=0, delete=0, reboot=0)) as fake:
+        monkeypatch.setenv("CORELLIUM_API_HOST", fake.host)
+        monkeypatch.setenv("CORELLIUM_API_TOKEN", fake.token)
+        monkeypatch.setenv("REQUESTS_CA_BUNDLE", fake.ca_path)
+        monkeypatch.setenv("CORELLIUM_API_RETRIES", "3")
+        yield fake
+
+
+def test_driver_power_cycle_creates_and_destroys_one_instance(instant_fake):
+    driver = Corellium(project_id="Default Project", device_name="jmp-0",
+                       device_flavor="kronos")
+
+    driver.children["power"].on()
+
+    (instance,) = instant_fake.instances()
+    assert (instance["name"], instance["state"], instance["flavor"]) == ("jmp-0", "on", "kronos")
+    driver.children["power"].off(destroy=True)
+    assert instant_fake.instances() == []
+    assert instant_fake.count("POST", "/v1/instances") == 1
+    assert instant_fake.count("DELETE") == 1
+
+
+def test_driver_power_on_starts_the_instance_the_pool_made(instant_fake):
+    project = instant_fake.projects[0].id
+    pool = cc.CorelliumClient(instant_fake.host, instant_fake.token,
+                              ca_path=instant_fake.ca_path)
+    created = pool.create_instance(project, "jmp-1", "kronos", "1.1.1")
+    pool.set_state(created["id"], "off")
+    driver = Corellium(project_id=project, device_name="jmp-1", device_flavor="kronos")
+
+    driver.children["power"].on()
+
+    assert [(i["id"], i["state"]) for i in instant_fake.instances()] == [(created["id"], "on")]
+    assert instant_fake.count("POST", "/v1/instances") == 1
