@@ -10,8 +10,13 @@ Rule (documented in docs/pool-semantics.md):
 2. Pending leases are taken oldest first (creationTimestamp, then name).
 3. A lease that an available exporter (ready, enabled, unleased, virtual or
    physical) satisfies will be served by the Jumpstarter controller; it
-   claims that exporter (the first by name) and is demand for nobody. Each
-   available exporter absorbs at most one lease.
+   claims that exporter (the first by name) and needs no new instance. Each
+   available exporter absorbs at most one lease. When the claimed exporter
+   belongs to a set, the lease is listed for that set: it counts towards the
+   set's target so that the exporter about to be leased is not taken for
+   surplus and scaled down before the controller assigns it (the pool
+   already holds it, so no instance is created for it). A lease claimed by
+   an exporter of no set (physical) is demand for nobody.
 4. Otherwise it is demand for exactly one set whose template labels satisfy
    the lease selector: the one with the most headroom left (maxReplicas
    minus owned replicas minus leases already attributed to it; no ceiling
@@ -91,6 +96,10 @@ def attribute_lease_demand(exporter_sets, leases, exporters, now):
         )
         if claimed is not None:
             unclaimed.remove(claimed)
+            holder = (claimed["metadata"].get("labels") or {}).get(LABEL_EXPORTER_SET)
+            if holder in demand:
+                demand[holder].append(lease["metadata"]["name"])
+                headroom[holder] -= 1
             continue
         candidates = [n for n in demand if selector_matches(selector, template_labels[n])]
         if not candidates:

@@ -80,6 +80,13 @@ def test_attribute_lease_demand(sets, leases, exporters, expected):
     assert attribute_lease_demand(sets, leases, exporters, NOW) == expected
 
 
+def test_lease_claimed_by_an_available_set_exporter_stays_with_that_set():
+    sets = _two_sets()
+    owned = [exporter("b-set-0", owner="b-set")]
+    assert attribute_lease_demand(sets, [lease("l1")], owned, NOW) == {
+        "a-set": [], "b-set": ["l1"]}
+
+
 def test_owned_replicas_reduce_headroom():
     sets = _two_sets(max_a=3, max_b=3)
     owned = [exporter(f"a-set-{i}", owner="a-set", lease=f"busy-{i}") for i in range(2)]

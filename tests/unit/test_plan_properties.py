@@ -1,0 +1,267 @@
+"""Property tests: random pools and random event sequences through a small simulator.
+
+The simulator plays the roles around the plan: the provisioner applies the
+plan's actions, the Jumpstarter controller assigns and releases leases, the
+backends become ready or fail, and time passes.
+"""
+
+import copy
+from datetime import timedelta
+
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (
+    constants as c,
+)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.demand import (
+    attribute_lease_demand,
+)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.exporter_state import (
+    is_available,
+    is_ready,
+    read_exporter,
+)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.plan import (
+    scale_plan,
+)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.timeutil import (
+    format_time,
+    parse_time,
+)
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pool_builders import NOW, SET_NAME, exporter, exporter_set, lease, target_class
+
+
+def lease_name(exporter):
+    return read_exporter(exporter)[4]
+
+
+def is_enabled(exporter):
+    return read_exporter(exporter)[3]
+
+
+class World:
+    def __init__(self, the_set, klass, exporters, options):
+        self.set = the_set
+        self.klass = klass
+        self.exporters = {e["metadata"]["name"]: e for e in exporters}
+        self.instances = {}
+        self.leases = []
+        self.now = parse_time(NOW)
+        self.options = options
+        self.lease_counter = 0
+
+    # -- the plan ----------------------------------------------------------------
+    def pending_for_set(self):
+        demand = attribute_lease_demand([self.set], self.leases, list(self.exporters.values()),
+                                        self.now)
+        wanted = set(demand[SET_NAME])
+        return [x for x in self.leases if x["metadata"]["name"] in wanted]
+
+    def plan(self):
+        return scale_plan(self.set, self.klass, self.sorted_exporters(), self.pending_for_set(),
+                          format_time(self.now), instances=self.instances,
+                          options=self.options)
+
+    def sorted_exporters(self):
+        return [self.exporters[name] for name in sorted(self.exporters)]
+
+    def apply(self, plan):
+        for entry in plan["delete"]:
+            self.exporters.pop(entry["name"], None)
+            self.instances.pop(entry["name"], None)
+        for name in plan["disable"]:
+            self.exporters[name]["spec"]["enabled"] = False
+        for name in plan["enable"]:
+            self.exporters[name]["spec"]["enabled"] = True
+        for entry in plan["create"]:
+            assert entry["name"] not in self.exporters
+            new = exporter(entry["name"], ready=False, created=0, labels=entry["labels"],
+                           owner=None, annotations=entry["annotations"])
+            new["metadata"]["creationTimestamp"] = format_time(self.now)
+            self.exporters[entry["name"]] = new
+            self.instances[entry["name"]] = {"phase": "Pending"}
+        for name, patch in plan["exporter_annotations"].items():
+            notes = self.exporters[name]["metadata"]["annotations"]
+            for key, value in patch.items():
+                if value is None:
+                    notes.pop(key, None)
+                else:
+                    notes[key] = value
+        notes = self.set["metadata"]["annotations"]
+        for key, value in plan["set_annotations"].items():
+            if value is None:
+                notes.pop(key, None)
+            else:
+                notes[key] = value
+        self.set["status"] = plan["status"]
+
+    # -- the world ---------------------------------------------------------------
+    def pick(self, index, predicate):
+        names = [n for n in sorted(self.exporters) if predicate(self.exporters[n])]
+        return names[index % len(names)] if names else None
+
+    def set_ready(self, name, ready):
+        stamp = format_time(self.now)
+        for condition in self.exporters[name]["status"]["conditions"]:
+            condition["status"] = "True" if ready else "False"
+            condition["lastTransitionTime"] = stamp
+        self.instances[name] = {"phase": "Running"}
+
+    def event(self, kind, index):
+        if kind == "ready":
+            name = self.pick(index, lambda e: not is_ready(e))
+            if name:
+                self.set_ready(name, True)
+        elif kind == "offline":
+            name = self.pick(index, is_ready)
+            if name:
+                self.set_ready(name, False)
+        elif kind == "fail":
+            name = self.pick(index, lambda e: True)
+            if name:
+                self.instances[name] = {"phase": "Failed", "message": "crashed"}
+        elif kind == "request":
+            self.lease_counter += 1
+            self.leases.append(lease(f"l{self.lease_counter}", created=0))
+        elif kind == "assign":
+            pending = [x for x in self.leases if not x["status"].get("exporterRef")]
+            name = self.pick(index, is_available)
+            if pending and name:
+                pending[0]["status"]["exporterRef"] = {"name": name}
+                self.exporters[name]["status"]["leaseRef"] = {"name": pending[0]["metadata"]["name"]}
+        elif kind == "release":
+            name = self.pick(index, lambda e: lease_name(e) is not None)
+            if name:
+                held = self.exporters[name]["status"].pop("leaseRef")["name"]
+                self.leases = [x for x in self.leases if x["metadata"]["name"] != held]
+        elif kind == "advance":
+            self.now += timedelta(seconds=[5, 60, 400][index % 3])
+
+
+def spec_and_pool():
+    @st.composite
+    def build(draw):
+        max_replicas = draw(st.sampled_from([0, 1, 2, 3, 5, 8]))
+        top = max_replicas if max_replicas else 6
+        min_replicas = draw(st.integers(0, min(top, 3)))
+        min_available = draw(st.integers(0, min(top, 4)))
+        the_set = exporter_set(
+            min_replicas=min_replicas, max_replicas=max_replicas, min_available=min_available,
+            cooldown=draw(st.sampled_from(["0s", "30s", "5m"])),
+            recycle=draw(st.sampled_from(["ExitAndReplace", "InPlaceReuse"])),
+        )
+        klass = target_class(binding=draw(st.sampled_from(["Immediate", "WaitForFirstConsumer"])))
+        size = draw(st.integers(0, top))
+        pool = []
+        for index in range(size):
+            ready = draw(st.booleans())
+            parked = draw(st.booleans()) and draw(st.booleans())
+            pool.append(exporter(
+                f"{SET_NAME}-{index}", ready=ready, enabled=not parked,
+                lease=f"old-{index}" if ready and draw(st.booleans()) else None,
+                created=-draw(st.integers(0, 1000)),
+                annotations={c.ANNOTATION_SCALE_DOWN: NOW} if parked else None,
+            ))
+        options = {"burst": draw(st.integers(1, 5))}
+        return the_set, klass, pool, options
+
+    return build()
+
+
+EVENTS = st.lists(
+    st.tuples(st.sampled_from(["ready", "offline", "fail", "request", "assign", "release",
+                               "advance"]), st.integers(0, 20)),
+    max_size=25,
+)
+PROPERTY_SETTINGS = settings(max_examples=150, deadline=None,
+                             suppress_health_check=[HealthCheck.too_slow])
+
+
+def leased_names(world):
+    return {n for n, e in world.exporters.items() if lease_name(e)}
+
+
+def applied(world, plan):
+    after = copy.deepcopy(world)
+    after.apply(plan)
+    return after
+
+
+def check_invariants(world, plan):
+    the_spec = world.set["spec"]
+    max_replicas = the_spec["maxReplicas"]
+    before = world.exporters
+    leased = {n for n, e in before.items() if lease_name(e)}
+    touched = set(plan["disable"]) | {d["name"] for d in plan["delete"]}
+    assert not touched & leased, "a leased exporter was disabled or deleted"
+    after = applied(world, plan).exporters
+    if max_replicas > 0:
+        assert len(after) <= max(max_replicas, len(before) - len(plan["delete"]))
+    scaling_down = plan["disable"] or any(d["reason"] == c.DELETE_SCALE_DOWN
+                                          for d in plan["delete"])
+    if scaling_down:
+        assert not plan["create"]
+        assert not (plan["disable"] and plan["enable"])
+        useful = [e for e in after.values() if is_enabled(e) or lease_name(e)]
+        assert len(useful) >= plan["target"]
+        assert len(after) >= min(the_spec["minReplicas"], len(before))
+        warm = 0 if world.klass["spec"]["bindingMode"] == c.BINDING_WAIT_FOR_FIRST_CONSUMER \
+            else the_spec["minAvailableReplicas"]
+        available_before = sum(1 for e in before.values() if is_available(e))
+        available_after = sum(1 for e in after.values() if is_available(e))
+        assert available_after >= min(warm, available_before)
+
+
+def settle(world, limit=40):
+    """Apply plans with no world event until one changes nothing."""
+    for _ in range(limit):
+        plan = world.plan()
+        if not plan["changed"]:
+            return plan
+        check_invariants(world, plan)
+        created_before = set(world.exporters)
+        world.apply(plan)
+        again = world.plan()
+        assert not {e["name"] for e in again["create"]} & created_before
+        assert not set(again["disable"]) & set(plan["disable"])
+    raise AssertionError("no fixed point without world events")
+
+
+@PROPERTY_SETTINGS
+@given(spec_and_pool(), EVENTS)
+def test_invariants_hold_under_random_events(scenario, events):
+    the_set, klass, pool, options = scenario
+    world = World(the_set, klass, pool, options)
+    for kind, index in events:
+        plan = world.plan()
+        assert plan == world.plan(), "the plan is not deterministic"
+        check_invariants(world, plan)
+        world.apply(plan)
+        world.event(kind, index)
+    settle(world)
+
+
+@PROPERTY_SETTINGS
+@given(spec_and_pool(), EVENTS)
+def test_converges_to_target_when_exporters_become_ready(scenario, events):
+    the_set, klass, pool, options = scenario
+    world = World(the_set, klass, pool, options)
+    for kind, index in events:
+        world.apply(world.plan())
+        world.event(kind, index)
+    for _ in range(30):
+        plan = world.plan()
+        world.apply(plan)
+        for name, candidate in world.exporters.items():
+            world.instances[name] = {"phase": "Running"}
+            if not is_ready(candidate):
+                world.set_ready(name, True)
+        world.now += timedelta(seconds=301)
+        final = settle(world)
+        unleased = [e for e in world.exporters.values() if not lease_name(e)]
+        if len(world.exporters) == final["target"] and all(map(is_available, unleased)):
+            break
+    else:
+        raise AssertionError("pool did not converge")
+    assert not any(final[k] for k in ("create", "enable", "disable", "delete", "recycle"))
+    assert final["status"]["replicas"] == final["target"]
