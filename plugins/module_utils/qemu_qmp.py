@@ -33,6 +33,9 @@ DEFAULT_TIMEOUT = 10.0
 # the broken hosts QEMU aborts while resetting the vCPUs, within milliseconds.
 KVM_PROBE_SETTLE_SECONDS = 1.0
 _RETRY_INTERVAL = 0.05
+# Connection failures that mean no QEMU serves the socket: no file, a file
+# left behind by a dead QEMU, or a QEMU that died during the handshake.
+_NOBODY_ANSWERS = (FileNotFoundError, ConnectionRefusedError, ConnectionResetError, EOFError)
 
 
 class QmpUnavailable(Exception):
@@ -143,7 +146,7 @@ async def _with_session(socket, timeout, action, **kwargs):
         try:
             await client.connect(socket)
         except ConnectError as error:
-            if isinstance(error.exc, (FileNotFoundError, ConnectionRefusedError)):
+            if isinstance(error.exc, _NOBODY_ANSWERS):
                 raise QmpUnavailable(f"no QMP server on {socket}: {error.exc}") from None
             raise
         try:

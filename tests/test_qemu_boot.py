@@ -1,0 +1,120 @@
+"""The rendered QEMU command line boots a real guest, and QMP controls it."""
+
+import asyncio
+import json
+import os
+import subprocess
+import time
+
+import pytest
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu_argv import (
+    disk_create_argv,
+    qemu_argv,
+)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu_qmp import (
+    probe_accel,
+    wait_for_qmp,
+)
+from qemu.qmp import QMPClient
+from qemu_vm import GUEST_BANNER, SerialConsole, guest_parameters, running_vm
+
+pytestmark = pytest.mark.slow
+
+
+async def qmp(socket, *commands):
+    client = QMPClient("test")
+    await client.connect(socket)
+    try:
+        return [await client.execute(command) for command in commands]
+    finally:
+        await client.disconnect()
+
+
+def test_guest_boots_and_survives_system_reset(tmp_path):
+    started = time.monotonic()
+    with running_vm(tmp_path, name="boot-test") as vm:
+        qmp_ready = time.monotonic() - started
+        serial = SerialConsole(vm.serial_socket)
+        (status,) = asyncio.run(qmp(vm.qmp_socket, "query-status"))
+        assert status["status"] == "running" and status["running"] is True
+
+        serial.read_until(GUEST_BANNER)
+        banner_after = time.monotonic() - started
+
+        asyncio.run(qmp(vm.qmp_socket, "system_reset"))
+        reset_at = time.monotonic()
+        serial.read_until(GUEST_BANNER)
+        reboot = time.monotonic() - reset_at
+        assert vm.process.poll() is None, "QEMU exited on reset"
+        (status,) = asyncio.run(qmp(vm.qmp_socket, "query-status"))
+        assert status["status"] == "running"
+        serial.close()
+    print(f"accel={vm.accel} qmp={qmp_ready:.2f}s banner={banner_after:.2f}s "
+          f"reboot={reboot:.2f}s")
+
+
+def test_guest_gets_the_cpus_memory_and_disk_asked_for(tmp_path):
+    parameters = guest_parameters(
+        resources={"cpu": 2, "memory": "200Mi", "storage": "80Mi"})
+    with running_vm(tmp_path, parameters=parameters) as vm:
+        serial = SerialConsole(vm.serial_socket)
+        serial.read_until(GUEST_BANNER)
+        assert serial.run("nproc") == "2"
+        # /sys/block/vda/size counts 512-byte sectors: 80 MiB is 163840.
+        assert serial.run("cat /sys/block/vda/size") == "163840"
+        mem_total_kib = int(serial.run("grep MemTotal /proc/meminfo").split()[1])
+        # The kernel keeps a few MiB for itself; it must see more than 160 of
+        # the 200 MiB and never more than 200.
+        assert 160 * 1024 < mem_total_kib <= 200 * 1024
+        serial.close()
+
+
+def qemu_img_info(path):
+    result = subprocess.run(["qemu-img", "info", "--output=json", str(path)], check=True,
+                            capture_output=True, text=True)
+    return json.loads(result.stdout)
+
+
+def test_disk_create_argv_makes_blank_and_overlay_disks(tmp_path):
+    blank_dir, overlay_dir = tmp_path / "blank", tmp_path / "overlay"
+    blank_dir.mkdir()
+    overlay_dir.mkdir()
+    subprocess.run(disk_create_argv({"resources": {"storage": "64Mi"}}, str(blank_dir)),
+                   check=True)
+    blank = qemu_img_info(blank_dir / "disk.qcow2")
+    assert (blank["format"], blank["virtual-size"]) == ("qcow2", 64 * 2**20)
+    assert "backing-filename" not in blank
+
+    base = tmp_path / "base.raw"
+    subprocess.run(["qemu-img", "create", "-q", "-f", "raw", str(base), "32M"], check=True)
+    parameters = {"disk": {"path": str(base), "format": "raw"}, "resources": {"storage": "48Mi"}}
+    subprocess.run(disk_create_argv(parameters, str(overlay_dir)), check=True)
+    overlay = qemu_img_info(overlay_dir / "disk.qcow2")
+    assert overlay["backing-filename"] == str(base)
+    assert overlay["backing-filename-format"] == "raw"
+    assert overlay["virtual-size"] == 48 * 2**20
+
+
+def test_kvm_probe_matches_what_qemu_really_does(tmp_path):
+    """Whatever the probe says about this host, a guest started accordingly behaves so."""
+    parameters = guest_parameters(kvm=True)
+    accel = probe_accel(parameters)
+    argv = qemu_argv(parameters, run_dir=str(tmp_path), name="kvm-check", accel="kvm")
+    assert "q35,accel=kvm" in argv
+    process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    try:
+        answered = wait_for_qmp(str(tmp_path / "qmp.sock"), 20, process)
+        time.sleep(1.5)
+        kvm_ran = answered and process.poll() is None
+    finally:
+        process.kill()
+        process.wait()
+    assert kvm_ran == (accel == "kvm"), (
+        f"probe said {accel}, but a KVM guest {'ran' if kvm_ran else 'did not run'}; "
+        f"/dev/kvm accessible: {os.access('/dev/kvm', os.R_OK | os.W_OK)}")
+
+
+def test_kvm_probe_falls_back_when_qemu_cannot_start():
+    missing = guest_parameters(runtime={"binary": "/nonexistent/qemu-system-x86_64"})
+    assert probe_accel(missing) == "tcg"
