@@ -195,6 +195,8 @@ class Informer:
                 self._sleep_backoff(failures, exc)
 
     def _sleep_backoff(self, failures: int, exc: BaseException) -> None:
+        if self._stop.is_set():
+            return
         ceiling = min(self.backoff_cap, self.backoff_base * 2 ** (failures - 1))
         delay = self._rng.uniform(ceiling / 2, ceiling)
         log.warning(
