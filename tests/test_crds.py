@@ -1,0 +1,356 @@
+"""Our CRDs (config/crd/) against the upstream Jumpstarter CRDs.
+
+Every object is sent with server-side dry-run to two real API servers: the
+run's bed (our ExporterSet/VirtualTargetClass) and a second bed holding the
+upstream ones, since both define the same CRD names. They must agree on
+every case, and on the defaults they fill in, except for the deliberately
+stricter rules of our ExporterSet (see config/crd/exportersets.yaml):
+  - virtualTargetClassName must be a DNS-1123 subdomain,
+  - scaleDownCooldown must be a non-negative Go duration.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+from testbed import upstream_crd_files
+
+pytestmark = pytest.mark.testbed
+
+GROUP = "virtualtarget.jumpstarter.dev"
+VERSION = "v1alpha1"
+PLURALS = {"ExporterSet": "exportersets", "VirtualTargetClass": "virtualtargetclasses"}
+SAMPLES_DIR = Path(__file__).parent / "data/upstream-samples"
+
+SET_SPEC = {
+    "virtualTargetClassName": "qemu-rpi4",
+    "selector": {"matchLabels": {"board": "rpi4"}},
+    "template": {
+        "metadata": {"labels": {"board": "rpi4"}},
+        "spec": {
+            "drivers": [{"name": "power", "type": "jumpstarter_driver_power.driver.QemuPower"}]
+        },
+    },
+}
+CLASS_SPEC = {"provisioner": "qemu.jumpstarter.dev"}
+
+
+def exporter_set(**changes):
+    """SET_SPEC with top-level spec keys replaced; a value of None drops the key."""
+    spec = copy.deepcopy(SET_SPEC)
+    for key, value in changes.items():
+        if value is None:
+            spec.pop(key, None)
+        else:
+            spec[key] = value
+    return "ExporterSet", spec
+
+
+def drivers(*entries):
+    return exporter_set(template={"spec": {"drivers": list(entries)}})
+
+
+def virtual_target_class(**changes):
+    spec = copy.deepcopy(CLASS_SPEC)
+    for key, value in changes.items():
+        if value is None:
+            spec.pop(key, None)
+        else:
+            spec[key] = value
+    return "VirtualTargetClass", spec
+
+
+QEMU_POWER = "jumpstarter_driver_power.driver.QemuPower"
+
+# (case id, (kind, spec), accepted by both CRDs)
+AGREEMENT_CASES = [
+    ("set-minimal", exporter_set(), True),
+    (
+        "set-no-ceiling-allows-any-minimum",
+        exporter_set(maxReplicas=0, minReplicas=50, minAvailableReplicas=9),
+        True,
+    ),
+    ("set-min-equals-max", exporter_set(minReplicas=3, maxReplicas=3), True),
+    ("set-warm-buffer-equals-max", exporter_set(minAvailableReplicas=4, maxReplicas=4), True),
+    ("set-in-place-reuse", exporter_set(recycleStrategy="InPlaceReuse"), True),
+    (
+        "set-parameters-free-form",
+        exporter_set(parameters={"resources": {"memory": "8Gi"}, "x": [1, {"y": None}]}),
+        True,
+    ),
+    (
+        "set-images",
+        exporter_set(
+            images={
+                "exporter": {"image": "quay.io/a/b:1", "imagePullPolicy": "Always"},
+                "runtime": {"image": "quay.io/a/q:2", "imagePullPolicy": "Never"},
+            }
+        ),
+        True,
+    ),
+    (
+        "set-match-expressions",
+        exporter_set(
+            selector={
+                "matchExpressions": [{"key": "board", "operator": "In", "values": ["rpi4", "rpi5"]}]
+            }
+        ),
+        True,
+    ),
+    ("set-empty-template", exporter_set(template={}), True),
+    ("set-no-drivers", drivers(), True),
+    ("set-driver-ref", drivers({"name": "power", "ref": "qemu.power"}), True),
+    (
+        "set-driver-type-with-config",
+        drivers({"name": "tcp", "type": "x.TcpNetwork", "config": {"port": 22}}),
+        True,
+    ),
+    ("set-class-name-with-dots", exporter_set(virtualTargetClassName="qemu.rpi4"), True),
+    ("set-cooldown-compound", exporter_set(scaleDownCooldown="1h30m15s"), True),
+    ("set-cooldown-zero", exporter_set(scaleDownCooldown="0"), True),
+    ("set-cooldown-fraction", exporter_set(scaleDownCooldown="1.5h"), True),
+    ("set-cooldown-micro", exporter_set(scaleDownCooldown="250µs"), True),
+    ("set-missing-class-name", exporter_set(virtualTargetClassName=None), False),
+    ("set-missing-selector", exporter_set(selector=None), False),
+    ("set-missing-template", exporter_set(template=None), False),
+    ("set-empty-class-name", exporter_set(virtualTargetClassName=""), False),
+    ("set-negative-min", exporter_set(minReplicas=-1), False),
+    ("set-negative-max", exporter_set(maxReplicas=-1), False),
+    ("set-negative-warm-buffer", exporter_set(minAvailableReplicas=-1), False),
+    ("set-min-above-max", exporter_set(minReplicas=5, maxReplicas=3), False),
+    ("set-min-above-default-max", exporter_set(minReplicas=5), False),
+    ("set-warm-buffer-above-max", exporter_set(minAvailableReplicas=5, maxReplicas=3), False),
+    ("set-max-not-integer", exporter_set(maxReplicas="four"), False),
+    ("set-unknown-recycle-strategy", exporter_set(recycleStrategy="Reboot"), False),
+    (
+        "set-unknown-pull-policy",
+        exporter_set(images={"exporter": {"imagePullPolicy": "Sometimes"}}),
+        False,
+    ),
+    (
+        "set-driver-type-and-ref",
+        drivers({"name": "p", "type": QEMU_POWER, "ref": "qemu.power"}),
+        False,
+    ),
+    ("set-driver-neither-type-nor-ref", drivers({"name": "p"}), False),
+    (
+        "set-driver-ref-with-config",
+        drivers({"name": "p", "ref": "qemu.power", "config": {"a": 1}}),
+        False,
+    ),
+    ("set-driver-without-name", drivers({"type": QEMU_POWER}), False),
+    ("set-driver-empty-name", drivers({"name": "", "type": QEMU_POWER}), False),
+    ("set-driver-empty-type", drivers({"name": "p", "type": ""}), False),
+    ("set-driver-ref-double-dot", drivers({"name": "p", "ref": "qemu..power"}), False),
+    ("set-driver-ref-leading-dot", drivers({"name": "p", "ref": ".power"}), False),
+    (
+        "set-selector-expression-without-operator",
+        exporter_set(selector={"matchExpressions": [{"key": "a"}]}),
+        False,
+    ),
+    ("class-minimal", virtual_target_class(), True),
+    (
+        "class-wait-for-first-consumer-retain",
+        virtual_target_class(bindingMode="WaitForFirstConsumer", reclaimPolicy="Retain"),
+        True,
+    ),
+    (
+        "class-credentials-and-ca",
+        virtual_target_class(
+            credentialsSecretRef={"name": "corellium"}, caBundleConfigMapRef={"name": "corp-ca"}
+        ),
+        True,
+    ),
+    ("class-empty-credentials-ref", virtual_target_class(credentialsSecretRef={}), True),
+    (
+        "class-scheduling",
+        virtual_target_class(
+            scheduling={
+                "nodeSelector": {"kubernetes.io/arch": "arm64"},
+                "tolerations": [
+                    {
+                        "key": "jumpstarter.dev/kvm",
+                        "operator": "Exists",
+                        "effect": "NoSchedule",
+                        "tolerationSeconds": 30,
+                    }
+                ],
+                "resources": {
+                    "limits": {"devices.kubevirt.io/kvm": "1", "cpu": 2},
+                    "requests": {"memory": "512Mi", "cpu": "500m"},
+                },
+            }
+        ),
+        True,
+    ),
+    (
+        "class-parameters-free-form",
+        virtual_target_class(parameters={"firmware": {"url": "x"}, "cpu": 4}),
+        True,
+    ),
+    ("class-missing-provisioner", virtual_target_class(provisioner=None), False),
+    ("class-empty-provisioner", virtual_target_class(provisioner=""), False),
+    ("class-unknown-binding-mode", virtual_target_class(bindingMode="Lazy"), False),
+    ("class-unknown-reclaim-policy", virtual_target_class(reclaimPolicy="Recycle"), False),
+    (
+        "class-ca-bundle-without-name",
+        virtual_target_class(caBundleConfigMapRef={"key": "ca.crt"}),
+        False,
+    ),
+    ("class-ca-bundle-empty-name", virtual_target_class(caBundleConfigMapRef={"name": ""}), False),
+    (
+        "class-bad-quantity",
+        virtual_target_class(scheduling={"resources": {"limits": {"cpu": "lots"}}}),
+        False,
+    ),
+    (
+        "class-tolerations-not-a-list",
+        virtual_target_class(scheduling={"tolerations": {"key": "a"}}),
+        False,
+    ),
+    (
+        "class-node-selector-not-string",
+        virtual_target_class(scheduling={"nodeSelector": {"a": 1}}),
+        False,
+    ),
+    (
+        "class-unknown-pull-policy",
+        virtual_target_class(images={"runtime": {"imagePullPolicy": "Maybe"}}),
+        False,
+    ),
+]
+
+# Accepted upstream, rejected by our ExporterSet on purpose (module docstring).
+STRICTER_CASES = [
+    ("class-name-cross-namespace", exporter_set(virtualTargetClassName="other-ns/qemu-rpi4")),
+    ("class-name-upper-case", exporter_set(virtualTargetClassName="Qemu-RPi4")),
+    ("class-name-underscore", exporter_set(virtualTargetClassName="qemu_rpi4")),
+    ("class-name-leading-dash", exporter_set(virtualTargetClassName="-qemu")),
+    ("class-name-too-long", exporter_set(virtualTargetClassName="a" * 254)),
+    ("cooldown-words", exporter_set(scaleDownCooldown="5 minutes")),
+    ("cooldown-without-unit", exporter_set(scaleDownCooldown="300")),
+    ("cooldown-negative", exporter_set(scaleDownCooldown="-5m")),
+    ("cooldown-days", exporter_set(scaleDownCooldown="1d")),
+    ("cooldown-empty", exporter_set(scaleDownCooldown="")),
+]
+
+# Our VirtualTargetClass keeps scheduling.affinity; upstream prunes it. Both
+# accept the object, only the stored spec differs in that field.
+AFFINITY = {
+    "nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [
+                {
+                    "matchExpressions": [
+                        {"key": "kubernetes.io/arch", "operator": "In", "values": ["arm64"]}
+                    ]
+                }
+            ]
+        }
+    }
+}
+
+
+@pytest.fixture(scope="module")
+def upstream_bed(testbed_factory):
+    """etcd + kube-apiserver with upstream's own ExporterSet/VirtualTargetClass CRDs."""
+    return testbed_factory("upstream-crds", crd_files=upstream_crd_files(), controllers=False)
+
+
+@pytest.fixture(scope="module")
+def ours(testbed):
+    with testbed.api_client() as api:
+        yield client.CustomObjectsApi(api)
+
+
+@pytest.fixture(scope="module")
+def upstream(upstream_bed):
+    with upstream_bed.api_client() as api:
+        yield client.CustomObjectsApi(api)
+
+
+def dry_run_create(api: client.CustomObjectsApi, kind: str, spec: dict, name: str = "case"):
+    """(accepted, defaulted spec or the API's rejection message)."""
+    body = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": kind,
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+    try:
+        created = api.create_namespaced_custom_object(
+            GROUP, VERSION, "default", PLURALS[kind], body, dry_run="All"
+        )
+    except ApiException as error:
+        if error.status != 422:
+            raise
+        return False, error.body
+    return True, created["spec"]
+
+
+@pytest.mark.parametrize(
+    ("case", "obj", "valid"), AGREEMENT_CASES, ids=[c[0] for c in AGREEMENT_CASES]
+)
+def test_ours_and_upstream_agree(ours, upstream, case, obj, valid):
+    kind, spec = obj
+    ours_accepted, ours_result = dry_run_create(ours, kind, spec)
+    upstream_accepted, upstream_result = dry_run_create(upstream, kind, spec)
+    assert upstream_accepted == valid, f"upstream: {upstream_result}"
+    assert ours_accepted == valid, f"ours: {ours_result}"
+    if valid:
+        assert ours_result == upstream_result, "the two CRDs default or prune differently"
+
+
+def test_agreement_table_is_large_enough():
+    assert len(AGREEMENT_CASES) >= 30
+    assert {valid for *_, valid in AGREEMENT_CASES} == {True, False}
+
+
+@pytest.mark.parametrize(("case", "obj"), STRICTER_CASES, ids=[c[0] for c in STRICTER_CASES])
+def test_ours_is_deliberately_stricter(ours, upstream, case, obj):
+    kind, spec = obj
+    upstream_accepted, upstream_result = dry_run_create(upstream, kind, spec)
+    ours_accepted, ours_result = dry_run_create(ours, kind, spec)
+    assert upstream_accepted, f"upstream: {upstream_result}"
+    assert not ours_accepted
+    field = "virtualTargetClassName" if "class-name" in case else "scaleDownCooldown"
+    assert field in ours_result
+
+
+def test_affinity_is_kept_by_ours_and_pruned_upstream(ours, upstream):
+    kind, spec = virtual_target_class(scheduling={"affinity": AFFINITY})
+    ours_accepted, ours_spec = dry_run_create(ours, kind, spec)
+    upstream_accepted, upstream_spec = dry_run_create(upstream, kind, spec)
+    assert ours_accepted and upstream_accepted
+    assert ours_spec["scheduling"]["affinity"] == AFFINITY
+    assert "affinity" not in upstream_spec.get("scheduling", {})
+
+
+def upstream_samples():
+    for path in sorted(SAMPLES_DIR.glob("*.yaml")):
+        for document in yaml.safe_load_all(path.read_text()):
+            if document and document.get("kind") in PLURALS:
+                yield pytest.param(document, id=f"{path.stem}:{document['metadata']['name']}")
+
+
+@pytest.mark.parametrize("sample", list(upstream_samples()))
+def test_upstream_samples_are_accepted(ours, upstream, sample):
+    ours_accepted, ours_spec = dry_run_create(
+        ours, sample["kind"], sample["spec"], sample["metadata"]["name"]
+    )
+    upstream_accepted, upstream_spec = dry_run_create(
+        upstream, sample["kind"], sample["spec"], sample["metadata"]["name"]
+    )
+    assert ours_accepted, ours_spec
+    assert upstream_accepted, upstream_spec
+    assert ours_spec == upstream_spec
+
+
+def test_every_sample_kind_is_covered():
+    kinds = {param.values[0]["kind"] for param in upstream_samples()}
+    assert kinds == set(PLURALS)

@@ -1,0 +1,636 @@
+"""A real Kubernetes control plane on loopback: etcd, kube-apiserver,
+kube-controller-manager, kube-scheduler and kwok with fake Nodes.
+
+Standard library only, so `scripts/testbed` runs it with any python3. The
+binaries come from `scripts/testbed build` ($CACHE_DIR/bin), the
+certificates from openssl. Everything a bed owns lives in its state directory: PKI,
+kubeconfig, etcd data, one log per process and `bed.json` (ports, pids).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+CACHE_DIR = Path(
+    os.environ.get("JVE_CACHE_DIR")
+    or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "jumpstarter-virtual-exporters"
+)
+BIN_DIR = CACHE_DIR / "bin"
+DEFAULT_STATE_DIR = Path(os.environ.get("JVE_TESTBED_DIR") or CACHE_DIR / "testbed")
+# The upstream Jumpstarter CRDs are shared material next to the checkout;
+# they are installed from there, never copied into the repository.
+UPSTREAM_CRD_DIR = Path(
+    os.environ.get("JVE_UPSTREAM_CRD_DIR") or PROJECT_ROOT.parent / "shared/anchors/jumpstarter/crds"
+)
+UPSTREAM_CORE_CRDS = tuple(
+    f"jumpstarter.dev_{plural}.yaml" for plural in ("exporters", "leases", "clients", "exporteraccesspolicies")
+)
+UPSTREAM_VIRTUALTARGET_CRDS = tuple(
+    f"virtualtarget.jumpstarter.dev_{plural}.yaml" for plural in ("exportersets", "virtualtargetclasses")
+)
+PROJECT_CRD_DIR = PROJECT_ROOT / "config/crd"
+PROJECT_CRDS = ("exportersets.yaml", "virtualtargetclasses.yaml")
+
+ADMIN_USER = "jve-admin"
+SERVICE_CLUSTER_IP_RANGE = "10.96.0.0/16"
+POD_CIDR = "10.244.0.0/16"
+STARTUP_TIMEOUT = 90.0
+
+
+def default_crd_files() -> list[Path]:
+    """Upstream Exporter/Lease/Client/ExporterAccessPolicy plus our own
+    ExporterSet/VirtualTargetClass: what a cluster running this project has."""
+    return [UPSTREAM_CRD_DIR / name for name in UPSTREAM_CORE_CRDS] + [PROJECT_CRD_DIR / name for name in PROJECT_CRDS]
+
+
+def upstream_crd_files() -> list[Path]:
+    """Every upstream Jumpstarter CRD the project interoperates with,
+    including upstream's own ExporterSet/VirtualTargetClass."""
+    return [UPSTREAM_CRD_DIR / name for name in UPSTREAM_CORE_CRDS + UPSTREAM_VIRTUALTARGET_CRDS]
+
+
+class TestBedError(RuntimeError):
+    pass
+
+
+def binary(name: str) -> str:
+    """Path of a bed binary. Only the pinned builds are used: a system etcd
+    or kubectl of another version would change what the tests exercise."""
+    built = BIN_DIR / name
+    if not built.is_file():
+        raise TestBedError(f"{built} missing; run scripts/testbed build")
+    return str(built)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class BedConfig:
+    """What `up` recorded, so `down`, `status` and other processes (pytest
+    workers) can find the same bed again."""
+
+    etcd_client_port: int = 0
+    etcd_peer_port: int = 0
+    apiserver_port: int = 0
+    nodes: int = 2
+    controllers: bool = True
+    audit: bool = False
+    crd_files: list[str] = field(default_factory=list)
+    pids: dict[str, int] = field(default_factory=dict)
+
+
+class TestBed:
+    """One control plane. `up()` is idempotent: a bed whose processes are all
+    alive is reused as it is."""
+
+    __test__ = False  # not a pytest test class despite the name
+
+    def __init__(
+        self,
+        state_dir: Path | str = DEFAULT_STATE_DIR,
+        *,
+        crd_files: list[Path] | None = None,
+        nodes: int = 2,
+        controllers: bool = True,
+        audit: bool = False,
+    ):
+        self.state_dir = Path(state_dir).resolve()
+        self._children: dict[str, subprocess.Popen] = {}
+        self._wanted = BedConfig(
+            nodes=nodes,
+            controllers=controllers,
+            audit=audit,
+            crd_files=[str(p) for p in (default_crd_files() if crd_files is None else crd_files)],
+        )
+        self.config = self._load_config() or self._wanted
+
+    # -- paths -------------------------------------------------------------
+
+    @property
+    def pki_dir(self) -> Path:
+        return self.state_dir / "pki"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.state_dir / "kubeconfig"
+
+    @property
+    def audit_log(self) -> Path:
+        return self.state_dir / "logs/audit.log"
+
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.config.apiserver_port}"
+
+    @property
+    def env(self) -> dict[str, str]:
+        """Environment for subprocesses (kubectl, ansible-runner, the operator)."""
+        path = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p and p != str(BIN_DIR)]
+        return {"KUBECONFIG": str(self.kubeconfig), "PATH": os.pathsep.join([str(BIN_DIR), *path])}
+
+    def api_client(self):
+        """A `kubernetes.client.ApiClient` for the admin identity (imported
+        lazily: the command line runs without the kubernetes package)."""
+        from kubernetes import client, config
+
+        configuration = client.Configuration()
+        config.load_kube_config(config_file=str(self.kubeconfig), client_configuration=configuration)
+        return client.ApiClient(configuration)
+
+    def logs(self) -> dict[str, Path]:
+        """Log file of each process the bed runs, by component name."""
+        return {p.stem: p for p in sorted((self.state_dir / "logs").glob("*.log"))}
+
+    def _config_file(self) -> Path:
+        return self.state_dir / "bed.json"
+
+    def _load_config(self) -> BedConfig | None:
+        try:
+            return BedConfig(**json.loads(self._config_file().read_text()))
+        except FileNotFoundError:
+            return None
+
+    def _save_config(self) -> None:
+        tmp = self._config_file().with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(self.config), indent=2))
+        tmp.replace(self._config_file())
+
+    # -- lifecycle ---------------------------------------------------------
+
+    def up(self) -> TestBed:
+        if self.is_running():
+            return self
+        self.down()
+        started = time.monotonic()
+        self.config = BedConfig(**{**asdict(self._wanted), "pids": {}})
+        (self.state_dir / "logs").mkdir(parents=True, exist_ok=True)
+        self._make_pki()
+        self.config.etcd_client_port = free_port()
+        self.config.etcd_peer_port = free_port()
+        self.config.apiserver_port = free_port()
+        self._write_kubeconfig()
+        self._save_config()
+        try:
+            self._start_etcd()
+            self._start_apiserver()
+            self._wait_ready()
+            self._bootstrap_cluster()
+            self._save_config()
+        except BaseException:
+            self.stop_processes()
+            raise
+        self.startup_seconds = time.monotonic() - started
+        return self
+
+    def down(self, *, remove: bool = False) -> None:
+        self.stop_processes()
+        if remove and self.state_dir.exists():
+            shutil.rmtree(self.state_dir)
+
+    def stop_processes(self) -> None:
+        for name in reversed(list(self.config.pids)):
+            self._stop(name)
+        self._save_config_if_present()
+
+    def is_running(self) -> bool:
+        saved = self._load_config()
+        if not saved or not saved.pids:
+            return False
+        self.config = saved
+        return all(self._alive(name) for name in self._expected_components()) and self._ready()
+
+    def status(self) -> dict[str, str]:
+        self.config = self._load_config() or self.config
+        report = {name: ("running" if self._alive(name) else "stopped") for name in self._expected_components()}
+        report["apiserver-ready"] = "yes" if self.config.pids and self._ready() else "no"
+        return report
+
+    def restart_apiserver(self) -> None:
+        """Stop and start kube-apiserver on the same port with the same etcd
+        data; returns once it serves again. Clients must reconnect."""
+        self._stop("kube-apiserver")
+        self._start_apiserver()
+        self._wait_ready()
+        self._save_config()
+
+    def _expected_components(self) -> list[str]:
+        names = ["etcd", "kube-apiserver"]
+        if self.config.controllers:
+            names += ["kube-controller-manager", "kube-scheduler", "kwok"]
+        return names
+
+    # -- processes ---------------------------------------------------------
+
+    def _spawn(self, name: str, argv: list[str]) -> None:
+        log = open(self.state_dir / f"logs/{name}.log", "ab")  # noqa: SIM115 - handed to the child
+        log.write(f"\n==== {time.strftime('%Y-%m-%dT%H:%M:%S')} {' '.join(argv)}\n".encode())
+        log.flush()
+        # Own session: a Ctrl-C in the terminal that ran `up` does not kill
+        # the bed, and `down` can stop each process by pid.
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        log.close()
+        self.config.pids[name] = proc.pid
+        self._children[name] = proc
+
+    def _alive(self, name: str) -> bool:
+        pid = self.config.pids.get(name)
+        if not pid:
+            return False
+        child = self._children.get(name)
+        if child is not None and child.pid == pid:
+            # Right after exec, /proc/<pid>/cmdline can still read empty;
+            # our own children are asked directly.
+            return child.poll() is None
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except (FileNotFoundError, ProcessLookupError):
+            return False
+        # A recycled pid running something else is not ours; a zombie is dead.
+        return Path(cmdline.decode()).name == name and ") Z " not in stat
+
+    def _stop(self, name: str, timeout: float = 10.0) -> None:
+        if self._alive(name):
+            pid = self.config.pids[name]
+            os.kill(pid, signal.SIGTERM)
+            deadline = time.monotonic() + timeout
+            while self._alive(name) and time.monotonic() < deadline:
+                _reap(pid)
+                time.sleep(0.05)
+            if self._alive(name):
+                os.kill(pid, signal.SIGKILL)
+            _reap(pid)
+        self.config.pids.pop(name, None)
+        self._children.pop(name, None)
+
+    def _save_config_if_present(self) -> None:
+        if self._config_file().exists():
+            self._save_config()
+
+    def _start_etcd(self) -> None:
+        c = self.config
+        client = f"http://127.0.0.1:{c.etcd_client_port}"
+        peer = f"http://127.0.0.1:{c.etcd_peer_port}"
+        self._spawn(
+            "etcd",
+            [
+                binary("etcd"),
+                "--name=testbed",
+                f"--data-dir={self.state_dir / 'etcd'}",
+                f"--listen-client-urls={client}",
+                f"--advertise-client-urls={client}",
+                f"--listen-peer-urls={peer}",
+                f"--initial-advertise-peer-urls={peer}",
+                f"--initial-cluster=testbed={peer}",
+                "--log-level=warn",
+                # Throwaway test data: durability is not worth an fsync per
+                # write on a disk shared with other builds.
+                "--unsafe-no-fsync",
+            ],
+        )
+
+    def _start_apiserver(self) -> None:
+        c = self.config
+        pki = self.pki_dir
+        argv = [
+            binary("kube-apiserver"),
+            f"--etcd-servers=http://127.0.0.1:{c.etcd_client_port}",
+            f"--secure-port={c.apiserver_port}",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            # The `kubernetes` Service cannot point at a loopback address and
+            # nothing in the bed routes to it.
+            "--endpoint-reconciler-type=none",
+            f"--tls-cert-file={pki / 'apiserver.crt'}",
+            f"--tls-private-key-file={pki / 'apiserver.key'}",
+            f"--client-ca-file={pki / 'ca.crt'}",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-account-key-file={pki / 'sa.pub'}",
+            f"--service-account-signing-key-file={pki / 'sa.key'}",
+            f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
+            # RBAC so the install playbook's least-privilege roles are really
+            # enforced; the admin identity is in system:masters.
+            "--authorization-mode=Node,RBAC",
+            # No kubelet creates token volumes here and a Pod created right
+            # after its namespace would race the "default" ServiceAccount.
+            "--disable-admission-plugins=ServiceAccount",
+            "--allow-privileged=true",
+            "--profiling=false",
+            "--v=1",
+        ]
+        if c.audit:
+            policy = self.state_dir / "audit-policy.yaml"
+            policy.write_text(AUDIT_POLICY)
+            argv += [
+                f"--audit-policy-file={policy}",
+                f"--audit-log-path={self.audit_log}",
+                "--audit-log-format=json",
+                "--audit-log-mode=batch",
+                "--audit-log-batch-max-wait=1s",
+            ]
+        self._spawn("kube-apiserver", argv)
+
+    def _start_controllers(self) -> None:
+        kubeconfig = str(self.kubeconfig)
+        pki = self.pki_dir
+        self._spawn(
+            "kube-controller-manager",
+            [
+                binary("kube-controller-manager"),
+                f"--kubeconfig={kubeconfig}",
+                f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}",
+                "--leader-elect=false",
+                "--secure-port=0",
+                f"--service-account-private-key-file={pki / 'sa.key'}",
+                f"--root-ca-file={pki / 'ca.crt'}",
+                f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
+                "--controllers=*",
+                "--concurrent-gc-syncs=5",
+                "--v=1",
+            ],
+        )
+        self._spawn(
+            "kube-scheduler",
+            [
+                binary("kube-scheduler"),
+                f"--kubeconfig={kubeconfig}",
+                f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}",
+                "--leader-elect=false",
+                "--secure-port=0",
+                "--v=1",
+            ],
+        )
+        self._spawn(
+            "kwok",
+            [
+                binary("kwok"),
+                f"--kubeconfig={kubeconfig}",
+                "--manage-all-nodes=true",
+                f"--cidr={POD_CIDR}",
+                "--node-ip=127.0.0.1",
+                "--server-address=",
+                "--v=WARN",
+            ],
+        )
+
+    # -- bootstrap ---------------------------------------------------------
+
+    def _bootstrap_cluster(self) -> None:
+        # CRDs first: the controller-manager's garbage collector and
+        # namespace controller discover resource types at start and then only
+        # every 30 s, so CRDs installed later are not collected for a while.
+        self._install_crds()
+        if self.config.controllers:
+            self._start_controllers()
+            self.kubectl("apply", "--server-side", "-f", "-", input=self._node_manifests())
+
+    def _install_crds(self) -> None:
+        if self.config.crd_files:
+            args = ["apply", "--server-side", "--force-conflicts"]
+            for path in self.config.crd_files:
+                if not Path(path).is_file():
+                    raise TestBedError(f"CRD file missing: {path}")
+                args += ["-f", path]
+            self.kubectl(*args)
+            self.kubectl(
+                "wait",
+                "--for=condition=Established",
+                "--timeout=60s",
+                *(f"crd/{name}" for name in self._crd_names()),
+            )
+
+    def _crd_names(self) -> list[str]:
+        names = []
+        for path in self.config.crd_files:
+            for line in Path(path).read_text().splitlines():
+                # CRD files hold one CRD each; its name is the only
+                # two-space-indented `name:` under metadata.
+                if line.startswith("  name: "):
+                    names.append(line.split(":", 1)[1].strip())
+                    break
+        return names
+
+    def _node_manifests(self) -> str:
+        nodes = []
+        for index in range(self.config.nodes):
+            name = f"kwok-node-{index}"
+            nodes.append(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Node",
+                    "metadata": {
+                        "name": name,
+                        "annotations": {
+                            "kwok.x-k8s.io/node": "fake",
+                            "node.alpha.kubernetes.io/ttl": "0",
+                        },
+                        "labels": {
+                            "type": "kwok",
+                            "kubernetes.io/hostname": name,
+                            "kubernetes.io/os": "linux",
+                            "kubernetes.io/arch": "amd64" if index % 2 == 0 else "arm64",
+                        },
+                    },
+                    "status": {
+                        "allocatable": {"cpu": "32", "memory": "256Gi", "pods": "110"},
+                        "capacity": {"cpu": "32", "memory": "256Gi", "pods": "110"},
+                    },
+                }
+            )
+        return json.dumps({"apiVersion": "v1", "kind": "List", "items": nodes})
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
+        result = subprocess.run(
+            [binary("kubectl"), f"--kubeconfig={self.kubeconfig}", *args],
+            input=input,
+            capture_output=True,
+            text=True,
+        )
+        if check and result.returncode != 0:
+            raise TestBedError(f"kubectl {' '.join(args)} failed:\n{result.stdout}{result.stderr}")
+        return result
+
+    # -- readiness ---------------------------------------------------------
+
+    def _ssl_context(self) -> ssl.SSLContext:
+        context = ssl.create_default_context(cafile=str(self.pki_dir / "ca.crt"))
+        context.load_cert_chain(self.pki_dir / "admin.crt", self.pki_dir / "admin.key")
+        return context
+
+    def _ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.server}/readyz", context=self._ssl_context(), timeout=2) as r:
+                return r.status == 200
+        except (OSError, urllib.error.URLError, ssl.SSLError):
+            return False
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + STARTUP_TIMEOUT
+        while time.monotonic() < deadline:
+            for name in ("etcd", "kube-apiserver"):
+                if not self._alive(name):
+                    raise TestBedError(self._exit_report(name))
+            if self._ready():
+                return
+            time.sleep(0.1)
+        raise TestBedError(f"kube-apiserver not ready after {STARTUP_TIMEOUT:.0f} s; see {self.state_dir}/logs")
+
+    def _exit_report(self, name: str) -> str:
+        log = self.state_dir / "logs" / f"{name}.log"
+        child = self._children.get(name)
+        code = child.poll() if child else None
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:]) if log.exists() else ""
+        return f"{name} exited (code {code}); last lines of {log}:\n{tail}"
+
+    # -- certificates ------------------------------------------------------
+
+    def _make_pki(self) -> None:
+        """A CA, the API server's serving cert, an admin client cert in
+        system:masters and the service-account key pair. Kept across restarts
+        of the same state directory so existing kubeconfigs stay valid."""
+        pki = self.pki_dir
+        if (pki / "admin.crt").exists():
+            return
+        pki.mkdir(parents=True, exist_ok=True)
+
+        def openssl(*args: str) -> None:
+            subprocess.run(["openssl", *args], cwd=pki, check=True, capture_output=True)
+
+        openssl(
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.crt",
+            "-days",
+            "3650",
+            "-subj",
+            "/CN=jve-testbed-ca",
+        )
+        (pki / "apiserver.ext").write_text(
+            "subjectAltName=IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,"
+            "DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local\n"
+            "extendedKeyUsage=serverAuth\n"
+        )
+        (pki / "client.ext").write_text("extendedKeyUsage=clientAuth\n")
+        for name, subject, ext in (
+            ("apiserver", "/CN=kube-apiserver", "apiserver.ext"),
+            ("admin", f"/O=system:masters/CN={ADMIN_USER}", "client.ext"),
+        ):
+            openssl(
+                "req",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:prime256v1",
+                "-nodes",
+                "-keyout",
+                f"{name}.key",
+                "-out",
+                f"{name}.csr",
+                "-subj",
+                subject,
+            )
+            openssl(
+                "x509",
+                "-req",
+                "-in",
+                f"{name}.csr",
+                "-CA",
+                "ca.crt",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-out",
+                f"{name}.crt",
+                "-days",
+                "3650",
+                "-extfile",
+                ext,
+            )
+        openssl("genrsa", "-out", "sa.key", "2048")
+        openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub")
+
+    def _write_kubeconfig(self) -> None:
+        pki = self.pki_dir
+        self.kubeconfig.write_text(
+            json.dumps(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "clusters": [
+                        {
+                            "name": "testbed",
+                            "cluster": {
+                                "server": self.server,
+                                "certificate-authority": str(pki / "ca.crt"),
+                            },
+                        }
+                    ],
+                    "users": [
+                        {
+                            "name": ADMIN_USER,
+                            "user": {
+                                "client-certificate": str(pki / "admin.crt"),
+                                "client-key": str(pki / "admin.key"),
+                            },
+                        }
+                    ],
+                    "contexts": [{"name": "testbed", "context": {"cluster": "testbed", "user": ADMIN_USER}}],
+                    "current-context": "testbed",
+                },
+                indent=2,
+            )
+        )
+
+
+def _reap(pid: int) -> None:
+    """Collect a child we started in this process so it does not linger as a
+    zombie; processes started by another `up` are not our children."""
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+# Metadata for every request is enough to count API calls by verb and user;
+# the health probes would only drown them.
+AUDIT_POLICY = """\
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+  - level: None
+    nonResourceURLs: ["/healthz*", "/readyz*", "/livez*", "/version"]
+  - level: Metadata
+"""
