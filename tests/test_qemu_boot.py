@@ -56,7 +56,8 @@ def test_guest_boots_and_survives_system_reset(tmp_path):
 def test_guest_gets_the_cpus_memory_and_disk_asked_for(tmp_path):
     parameters = guest_parameters(
         resources={"cpu": 2, "memory": "200Mi", "storage": "80Mi"})
-    with running_vm(tmp_path, parameters=parameters) as vm:
+    # A comma in the run directory must survive QEMU's option syntax.
+    with running_vm(tmp_path / "run,dir", parameters=parameters) as vm:
         serial = SerialConsole(vm.serial_socket)
         serial.read_until(GUEST_BANNER)
         assert serial.run("nproc") == "2"

@@ -60,6 +60,11 @@ def run_path(run_dir, file_name):
     return f"{run_dir.rstrip('/')}/{file_name}"
 
 
+def _option_value(value):
+    """A value inside a QEMU ``key=value,...`` option: a comma is written twice."""
+    return value.replace(",", ",,")
+
+
 def arch_of(parameters):
     arch = parameters.get("arch") or DEFAULT_ARCH
     if arch not in _ARCH:
@@ -148,6 +153,9 @@ def qemu_argv(parameters, *, run_dir, name, accel=None):
     machine = parameters.get("machineType") or profile["machine"]
     cpu_model = parameters.get("cpuModel") or _CPU_MODEL[accel]
 
+    qmp_socket = _option_value(run_path(run_dir, QMP_SOCKET))
+    serial_socket = _option_value(run_path(run_dir, SERIAL_SOCKET))
+    serial_log = _option_value(run_path(run_dir, SERIAL_LOG))
     argv = [
         binary,
         "-name", name,
@@ -159,17 +167,17 @@ def qemu_argv(parameters, *, run_dir, name, accel=None):
         # command line says everything the guest gets.
         "-nodefaults",
         "-display", "none",
-        "-qmp", f"unix:{run_path(run_dir, QMP_SOCKET)},server=on,wait=off",
+        "-qmp", f"unix:{qmp_socket},server=on,wait=off",
         "-chardev",
-        f"socket,id=serial0,path={run_path(run_dir, SERIAL_SOCKET)},server=on,wait=off,"
-        f"logfile={run_path(run_dir, SERIAL_LOG)}",
+        f"socket,id=serial0,path={serial_socket},server=on,wait=off,logfile={serial_log}",
         "-serial", "chardev:serial0",
     ]
     firmware = image_path(parameters, "firmware", run_dir)
     if firmware:
         argv += ["-bios", firmware]
     if has_disk(parameters):
-        argv += ["-drive", f"file={run_path(run_dir, DISK_IMAGE)},if=virtio,format=qcow2"]
+        disk = _option_value(run_path(run_dir, DISK_IMAGE))
+        argv += ["-drive", f"file={disk},if=virtio,format=qcow2"]
     kernel = image_path(parameters, "kernel", run_dir)
     if kernel:
         argv += ["-kernel", kernel]

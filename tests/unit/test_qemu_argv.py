@@ -68,6 +68,14 @@ def test_trailing_slash_of_run_dir_does_not_double():
     assert only(argv, "-qmp").startswith("unix:/run/vt/pool-a-0/qmp.sock,")
 
 
+def test_commas_in_the_run_dir_are_escaped_for_qemu_options():
+    argv = qemu_argv(with_(resources={"storage": "1Gi"}), run_dir="/run/a,b", name="x")
+    assert only(argv, "-qmp") == "unix:/run/a,,b/qmp.sock,server=on,wait=off"
+    assert only(argv, "-chardev").startswith("socket,id=serial0,path=/run/a,,b/serial.sock,")
+    assert only(argv, "-chardev").endswith(",logfile=/run/a,,b/serial.log")
+    assert only(argv, "-drive") == "file=/run/a,,b/disk.qcow2,if=virtio,format=qcow2"
+
+
 @pytest.mark.parametrize(
     ("parameters", "binary", "machine"),
     [
