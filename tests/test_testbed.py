@@ -67,20 +67,14 @@ def custom(api):
 
 
 def kubectl(testbed, *args: str) -> str:
-    result = subprocess.run(
-        ["kubectl", *args], env=testbed.env, capture_output=True, text=True, timeout=60
-    )
+    result = subprocess.run(["kubectl", *args], env=testbed.env, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     return result.stdout
 
 
 def test_exporterset_defaults_are_applied(custom, namespace):
-    custom.create_namespaced_custom_object(
-        GROUP, VERSION, namespace, "exportersets", exporter_set_body("pool")
-    )
-    spec = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "exportersets", "pool")[
-        "spec"
-    ]
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "exportersets", exporter_set_body("pool"))
+    spec = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "exportersets", "pool")["spec"]
     # Defaults of JEP-0014 / the upstream CRD.
     assert spec["maxReplicas"] == 4
     assert spec["minReplicas"] == 0
@@ -97,9 +91,7 @@ def test_virtualtargetclass_defaults_are_applied(custom, namespace):
         "spec": {"provisioner": "qemu.jumpstarter.dev", "caBundleConfigMapRef": {"name": "ca"}},
     }
     custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "virtualtargetclasses", body)
-    spec = custom.get_namespaced_custom_object(
-        GROUP, VERSION, namespace, "virtualtargetclasses", "qemu"
-    )["spec"]
+    spec = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "virtualtargetclasses", "qemu")["spec"]
     assert spec["bindingMode"] == "Immediate"
     assert spec["reclaimPolicy"] == "Delete"
     assert spec["caBundleConfigMapRef"] == {"name": "ca", "key": "ca-bundle.crt"}
@@ -122,23 +114,17 @@ def test_scale_subresource_drives_max_replicas(testbed, custom, namespace):
         GROUP, VERSION, namespace, "exportersets", "pool", {"spec": {"replicas": 7}}
     )
     assert (
-        custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "exportersets", "pool")[
-            "spec"
-        ]["maxReplicas"]
+        custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "exportersets", "pool")["spec"]["maxReplicas"]
         == 7
     )
-    scale = custom.get_namespaced_custom_object_scale(
-        GROUP, VERSION, namespace, "exportersets", "pool"
-    )
+    scale = custom.get_namespaced_custom_object_scale(GROUP, VERSION, namespace, "exportersets", "pool")
     assert scale["spec"]["replicas"] == 7
     assert scale["status"]["replicas"] == 3
     assert scale["status"]["selector"] == "board=rpi4"
 
     kubectl(testbed, "scale", "-n", namespace, "exporterset/pool", "--replicas=9")
     assert (
-        custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "exportersets", "pool")[
-            "spec"
-        ]["maxReplicas"]
+        custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "exportersets", "pool")["spec"]["maxReplicas"]
         == 9
     )
 
@@ -154,17 +140,11 @@ def test_scale_subresource_drives_max_replicas(testbed, custom, namespace):
 def test_status_is_written_only_through_its_subresource(custom, namespace):
     body = exporter_set_body("pool")
     body["status"] = full_status(replicas=5)["status"]
-    created = custom.create_namespaced_custom_object(
-        GROUP, VERSION, namespace, "exportersets", body
-    )
+    created = custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "exportersets", body)
     assert "status" not in created
 
-    custom.patch_namespaced_custom_object(
-        GROUP, VERSION, namespace, "exportersets", "pool", full_status(replicas=5)
-    )
-    assert "status" not in custom.get_namespaced_custom_object(
-        GROUP, VERSION, namespace, "exportersets", "pool"
-    )
+    custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, "exportersets", "pool", full_status(replicas=5))
+    assert "status" not in custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "exportersets", "pool")
 
     condition = {
         "type": "Available",
@@ -189,9 +169,7 @@ def test_status_is_written_only_through_its_subresource(custom, namespace):
             }
         },
     )
-    status = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "exportersets", "pool")[
-        "status"
-    ]
+    status = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "exportersets", "pool")["status"]
     assert status["replicas"] == 2
     assert status["readyReplicas"] == 1
     assert status["observedGeneration"] == 1
@@ -204,12 +182,7 @@ def test_status_is_written_only_through_its_subresource(custom, namespace):
     custom.patch_namespaced_custom_object(
         GROUP, VERSION, namespace, "exportersets", "pool", {"spec": {"minAvailableReplicas": 1}}
     )
-    assert (
-        custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "exportersets", "pool")[
-            "status"
-        ]
-        == status
-    )
+    assert custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "exportersets", "pool")["status"] == status
 
 
 def test_pods_are_scheduled_and_run_on_kwok_nodes(api, namespace):
@@ -227,9 +200,7 @@ def test_pods_are_scheduled_and_run_on_kwok_nodes(api, namespace):
         )
     for name, arch in (("amd", "amd64"), ("arm", "arm64")):
         pod = wait_for(
-            lambda n=name: (
-                (p := core.read_namespaced_pod(n, namespace)).status.phase == "Running" and p
-            ),
+            lambda n=name: (p := core.read_namespaced_pod(n, namespace)).status.phase == "Running" and p,
             what=f"pod {name} Running",
         )
         node = core.read_node(pod.spec.node_name)
@@ -283,9 +254,7 @@ def test_exporter_status_is_patched_like_the_jumpstarter_controller(custom, name
             },
         },
     )
-    exporter = custom.get_namespaced_custom_object(
-        "jumpstarter.dev", "v1alpha1", namespace, "exporters", "rpi4-0"
-    )
+    exporter = custom.get_namespaced_custom_object("jumpstarter.dev", "v1alpha1", namespace, "exporters", "rpi4-0")
     assert exporter["status"]["conditions"] == conditions
     assert exporter["status"]["leaseRef"] == {"name": "lease-1"}
     assert exporter["status"]["exporterStatus"] == "LeaseReady"
@@ -293,9 +262,7 @@ def test_exporter_status_is_patched_like_the_jumpstarter_controller(custom, name
 
 
 def test_printer_columns_short_names_and_category(testbed, custom, namespace):
-    custom.create_namespaced_custom_object(
-        GROUP, VERSION, namespace, "exportersets", exporter_set_body("pool")
-    )
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "exportersets", exporter_set_body("pool"))
     custom.patch_namespaced_custom_object_status(
         GROUP,
         VERSION,
@@ -335,9 +302,7 @@ def test_printer_columns_short_names_and_category(testbed, custom, namespace):
 
 
 def test_owned_objects_are_garbage_collected(custom, namespace):
-    owner = custom.create_namespaced_custom_object(
-        GROUP, VERSION, namespace, "exportersets", exporter_set_body("pool")
-    )
+    owner = custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "exportersets", exporter_set_body("pool"))
     custom.create_namespaced_custom_object(
         "jumpstarter.dev",
         "v1alpha1",
@@ -366,9 +331,7 @@ def test_owned_objects_are_garbage_collected(custom, namespace):
 
     def exporter_gone():
         try:
-            custom.get_namespaced_custom_object(
-                "jumpstarter.dev", "v1alpha1", namespace, "exporters", "pool-0"
-            )
+            custom.get_namespaced_custom_object("jumpstarter.dev", "v1alpha1", namespace, "exporters", "pool-0")
         except ApiException as error:
             return error.status == 404
         return False
@@ -397,9 +360,7 @@ def test_apiserver_restart_keeps_data_and_port(testbed_factory):
     bed = testbed_factory("restart", controllers=False)
     port = bed.config.apiserver_port
     with bed.api_client() as api:
-        client.CoreV1Api(api).create_namespaced_config_map(
-            "default", {"metadata": {"name": "survivor"}}
-        )
+        client.CoreV1Api(api).create_namespaced_config_map("default", {"metadata": {"name": "survivor"}})
     old_pid = bed.config.pids["kube-apiserver"]
 
     bed.restart_apiserver()
@@ -407,10 +368,7 @@ def test_apiserver_restart_keeps_data_and_port(testbed_factory):
     assert bed.config.pids["kube-apiserver"] != old_pid
     assert bed.config.apiserver_port == port
     with bed.api_client() as api:
-        assert (
-            client.CoreV1Api(api).read_namespaced_config_map("survivor", "default").metadata.name
-            == "survivor"
-        )
+        assert client.CoreV1Api(api).read_namespaced_config_map("survivor", "default").metadata.name == "survivor"
     assert "kube-apiserver" in bed.logs()
 
 
@@ -418,3 +376,67 @@ def test_kubeconfig_and_env_reach_the_bed(testbed):
     version = json.loads(kubectl(testbed, "version", "-o", "json"))
     assert version["serverVersion"]["gitVersion"].startswith("v1.")
     assert testbed.env["KUBECONFIG"] == str(testbed.kubeconfig)
+
+
+def test_rbac_is_enforced_for_service_account_tokens(testbed, api, namespace):
+    core = client.CoreV1Api(api)
+    core.create_namespaced_service_account(namespace, {"metadata": {"name": "reader"}})
+    token = core.create_namespaced_service_account_token(
+        "reader", namespace, {"spec": {"expirationSeconds": 600}}
+    ).status.token
+    configuration = client.Configuration()
+    configuration.host = testbed.server
+    configuration.ssl_ca_cert = str(testbed.pki_dir / "ca.crt")
+    configuration.api_key = {"authorization": f"Bearer {token}"}
+
+    with client.ApiClient(configuration) as reader_api:
+        reader = client.CustomObjectsApi(reader_api)
+
+        def list_sets():
+            try:
+                reader.list_namespaced_custom_object(GROUP, VERSION, namespace, "exportersets")
+            except ApiException as error:
+                return error.status
+            return 200
+
+        assert list_sets() == 403
+        rbac = client.RbacAuthorizationV1Api(api)
+        rbac.create_namespaced_role(
+            namespace,
+            {
+                "metadata": {"name": "read-sets"},
+                "rules": [{"apiGroups": [GROUP], "resources": ["exportersets"], "verbs": ["list"]}],
+            },
+        )
+        rbac.create_namespaced_role_binding(
+            namespace,
+            {
+                "metadata": {"name": "reader-reads-sets"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "read-sets"},
+                "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": namespace}],
+            },
+        )
+        wait_for(lambda: list_sets() == 200, what="the RoleBinding to take effect")
+        with pytest.raises(ApiException) as denied:
+            reader.create_namespaced_custom_object(GROUP, VERSION, namespace, "exportersets", exporter_set_body("pool"))
+        assert denied.value.status == 403
+
+
+def test_audit_log_records_requests_by_verb(testbed_factory):
+    bed = testbed_factory("audit", controllers=False, audit=True)
+    with bed.api_client() as api:
+        client.CoreV1Api(api).create_namespaced_config_map("default", {"metadata": {"name": "audited"}})
+
+    def audited_create():
+        if not bed.audit_log.exists():
+            return None
+        for line in bed.audit_log.read_text().splitlines():
+            event = json.loads(line)
+            ref = event.get("objectRef", {})
+            if event["verb"] == "create" and ref.get("resource") == "configmaps" and (ref.get("name") == "audited"):
+                return event
+        return None
+
+    event = wait_for(audited_create, timeout=15, what="the audit event of the create")
+    assert event["user"]["username"] == "jve-admin"
+    assert event["responseStatus"]["code"] == 201

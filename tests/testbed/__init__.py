@@ -105,7 +105,9 @@ def shared_bed(run_id: str) -> Iterator[TestBed]:
     run_dir = RUNS_DIR / run_id
     run_dir.mkdir(parents=True, exist_ok=True)
     _sweep_orphans(run_dir)
-    bed = TestBed(run_dir / "shared")
+    # JVE_TESTBED_AUDIT=1 makes the run's bed write an API audit log, for
+    # benchmarks that count requests by verb.
+    bed = TestBed(run_dir / "shared", audit=os.environ.get("JVE_TESTBED_AUDIT") == "1")
     with _locked(run_dir / "lock"):
         bed.up()
         _write_users(run_dir, [*_read_users(run_dir), os.getpid()])

@@ -188,6 +188,7 @@ class TestBed:
         self._save_config()
         try:
             self._start_etcd()
+            self._wait_etcd()
             self._start_apiserver()
             self._wait_ready()
             self._bootstrap_cluster()
@@ -487,6 +488,23 @@ class TestBed:
                 return r.status == 200
         except (OSError, urllib.error.URLError, ssl.SSLError):
             return False
+
+    def _wait_etcd(self) -> None:
+        """kube-apiserver started before etcd listens backs off between
+        retries; waiting here is quicker than its backoff."""
+        deadline = time.monotonic() + STARTUP_TIMEOUT
+        url = f"http://127.0.0.1:{self.config.etcd_client_port}/health"
+        while time.monotonic() < deadline:
+            if not self._alive("etcd"):
+                raise TestBedError(self._exit_report("etcd"))
+            try:
+                with urllib.request.urlopen(url, timeout=2) as response:
+                    if response.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.05)
+        raise TestBedError(f"etcd not healthy after {STARTUP_TIMEOUT:.0f} s; see {self.state_dir}/logs")
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + STARTUP_TIMEOUT
