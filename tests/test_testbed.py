@@ -5,8 +5,10 @@ subresources, printer columns), and kwok gives Pods a lifecycle."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 from kubernetes import client
@@ -207,6 +209,42 @@ def test_pods_are_scheduled_and_run_on_kwok_nodes(api, namespace):
         assert node.metadata.labels["kubernetes.io/arch"] == arch
         assert node.metadata.annotations["kwok.x-k8s.io/node"] == "fake"
         assert pod.status.pod_ip
+
+    # No kubelet runs: kwok finalizes deleted Pods, or they would stay
+    # Terminating forever.
+    core.delete_namespaced_pod("amd", namespace)
+
+    def deleted():
+        try:
+            core.read_namespaced_pod("amd", namespace)
+        except ApiException as error:
+            return error.status == 404
+        return False
+
+    wait_for(deleted, what="the deleted pod to disappear")
+
+
+def test_deployments_roll_out(api, namespace):
+    apps = client.AppsV1Api(api)
+    labels = {"app": "operator"}
+    apps.create_namespaced_deployment(
+        namespace,
+        {
+            "metadata": {"name": "operator"},
+            "spec": {
+                "replicas": 2,
+                "selector": {"matchLabels": labels},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {"containers": [{"name": "main", "image": "registry.invalid/op:1"}]},
+                },
+            },
+        },
+    )
+    wait_for(
+        lambda: apps.read_namespaced_deployment("operator", namespace).status.available_replicas == 2,
+        what="two available replicas",
+    )
 
 
 def test_exporter_status_is_patched_like_the_jumpstarter_controller(custom, namespace):
@@ -440,3 +478,29 @@ def test_audit_log_records_requests_by_verb(testbed_factory):
     event = wait_for(audited_create, timeout=15, what="the audit event of the create")
     assert event["user"]["username"] == "jve-admin"
     assert event["responseStatus"]["code"] == 201
+
+
+def test_command_line_up_env_status_down(tmp_path):
+    script = Path(__file__).resolve().parents[1] / "scripts/testbed"
+    env = {**os.environ, "JVE_TESTBED_DIR": str(tmp_path / "bed")}
+
+    def run(*args):
+        return subprocess.run([script, *args], env=env, capture_output=True, text=True, timeout=120)
+
+    up = run("up", "--no-controllers")
+    assert up.returncode == 0, up.stderr
+    try:
+        exports = dict(line.removeprefix("export ").split("=", 1) for line in run("env").stdout.splitlines())
+        assert exports["KUBECONFIG"] == str(tmp_path / "bed/kubeconfig")
+        crds = subprocess.run(
+            ["kubectl", "get", "crd", "-o", "name"],
+            env={**os.environ, **exports},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert "customresourcedefinition.apiextensions.k8s.io/exportersets." in crds.stdout
+        assert run("status").returncode == 0
+    finally:
+        assert run("down").returncode == 0
+    assert run("status").returncode == 1

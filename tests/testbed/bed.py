@@ -74,10 +74,17 @@ def binary(name: str) -> str:
     return str(built)
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+def free_ports(count: int) -> list[int]:
+    """Distinct free loopback ports: all sockets stay bound until every port
+    is chosen, so the kernel cannot hand out one twice."""
+    sockets = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
 
 
 @dataclass
@@ -181,9 +188,11 @@ class TestBed:
         self.config = BedConfig(**{**asdict(self._wanted), "pids": {}})
         (self.state_dir / "logs").mkdir(parents=True, exist_ok=True)
         self._make_pki()
-        self.config.etcd_client_port = free_port()
-        self.config.etcd_peer_port = free_port()
-        self.config.apiserver_port = free_port()
+        (
+            self.config.etcd_client_port,
+            self.config.etcd_peer_port,
+            self.config.apiserver_port,
+        ) = free_ports(3)
         self._write_kubeconfig()
         self._save_config()
         try:
