@@ -25,6 +25,7 @@ from .bed import (
     TestBed,
     TestBedError,
     default_crd_files,
+    upstream_core_crd_files,
     upstream_crd_files,
 )
 
@@ -38,6 +39,7 @@ __all__ = [
     "mark_failed",
     "namespace_name",
     "shared_bed",
+    "upstream_core_crd_files",
     "upstream_crd_files",
 ]
 

@@ -49,10 +49,16 @@ POD_CIDR = "10.244.0.0/16"
 STARTUP_TIMEOUT = 90.0
 
 
+def upstream_core_crd_files() -> list[Path]:
+    """Upstream Exporter/Lease/Client/ExporterAccessPolicy: a Jumpstarter
+    cluster before this project is installed."""
+    return [UPSTREAM_CRD_DIR / name for name in UPSTREAM_CORE_CRDS]
+
+
 def default_crd_files() -> list[Path]:
-    """Upstream Exporter/Lease/Client/ExporterAccessPolicy plus our own
-    ExporterSet/VirtualTargetClass: what a cluster running this project has."""
-    return [UPSTREAM_CRD_DIR / name for name in UPSTREAM_CORE_CRDS] + [PROJECT_CRD_DIR / name for name in PROJECT_CRDS]
+    """The upstream core CRDs plus our own ExporterSet/VirtualTargetClass:
+    what a cluster running this project has."""
+    return upstream_core_crd_files() + [PROJECT_CRD_DIR / name for name in PROJECT_CRDS]
 
 
 def upstream_crd_files() -> list[Path]:
