@@ -59,19 +59,29 @@ def test_pool_fills_refills_recycles_and_shrinks(api, namespace, operator):
              message="pool-0 recycled")
     wait_for(lambda: "pool-0" not in {p.metadata.name for p in standin.pods()}, message="pool-0 Pod gone")
 
-    # Three warm exporters for a buffer of two: after the 2 s cooldown the
-    # surplus is disabled, then deleted with its Pod and config Secret.
-    def settled_at_two():
-        standin.issue_credentials()
-        standin.bring_online_running()
-        status = get_set(custom, namespace).get("status") or {}
-        names = {e["metadata"]["name"] for e in standin.exporters(f"{SET_LABEL}=pool")}
-        return names if status.get("replicas") == 2 and len(names) == 2 else None
+    # ExitAndReplace removed the used instance; the pool is at its target
+    # of two again without a surplus.
+    status = settle_pool(standin, 2, custom, namespace, replicas=2, leasedReplicas=0)
+    assert "pool-0" not in {e["metadata"]["name"] for e in standin.exporters()}
 
-    remaining = wait_for(settled_at_two, timeout=90, message="pool back to 2")
-    assert {p.metadata.name for p in standin.pods()} == remaining
+    # A smaller buffer makes one surplus: after the 2 s cooldown it is
+    # disabled, then deleted with its Pod and config Secret, and nothing else.
+    before = {e["metadata"]["name"] for e in standin.exporters(f"{SET_LABEL}=pool")}
+    custom.patch_namespaced_custom_object(*GROUP, namespace, "exportersets", "pool",
+                                          {"spec": {"minAvailableReplicas": 1}})
+
+    def shrunk():
+        names = {e["metadata"]["name"] for e in standin.exporters(f"{SET_LABEL}=pool")}
+        return names if len(names) == 1 else None
+
+    remaining = wait_for(shrunk, timeout=60, message="pool shrunk to 1")
+    assert remaining < before
+    settle_pool(standin, 1, custom, namespace, replicas=1)
+    assert {p.metadata.name for p in standin.pods() if not p.metadata.deletion_timestamp} == remaining
     secrets = {s.metadata.name for s in core.list_namespaced_secret(namespace, label_selector=SET_LABEL).items}
     assert secrets == {f"{name}-config" for name in remaining}
+    reasons = {e.reason for e in core.list_namespaced_event(namespace).items if e.involved_object.name == "pool"}
+    assert {"ScaledUp", "ScaledDown"} <= reasons
     assert proc.metric("jumpstarter_exporterset_scale_up_total") >= 3
     assert proc.metric("jumpstarter_exporterset_scale_down_total") >= 1
 

@@ -94,8 +94,8 @@ def pool_status(exporter_set, exporters, instances=None, now=None, conditions=No
     """The full new status of an ExporterSet.
 
     ``conditions`` is a list of {type, status, reason, message}; each is
-    merged with the previous status. Without it the previous conditions are
-    kept as they are. ``now`` is required when conditions are given.
+    merged with the previous status, and previous conditions of other types
+    are kept. Without it the previous conditions are kept as they are. ``now`` is required when conditions are given.
     ``counters`` skips counting when the caller already has pool_counters.
     """
     generation = exporter_set["metadata"].get("generation")
@@ -107,7 +107,12 @@ def pool_status(exporter_set, exporters, instances=None, now=None, conditions=No
     if conditions is None:
         status["conditions"] = [dict(c) for c in previous]
     else:
-        status["conditions"] = [
-            merge_condition(previous, condition, generation, now) for condition in conditions
-        ]
+        planned = {condition["type"] for condition in conditions}
+        # Conditions other writers own (the operator's Running/Successful/
+        # Failure outcome) are kept as they are, in their place.
+        status["conditions"] = sorted(
+            [merge_condition(previous, condition, generation, now) for condition in conditions]
+            + [dict(c) for c in previous if c.get("type") not in planned],
+            key=lambda c: c["type"],
+        )
     return status

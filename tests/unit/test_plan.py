@@ -467,3 +467,14 @@ def test_inputs_are_not_mutated():
     snapshot = json.dumps([the_set, owned], sort_keys=True)
     plan(the_set, owned)
     assert json.dumps([the_set, owned], sort_keys=True) == snapshot
+
+
+def test_conditions_of_other_writers_are_kept_and_a_steady_plan_is_unchanged():
+    the_set = exporter_set(min_available=1)
+    first = plan(the_set, [exporter("pool-0")])
+    successful = {"type": "Successful", "status": "True", "reason": "LastReconcileSucceeded",
+                  "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}
+    the_set["status"] = dict(first["status"], conditions=first["status"]["conditions"] + [successful])
+    again = plan(the_set, [exporter("pool-0")])
+    assert successful in again["status"]["conditions"]
+    assert again["changed"] is False
