@@ -12,18 +12,19 @@ import subprocess
 from jumpstarter_standin import JumpstarterStandIn, wait_for
 from kubernetes import client
 from operator_process import ROOT
-from pool_helpers import (  # noqa: F401 (fixtures)
+from pool_helpers import (
     GROUP,
     QEMU_PARAMETERS,
     SET_LABEL,
-    api,
     condition,
     get_set,
     make_class,
     make_set,
-    operator,
     settle_pool,
 )
+
+# Fixtures: api, operator.
+pytest_plugins = ["pool_helpers"]
 
 
 def test_pool_fills_refills_recycles_and_shrinks(api, namespace, operator):
