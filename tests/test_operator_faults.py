@@ -6,13 +6,13 @@ import random
 import time
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import k8s_status
-
-# Fixtures: api.
-pytest_plugins = ["pool_helpers"]
 from jumpstarter_standin import JumpstarterStandIn, wait_for
 from kubernetes import client
 from operator_process import OperatorProcess
 from pool_helpers import GROUP, SET_LABEL, get_set, make_class, make_set, settle_pool
+
+# Fixtures: api.
+pytest_plugins = ["pool_helpers"]
 
 
 def assert_no_orphans(api, namespace, set_name="pool"):
