@@ -69,6 +69,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def playbook_env(kubeconfig: str | None) -> dict[str, str]:
+    """What the reconcile playbook needs to reach the same cluster as we do."""
+    env = {"ANSIBLE_COLLECTIONS_PATH": os.environ.get("ANSIBLE_COLLECTIONS_PATH", "")}
+    if kubeconfig:
+        # kubernetes.core and the collection's modules read this before KUBECONFIG.
+        env["K8S_AUTH_KUBECONFIG"] = os.path.abspath(kubeconfig)
+    return env
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logs.configure(args.log_level)
@@ -84,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     runner = PlaybookRunner(
         str(root), args.artifacts_dir, max_artifacts=args.max_artifacts,
         verbosity=args.ansible_verbosity,
-        env={"ANSIBLE_COLLECTIONS_PATH": os.environ.get("ANSIBLE_COLLECTIONS_PATH", "")},
+        env=playbook_env(args.kubeconfig),
     )
 
     def make_reconciler(caches):
