@@ -1,0 +1,87 @@
+"""Test lab hosts: three network namespaces with a real sshd each (scripts/labhosts).
+
+``lab_hosts`` brings them up once per session (reusing hosts that are already
+up), prepares them with the real lab_bootstrap playbook, and takes them down
+at the end of the session.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "scripts" / "labhosts"
+BIN = Path(sys.executable).parent
+# The test guests are x86_64 only; the hosts have no route to the internet.
+BOOTSTRAP_VARS = {"lab_bootstrap_guest_archs": ["x86_64"]}
+
+
+@dataclass
+class LabHosts:
+    directory: Path
+    inventory: Path
+    hosts: dict  # name -> address
+
+    @property
+    def operator_key(self) -> Path:
+        return self.directory / "operator"
+
+    @property
+    def known_hosts(self) -> Path:
+        return self.directory / "known_hosts"
+
+    def work_dir(self, host: str) -> Path:
+        """What the host sees at /var/lib/jumpstarter-virtual."""
+        return self.directory / host / "work"
+
+    def bootstrap_vars(self) -> dict:
+        return {**BOOTSTRAP_VARS, "lab_bootstrap_authorized_keys": [
+            (self.directory / "operator.pub").read_text().strip()]}
+
+    def playbook(self, playbook: str | Path, extra_vars: dict, *args: str) -> dict:
+        """Runs a playbook against the hosts; returns the JSON report."""
+        env = {**os.environ, "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json", "ANSIBLE_NOCOLOR": "1",
+               "ANSIBLE_RETRY_FILES_ENABLED": "0"}
+        completed = subprocess.run(
+            [str(BIN / "ansible-playbook"), "-i", str(self.inventory), str(playbook),
+             "-e", json.dumps(extra_vars), *args],
+            env=env, capture_output=True, text=True, timeout=600,
+        )
+        assert completed.returncode == 0, completed.stdout[-6000:] + completed.stderr[-2000:]
+        return json.loads(completed.stdout)
+
+    def crash(self, host: str) -> None:
+        subprocess.run([str(SCRIPT), "crash", host], check=True)
+
+    def up(self) -> None:
+        subprocess.run([str(SCRIPT), "up", str(len(self.hosts))], check=True)
+
+
+def lab_up(count: int = 3) -> LabHosts:
+    subprocess.run([str(SCRIPT), "up", str(count)], check=True)
+    inventory = Path(subprocess.run([str(SCRIPT), "info"], check=True, capture_output=True,
+                                    text=True).stdout.strip())
+    hosts = yaml.safe_load(inventory.read_text())["lab_hosts"]["hosts"]
+    return LabHosts(inventory.parent, inventory,
+                    {name: spec["ansible_host"] for name, spec in hosts.items()})
+
+
+def changed_count(report: dict) -> int:
+    return sum(stats.get("changed", 0) for stats in report["stats"].values())
+
+
+@pytest.fixture(scope="session")
+def lab_hosts():
+    """Three bootstrapped lab hosts (lab1..lab3) for the session."""
+    lab = lab_up()
+    lab.playbook(ROOT / "playbooks" / "lab_bootstrap.yml", lab.bootstrap_vars())
+    yield lab
+    subprocess.run([str(SCRIPT), "down"], check=False)

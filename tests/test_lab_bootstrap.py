@@ -1,0 +1,61 @@
+"""lab_bootstrap against real sshd hosts: what it installs works, and a second run changes nothing."""
+
+import subprocess
+import time
+
+from labhosts import ROOT, changed_count, lab_hosts  # noqa: F401 (fixture)
+
+PLAYBOOK = ROOT / "playbooks" / "lab_bootstrap.yml"
+PREFIX = "/opt/jumpstarter-exporter"
+
+
+def ssh_as_operator(lab, host, command):
+    return subprocess.run(
+        ["ssh", "-i", str(lab.operator_key), "-o", f"UserKnownHostsFile={lab.known_hosts}",
+         "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes",
+         f"jumpstarter@{lab.hosts[host]}", command],
+        capture_output=True, text=True, timeout=60,
+    )
+
+
+def test_second_run_changes_nothing(lab_hosts):  # noqa: F811
+    started = time.monotonic()
+    report = lab_hosts.playbook(PLAYBOOK, lab_hosts.bootstrap_vars())
+    print(f"idempotent lab_bootstrap run on 3 hosts: {time.monotonic() - started:.1f}s")
+    assert changed_count(report) == 0, report["stats"]
+
+
+def test_operator_key_reaches_the_exporter_and_qemu(lab_hosts):  # noqa: F811
+    for host in lab_hosts.hosts:
+        result = ssh_as_operator(
+            lab_hosts, host,
+            f"id -un && {PREFIX}/venv/bin/jmp --help >/dev/null && "
+            f"{PREFIX}/venv/bin/python -c 'import qemu.qmp, jumpstarter_driver_qemu' && "
+            f"qemu-img --version >/dev/null && qemu-system-x86_64 --version >/dev/null && "
+            f"test -x {PREFIX}/bin/jumpstarter-supervise && "
+            "touch /var/lib/jumpstarter-virtual/instances/probe && echo ok",
+        )
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.split() == ["jumpstarter", "ok"]
+    # Each host has its own work dir, as separate servers would.
+    for host in lab_hosts.hosts:
+        assert (lab_hosts.work_dir(host) / "instances" / "probe").exists()
+        (lab_hosts.work_dir(host) / "instances" / "probe").unlink()
+
+
+def test_unknown_key_and_wrong_host_key_are_refused(lab_hosts, tmp_path):  # noqa: F811
+    stranger = tmp_path / "stranger"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(stranger)], check=True)
+    refused = subprocess.run(
+        ["ssh", "-i", str(stranger), "-o", f"UserKnownHostsFile={lab_hosts.known_hosts}",
+         "-o", "BatchMode=yes", f"jumpstarter@{lab_hosts.hosts['lab1']}", "true"],
+        capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 255 and "Permission denied" in refused.stderr
+    empty_known_hosts = tmp_path / "known_hosts"
+    empty_known_hosts.write_text("")
+    unverified = subprocess.run(
+        ["ssh", "-i", str(lab_hosts.operator_key), "-o", f"UserKnownHostsFile={empty_known_hosts}",
+         "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes",
+         f"jumpstarter@{lab_hosts.hosts['lab1']}", "true"],
+        capture_output=True, text=True, timeout=60)
+    assert unverified.returncode == 255 and "Host key verification failed" in unverified.stderr
