@@ -1,0 +1,89 @@
+"""Names and rules shared by both sides of qemu-baremetal: the operator's side
+(which instance goes where, what to tell the plan) and the lab host's side
+(the ``baremetal_instances`` module).
+
+Pure: no I/O.
+"""
+
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (
+    constants,
+    exporter_config,
+)
+
+DEFAULT_WORK_DIR = "/var/lib/jumpstarter-virtual"
+DEFAULT_PREFIX = "/opt/jumpstarter-exporter"
+DEFAULT_SSH_USER = "jumpstarter"
+DEFAULT_SSH_PORT = 22
+INSTANCES_DIR = "instances"
+# Keys of the class's credentialsSecretRef Secret.
+SECRET_PRIVATE_KEY = "ssh-privatekey"
+SECRET_KNOWN_HOSTS = "known_hosts"
+QEMU_DRIVER_TYPE = "jumpstarter_driver_qemu.driver.Qemu"
+EXPORTER_CONFIG_FILE = "exporter.yaml"
+# Services of one instance, and how long their supervisor waits before
+# restarting them ("no": never; a VM that exits has lost its state).
+SERVICE_RESTART_DELAY = {"vm": "no", "exporter": "2"}
+
+
+def instance_id(namespace, exporter):
+    """Directory and unit instance name of one Exporter's instance on a host.
+
+    Namespaces and Exporter names are DNS labels, so the dot is unambiguous.
+    """
+    return f"{namespace}.{exporter}"
+
+
+def instance_dir(work_dir, namespace, exporter):
+    return f"{work_dir.rstrip('/')}/{INSTANCES_DIR}/{instance_id(namespace, exporter)}"
+
+
+def host_of(exporter):
+    return (exporter["metadata"].get("labels") or {}).get(constants.LABEL_HOST)
+
+
+def driver_overrides(drivers, parameters, run_dir):
+    """The QEMU driver of the template describes the VM the host runs."""
+    return {
+        driver["name"]: {"config": exporter_config.qemu_driver_config(parameters, run_dir)}
+        for driver in drivers or []
+        if driver.get("type") == QEMU_DRIVER_TYPE
+    }
+
+
+def host_connection(host):
+    """Address, port and user of one ``parameters.hosts[]`` entry, defaults applied."""
+    return {
+        "name": host["name"],
+        "address": host.get("address") or host["name"],
+        "port": int(host.get("port") or DEFAULT_SSH_PORT),
+        "user": host.get("user") or DEFAULT_SSH_USER,
+    }
+
+
+def host_actions(hosts, exporters, action, names):
+    """What each host must do for one entry point.
+
+    ``exporters`` are the set's Exporters (placed ones carry the host label);
+    ``names`` are the Exporters the entry point acts on. Every host gets
+    ``keep``: the set's Exporters placed on it, so that instances of this set
+    left on a host that was unreachable while their Exporter went away are
+    removed once it answers again. ``retain`` prunes nothing (``keep`` None):
+    it keeps what it stops.
+    """
+    plan = {h["name"]: {**host_connection(h), "keep": [], action: []} for h in hosts or ()}
+    wanted = set(names or ())
+    for exporter in exporters or ():
+        name = exporter["metadata"]["name"]
+        host = host_of(exporter)
+        if host not in plan:
+            continue
+        leaving = exporter["metadata"].get("deletionTimestamp") or (
+            action == "remove" and name in wanted)
+        if not leaving:
+            plan[host]["keep"].append(name)
+        if name in wanted:
+            plan[host][action].append(name)
+    if action == "retain":
+        for entry in plan.values():
+            entry["keep"] = None
+    return [plan[h["name"]] for h in hosts or ()]

@@ -1,0 +1,483 @@
+#!/usr/bin/python
+# Copyright: Jumpstarter virtual exporters maintainers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+
+DOCUMENTATION = r"""
+---
+module: baremetal_instances
+short_description: Start, reset, stop and remove qemu-baremetal instances on a lab host
+version_added: 0.1.0
+description:
+  - Runs on a lab server prepared by the C(lab_bootstrap) role, as the service user, with
+    the Python of the exporter venv (it needs C(qemu.qmp)).
+  - An instance is a directory C(<work_dir>/instances/<namespace>.<exporter>) holding the
+    QEMU sockets, serial log, disk and ExporterConfig, and two supervised services, C(vm)
+    (QEMU, never restarted) and C(exporter) (C(jmp run), restarted when it exits). They run
+    as systemd user units when systemd runs, otherwise under C(jumpstarter-supervise).
+  - All instances of one ExporterSet on the host are handled in one run, and their state
+    after the run is returned.
+author:
+  - Jumpstarter virtual exporters maintainers
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  idempotent:
+    support: full
+options:
+  namespace:
+    description: Namespace of the ExporterSet.
+    type: str
+    required: true
+  exporterset:
+    description: Name of the ExporterSet.
+    type: str
+    required: true
+  parameters:
+    description: The class parameters with the set's overrides deep-merged over them.
+    type: dict
+    default: {}
+  configs:
+    description:
+      - ExporterConfig per Exporter name, for the instances in O(present), without its
+        C(token).
+    type: dict
+    default: {}
+  tokens:
+    description:
+      - Exporter token per Exporter name, put into its ExporterConfig, which is written with
+        mode 0600. Never logged nor returned.
+    type: dict
+    default: {}
+  present:
+    description: Exporters whose instance must run (created and started when missing).
+    type: list
+    elements: str
+    default: []
+  reset:
+    description:
+      - Exporters whose VM is replaced by a fresh one with a fresh disk (InPlaceReuse). A
+        running QEMU keeps its open disk file, so QEMU is quit over QMP, the disk recreated
+        with qemu-img and QEMU started again; the exporter keeps running.
+    type: list
+    elements: str
+    default: []
+  remove:
+    description: Exporters whose instance is stopped and deleted with its disk.
+    type: list
+    elements: str
+    default: []
+  retain:
+    description: Exporters whose services are stopped, keeping the directory and disk.
+    type: list
+    elements: str
+    default: []
+  keep:
+    description:
+      - When given, every other instance of this ExporterSet on the host is removed
+        (left over from Exporters that went away while the host was unreachable).
+    type: list
+    elements: str
+  work_dir:
+    description: The class's C(parameters.workDir).
+    type: path
+    default: /var/lib/jumpstarter-virtual
+  prefix:
+    description: Where lab_bootstrap installed the exporter venv and the supervisor.
+    type: path
+    default: /opt/jumpstarter-exporter
+requirements:
+  - qemu.qmp
+"""
+
+EXAMPLES = r"""
+- name: Start two instances and report every instance of the set
+  jumpstarter.virtual_exporters.baremetal_instances:
+    namespace: lab
+    exporterset: pool
+    parameters: "{{ merged_parameters }}"
+    configs: "{{ configs }}"
+    tokens: "{{ tokens }}"
+    present: [pool-0, pool-1]
+    keep: [pool-0, pool-1]
+"""
+
+RETURN = r"""
+instances:
+  description:
+    - State of every instance of the set on the host after the run, by Exporter name
+      C(phase) (Running, Pending, Failed, Unknown), C(reason), C(message), C(vm) (QMP
+      C(query-status) or C(absent)), C(disk_ctime) (when the disk file was made).
+  returned: always
+  type: dict
+changed_instances:
+  description: Exporter names whose instance was started, reset, stopped or removed.
+  returned: always
+  type: list
+  elements: str
+"""
+
+import json
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (
+    baremetal,
+    constants,
+    qemu_argv,
+    qemu_qmp,
+)
+
+OWNER_FILE = "instance.json"
+STOP_TIMEOUT = 15.0
+QMP_TIMEOUT = 3.0
+# VM states after which the guest will not run again by itself.
+DEAD_VM_STATES = ("internal-error", "guest-panicked", "shutdown", "io-error")
+
+
+def _alive(pid_file):
+    try:
+        pid = int(open(pid_file).read().strip())
+        os.kill(pid, 0)
+        return pid
+    except (OSError, ValueError):
+        return None
+
+
+class Supervisor:
+    """Services through jumpstarter-supervise (no systemd on the host)."""
+
+    def __init__(self, prefix):
+        self.binary = os.path.join(prefix, "bin", "jumpstarter-supervise")
+
+    def state(self, service_dir, unit):
+        if _alive(os.path.join(service_dir, "supervise.pid")):
+            return "running"
+        return "exited" if os.path.exists(os.path.join(service_dir, "exit-status")) else "absent"
+
+    def start(self, service_dir, unit, restart_delay):
+        for stale in ("exit-status", "pid"):
+            if os.path.exists(os.path.join(service_dir, stale)):
+                os.unlink(os.path.join(service_dir, stale))
+        with open(os.devnull, "r+") as null:
+            subprocess.Popen([self.binary, service_dir, restart_delay], stdin=null, stdout=null,
+                             stderr=null, start_new_session=True, close_fds=True)
+        deadline = time.monotonic() + 5
+        while not _alive(os.path.join(service_dir, "supervise.pid")):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"supervisor of {service_dir} did not start")
+            time.sleep(0.05)
+
+    def stop(self, service_dir, unit):
+        supervisor = _alive(os.path.join(service_dir, "supervise.pid"))
+        child = _alive(os.path.join(service_dir, "pid"))
+        if supervisor:
+            os.kill(supervisor, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_TIMEOUT
+        while any(p and _pid_alive(p) for p in (supervisor, child)):
+            if time.monotonic() > deadline:
+                for pid in (supervisor, child):
+                    if pid and _pid_alive(pid):
+                        os.kill(pid, signal.SIGKILL)
+                break
+            time.sleep(0.05)
+
+
+def _pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+        return True
+    except OSError:
+        return False
+
+
+class SystemdUser:
+    """Services as the service user's systemd units (installed by lab_bootstrap)."""
+
+    def __init__(self, prefix):
+        self.env = dict(os.environ, XDG_RUNTIME_DIR=f"/run/user/{os.getuid()}")
+
+    def _systemctl(self, *args):
+        return subprocess.run(["systemctl", "--user", *args], env=self.env,
+                              capture_output=True, text=True)
+
+    def state(self, service_dir, unit):
+        active = self._systemctl("is-active", unit).stdout.strip()
+        return {"active": "running", "activating": "running", "failed": "exited"}.get(active, "absent")
+
+    def start(self, service_dir, unit, restart_delay):
+        result = self._systemctl("start", unit)
+        if result.returncode != 0:
+            raise RuntimeError(f"systemctl --user start {unit}: {result.stderr.strip()}")
+
+    def stop(self, service_dir, unit):
+        self._systemctl("stop", unit)
+        self._systemctl("reset-failed", unit)
+
+
+class HostInstances:
+    def __init__(self, module):
+        self.module = module
+        self.p = module.params
+        self.root = os.path.join(self.p["work_dir"], baremetal.INSTANCES_DIR)
+        self.supervisor = (SystemdUser if os.path.isdir("/run/systemd/system") else Supervisor)(
+            self.p["prefix"])
+        self.changed = []
+
+    # -- layout --------------------------------------------------------------
+    def directory(self, name):
+        return baremetal.instance_dir(self.p["work_dir"], self.p["namespace"], name)
+
+    def unit(self, service, name):
+        return f"jumpstarter-{service}@{baremetal.instance_id(self.p['namespace'], name)}.service"
+
+    def own_instances(self):
+        """Exporter names of this set's instance directories on the host."""
+        names = []
+        for entry in sorted(os.listdir(self.root)) if os.path.isdir(self.root) else ():
+            try:
+                with open(os.path.join(self.root, entry, OWNER_FILE)) as owner_file:
+                    owner = json.load(owner_file)
+            except (OSError, ValueError):
+                continue
+            if (owner.get("namespace"), owner.get("exporterset")) == (
+                    self.p["namespace"], self.p["exporterset"]):
+                names.append(owner["exporter"])
+        return names
+
+    # -- state ---------------------------------------------------------------
+    def service_state(self, name, service):
+        return self.supervisor.state(os.path.join(self.directory(name), service),
+                                     self.unit(service, name))
+
+    def state(self, name):
+        directory = self.directory(name)
+        disk = os.path.join(directory, qemu_argv.DISK_IMAGE)
+        result = {"phase": constants.INSTANCE_UNKNOWN, "reason": "", "message": "", "vm": "absent",
+                  "disk_ctime": os.stat(disk).st_ctime if os.path.exists(disk) else None}
+        if os.path.exists(os.path.join(directory, "retained")):
+            result.update(reason="Retained", message="stopped, disk kept")
+            return result
+        vm_service = self.service_state(name, "vm")
+        exporter_service = self.service_state(name, "exporter")
+        status = None
+        if vm_service == "running":
+            status = qemu_qmp.vm_status(os.path.join(directory, qemu_argv.QMP_SOCKET),
+                                        timeout=QMP_TIMEOUT)
+            result["vm"] = status["status"] if status else "absent"
+        if vm_service != "running":
+            exit_status = _read(os.path.join(directory, "vm", "exit-status"))
+            result.update(phase=constants.INSTANCE_FAILED, reason="VMExited",
+                          message=f"QEMU is not running (exit status {exit_status or 'unknown'})")
+        elif exporter_service != "running":
+            result.update(phase=constants.INSTANCE_FAILED, reason="ExporterExited",
+                          message="the exporter service is not running")
+        elif status is None:
+            result.update(phase=constants.INSTANCE_PENDING, reason="Starting",
+                          message="QMP does not answer yet")
+        elif status["status"] in DEAD_VM_STATES:
+            result.update(phase=constants.INSTANCE_FAILED, reason="VMStopped",
+                          message=f"VM state {status['status']}")
+        else:
+            result.update(phase=constants.INSTANCE_RUNNING)
+        return result
+
+    # -- actions -------------------------------------------------------------
+    def _write(self, path, content, mode):
+        if _read(path) == content and (os.stat(path).st_mode & 0o777) == mode:
+            return False
+        if not self.module.check_mode:
+            descriptor = os.open(path + ".new", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+            with os.fdopen(descriptor, "w") as handle:
+                handle.write(content)
+            os.chmod(path + ".new", mode)
+            os.replace(path + ".new", path)
+        return True
+
+    def _accel(self):
+        if not qemu_argv.wants_kvm(self.p["parameters"]):
+            return qemu_argv.ACCEL_TCG
+        return qemu_qmp.probe_accel(self.p["parameters"])
+
+    def _run_scripts(self, name):
+        directory = self.directory(name)
+        vm_argv = qemu_argv.qemu_argv(self.p["parameters"], run_dir=directory, name=name,
+                                      accel=self._accel())
+        jmp = os.path.join(self.p["prefix"], "venv", "bin", "jmp")
+        config = os.path.join(directory, baremetal.EXPORTER_CONFIG_FILE)
+        return {
+            "vm": f"#!/bin/sh\nexec {shlex.join(vm_argv)}\n",
+            "exporter": f"#!/bin/sh\nexec {shlex.join([jmp, 'run', '--exporter-config', config])}\n",
+        }
+
+    def _create_disk(self, name):
+        argv = qemu_argv.disk_create_argv(self.p["parameters"], self.directory(name))
+        if argv is None:
+            return
+        disk = os.path.join(self.directory(name), qemu_argv.DISK_IMAGE)
+        if os.path.exists(disk):
+            os.unlink(disk)
+        result = subprocess.run(argv, capture_output=True, text=True)
+        if result.returncode != 0:
+            self.module.fail_json(msg=f"{name}: {shlex.join(argv)}: {result.stderr.strip()}")
+
+    def present(self, name):
+        config = self.p["configs"].get(name)
+        token = self.p["tokens"].get(name)
+        if config is None or token is None:
+            self.module.fail_json(msg=f"{name}: configs and tokens need an entry for it")
+        config = dict(config, token=token)
+        directory = self.directory(name)
+        changed = False
+        if not os.path.isdir(directory):
+            changed = True
+            if self.module.check_mode:
+                self.changed.append(name)
+                return
+            os.makedirs(directory, mode=0o700)
+        owner = {"namespace": self.p["namespace"], "exporterset": self.p["exporterset"],
+                 "exporter": name}
+        changed |= self._write(os.path.join(directory, OWNER_FILE),
+                               json.dumps(owner, sort_keys=True), 0o600)
+        config_changed = self._write(os.path.join(directory, baremetal.EXPORTER_CONFIG_FILE),
+                                     json.dumps(config, indent=2, sort_keys=True), 0o600)
+        changed |= config_changed
+        scripts_changed = {}
+        for service, script in self._run_scripts(name).items():
+            service_dir = os.path.join(directory, service)
+            if not self.module.check_mode:
+                os.makedirs(service_dir, mode=0o700, exist_ok=True)
+            scripts_changed[service] = self._write(os.path.join(service_dir, "run"), script, 0o700)
+            changed |= scripts_changed[service]
+        disk = os.path.join(directory, qemu_argv.DISK_IMAGE)
+        disk_missing = qemu_argv.has_disk(self.p["parameters"]) and not os.path.exists(disk)
+        for service in ("vm", "exporter"):
+            state = self.service_state(name, service)
+            restart = config_changed if service == "exporter" else False
+            if state == "running" and not restart:
+                continue
+            changed = True
+            if self.module.check_mode:
+                continue
+            if state == "running":
+                self.supervisor.stop(os.path.join(directory, service), self.unit(service, name))
+            if service == "vm" and disk_missing:
+                self._create_disk(name)
+            self.supervisor.start(os.path.join(directory, service), self.unit(service, name),
+                                  baremetal.SERVICE_RESTART_DELAY[service])
+        if changed:
+            self.changed.append(name)
+
+    def _stop(self, name, services=("exporter", "vm")):
+        directory = self.directory(name)
+        stopped = False
+        for service in services:
+            if self.service_state(name, service) != "running":
+                continue
+            stopped = True
+            if self.module.check_mode:
+                continue
+            if service == "vm":
+                # A clean quit lets QEMU flush the disk before the process goes;
+                # whatever goes wrong with it, stopping the service below ends QEMU.
+                try:
+                    qemu_qmp.control_vm(os.path.join(directory, qemu_argv.QMP_SOCKET), "quit",
+                                        timeout=QMP_TIMEOUT)
+                except Exception:  # noqa: BLE001
+                    pass
+            self.supervisor.stop(os.path.join(directory, service), self.unit(service, name))
+        return stopped
+
+    def remove(self, name):
+        directory = self.directory(name)
+        if not os.path.isdir(directory):
+            return
+        self.changed.append(name)
+        if self.module.check_mode:
+            return
+        self._stop(name)
+        shutil.rmtree(directory)
+
+    def reset(self, name):
+        directory = self.directory(name)
+        if not os.path.isdir(directory):
+            self.module.fail_json(msg=f"{name}: no instance on this host to reset")
+        self.changed.append(name)
+        if self.module.check_mode:
+            return
+        self._stop(name, services=("vm",))
+        self._create_disk(name)
+        self.supervisor.start(os.path.join(directory, "vm"), self.unit("vm", name),
+                              baremetal.SERVICE_RESTART_DELAY["vm"])
+
+    def retain(self, name):
+        directory = self.directory(name)
+        if not os.path.isdir(directory):
+            return
+        marker = os.path.join(directory, "retained")
+        if self._stop(name) or not os.path.exists(marker):
+            self.changed.append(name)
+            if not self.module.check_mode:
+                open(marker, "w").close()
+
+
+def _read(path):
+    try:
+        with open(path) as handle:
+            return handle.read().strip() if path.endswith("exit-status") else handle.read()
+    except OSError:
+        return None
+
+
+def main():
+    names = dict(type="list", elements="str", default=[])
+    module = AnsibleModule(
+        argument_spec=dict(
+            namespace=dict(type="str", required=True),
+            exporterset=dict(type="str", required=True),
+            parameters=dict(type="dict", default={}),
+            configs=dict(type="dict", default={}),
+            tokens=dict(type="dict", default={}, no_log=True),
+            present=names,
+            reset=names,
+            remove=names,
+            retain=names,
+            keep=dict(type="list", elements="str"),
+            work_dir=dict(type="path", default=baremetal.DEFAULT_WORK_DIR),
+            prefix=dict(type="path", default=baremetal.DEFAULT_PREFIX),
+        ),
+        supports_check_mode=True,
+    )
+    if qemu_qmp.QMP_IMPORT_ERROR is not None:
+        module.fail_json(msg=f"qemu.qmp is required on the lab host: {qemu_qmp.QMP_IMPORT_ERROR}")
+    host = HostInstances(module)
+    p = module.params
+    try:
+        if p["keep"] is not None:
+            wanted = set(p["keep"]) | set(p["present"]) | set(p["reset"])
+            for name in host.own_instances():
+                if name not in wanted:
+                    host.remove(name)
+        for name in p["remove"]:
+            host.remove(name)
+        for name in p["retain"]:
+            host.retain(name)
+        for name in p["reset"]:
+            host.reset(name)
+        for name in p["present"]:
+            host.present(name)
+    except (OSError, RuntimeError) as error:
+        module.fail_json(msg=str(error), changed_instances=host.changed)
+    instances = {name: host.state(name) for name in host.own_instances()}
+    module.exit_json(changed=bool(host.changed), changed_instances=host.changed,
+                     instances=instances)
+
+
+if __name__ == "__main__":
+    main()
