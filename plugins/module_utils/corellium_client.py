@@ -169,12 +169,13 @@ class CorelliumClient:
     """One Corellium endpoint and token.
 
     ``sleep``, ``clock`` and ``jitter`` are injectable so tests can observe the
-    backoff without waiting for it. ``ca_path`` adds a CA bundle to trust;
+    backoff without waiting for it. ``ca_path`` (a PEM file) and ``ca_data``
+    (PEM text, as a ConfigMap holds it) add certificate authorities to trust;
     ``validate_certs=False`` disables verification (lab use only).
     """
 
     def __init__(self, host: str, token: str, *, ca_path: str | None = None,
-                 validate_certs: bool = True, retry: RetryPolicy | None = None,
+                 ca_data: str | None = None, validate_certs: bool = True, retry: RetryPolicy | None = None,
                  sleep: Callable[[float], None] = time.sleep,
                  clock: Callable[[], float] = time.monotonic,
                  jitter: Callable[[], float] = random.random,
@@ -190,7 +191,7 @@ class CorelliumClient:
         self._clock = clock
         self._jitter = jitter
         self._log = logger or LOG
-        self._ssl = ssl.create_default_context(cafile=ca_path)
+        self._ssl = ssl.create_default_context(cafile=ca_path, cadata=ca_data or None)
         if not validate_certs:
             self._ssl.check_hostname = False
             self._ssl.verify_mode = ssl.CERT_NONE

@@ -6,6 +6,7 @@ reconcile playbook runs by hand. Both therefore plan the same way.
 """
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (
+    backend_refusal,
     constants,
     k8s_objects,
 )
@@ -58,6 +59,7 @@ def observe(exporter_set, namespace_objects, now):
         "pods": pods,
         "pending": [lease for lease in leases if lease["metadata"]["name"] in pending_names],
         "taken_names": sorted(e["metadata"]["name"] for e in exporters),
+        "refusal": backend_refusal.read(exporter_set),
         "now": now,
     }
 
@@ -69,7 +71,9 @@ def provisioner_of(observed):
 def plan_for(exporter_set, observed, options=None):
     options = dict(options or {})
     options["taken_names"] = observed["taken_names"]
-    return scale_plan(
+    refusal = observed.get("refusal")
+    options["capacity"] = backend_refusal.capacity(refusal, observed["now"], options.get("capacity"))
+    plan = scale_plan(
         exporter_set,
         observed["class"],
         observed["owned"],
@@ -78,6 +82,7 @@ def plan_for(exporter_set, observed, options=None):
         instances=k8s_objects.instances_from_pods(observed["pods"]),
         options=options,
     )
+    return backend_refusal.apply_to_plan(plan, exporter_set, refusal, observed["now"])
 
 
 def unprovisioned(observed):
@@ -86,8 +91,12 @@ def unprovisioned(observed):
     A Pod needs the exporter credential that the Jumpstarter controller
     creates; until ``status.credential`` names it there is nothing to do, and
     the Exporter's own status update brings the set back for another look.
+    While the backend's refusal holds, nothing can be made: the plan requeues
+    the set for the moment it may be asked again.
     """
     if provisioner_of(observed) not in POD_PROVISIONERS:
+        return []
+    if backend_refusal.holds(observed.get("refusal"), observed["now"]):
         return []
     with_pods = {_labels(p).get(k8s_objects.LABEL_EXPORTER) for p in observed["pods"]}
     return sorted(

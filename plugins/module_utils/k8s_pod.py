@@ -65,8 +65,12 @@ def _owned_meta(name, exporter_set, exporter):
     }
 
 
-def driver_overrides(provisioner, drivers, parameters):
-    """What the provisioner lays over the template's drivers."""
+def driver_overrides(provisioner, drivers, parameters, instance_name=None):
+    """What the provisioner lays over the template's drivers.
+
+    ``instance_name`` is the Corellium instance the driver powers: the
+    provisioner names each instance after its Exporter.
+    """
     overrides = {}
     for driver in drivers or []:
         if driver.get("type") == QEMU_DRIVER_TYPE and provisioner == constants.PROVISIONER_QEMU:
@@ -75,6 +79,7 @@ def driver_overrides(provisioner, drivers, parameters):
             device = parameters.get("device") or {}
             config = {
                 "project_id": (parameters.get("api") or {}).get("projectId"),
+                "device_name": instance_name,
                 "device_flavor": device.get("flavor"),
                 "device_os": device.get("os"),
                 "device_build": device.get("build"),
@@ -94,7 +99,7 @@ def config_secret(exporter_set, exporter, provisioner, parameters, token):
         drivers,
         endpoint=(exporter.get("status") or {}).get("endpoint", ""),
         token=token,
-        driver_overrides=driver_overrides(provisioner, drivers, parameters),
+        driver_overrides=driver_overrides(provisioner, drivers, parameters, instance_name=name),
     )
     return {
         "apiVersion": "v1",

@@ -1,0 +1,397 @@
+#!/usr/bin/python
+"""Ansible module: the Corellium instances of a pool, many names in one run."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: corellium_instances
+short_description: Create, power off, recreate or delete many Corellium instances at once
+version_added: 0.1.0
+author: Jumpstarter virtual exporters maintainers
+description:
+  - Brings every instance named in O(names) within O(project) to O(state) in one module
+    run, with one listing of the project's instances, so a reconcile pays one Python start
+    for all of its instances.
+  - Instances are identified by name; a second run with the same arguments changes nothing
+    (except O(state=recreated), which always makes fresh instances).
+  - Rate limiting (HTTP 429, honouring C(Retry-After)) and server errors are retried with
+    exponential backoff by the shared client; a retried creation never makes a second instance.
+  - With O(exporterset) given and O(state=present), a rejected token or an exhausted quota
+    does not fail the task. The names that could not be made are returned in RV(waiting), the
+    refusal in RV(refusal), and RV(set_changes) holds the annotation and Event that record it on
+    the set (pass it to M(jumpstarter.virtual_exporters.exporterset_apply) as its plan). The
+    pool then waits, doubling the wait on each refusal in a row, before it asks again.
+options:
+  api_host:
+    description:
+      - Corellium API host (and optional port), without scheme or C(/api).
+      - Defaults to the E(CORELLIUM_API_HOST) environment variable.
+    type: str
+    required: true
+  api_token:
+    description:
+      - Corellium API token, sent as a Bearer token. Never logged or returned.
+      - Defaults to the E(CORELLIUM_API_TOKEN) environment variable. An empty token is
+        treated as a rejected one.
+    type: str
+    required: true
+  ca_data:
+    description: PEM certificate authorities to trust in addition to the system ones,
+      as text (for example the content of the class's C(caBundleConfigMapRef) ConfigMap).
+    type: str
+  ca_path:
+    description: PEM file of certificate authorities to trust in addition to the system ones.
+    type: path
+  validate_certs:
+    description: Verify the API's TLS certificate. Turn off only for lab endpoints.
+    type: bool
+    default: true
+  project:
+    description: Project id or project name the instances belong to.
+    type: str
+    required: true
+  names:
+    description: Instance names, unique within O(project).
+    type: list
+    elements: str
+    required: true
+  flavor:
+    description: Device flavor of instances to create, for example C(kronos).
+      Required when an instance has to be created.
+    type: str
+  os:
+    description: Firmware (OS) version of instances to create. Required when an instance has
+      to be created.
+    type: str
+  osbuild:
+    description: Firmware build of instances to create.
+    type: str
+  state:
+    description:
+      - V(present) creates the instances that do not exist; existing ones are left in whatever
+        power state they are.
+      - V(off) powers existing instances off; missing ones are not created.
+      - V(recreated) deletes each existing instance, waits until its name is free, and creates
+        it afresh (a new device with a new disk).
+      - V(absent) deletes the instances; those already gone are not a change.
+    type: str
+    choices: [present, absent, "off", recreated]
+    default: present
+  wait:
+    description:
+      - Wait until each instance reached O(state) (on after a creation, off, or gone).
+      - An instance that is being deleted is always waited for before its name is used again,
+        and a busy one (creating, booting) before it is powered off, whatever O(wait) says.
+    type: bool
+    default: false
+  wait_timeout:
+    description: Seconds to wait for one instance before failing.
+    type: int
+    default: 600
+  poll_interval:
+    description: Seconds between two state queries while waiting.
+    type: float
+    default: 5
+  exporterset:
+    description:
+      - The ExporterSet the instances belong to. With it, refusals are reported for the set
+        (see RV(set_changes)) instead of failing the task.
+    type: dict
+  virtual_target_class:
+    description: The set's VirtualTargetClass, named with its Secret in refusal messages.
+    type: dict
+attributes:
+  check_mode:
+    description: Reports what would change without calling the API's write endpoints.
+    support: full
+  diff_mode:
+    support: none
+  idempotent:
+    description: Every state except V(recreated) is idempotent.
+    support: partial
+notes:
+  - Pass the token through O(api_token) or the controller's own environment; the task keyword
+    C(environment) shows its values in C(-vvv) output.
+"""
+
+EXAMPLES = r"""
+- name: Make the Corellium instances of new pool members
+  jumpstarter.virtual_exporters.corellium_instances:
+    api_host: "{{ merged_parameters.api.host }}"
+    api_token: "{{ corellium_api_token }}"
+    project: "{{ merged_parameters.api.projectId }}"
+    flavor: "{{ merged_parameters.device.flavor }}"
+    os: "{{ merged_parameters.device.os }}"
+    names: "{{ provisioner_exporters }}"
+    exporterset: "{{ _virtualtarget_jumpstarter_dev_exporterset }}"
+    virtual_target_class: "{{ virtual_target_class }}"
+  register: made
+
+- name: Delete two instances and wait until they are gone
+  jumpstarter.virtual_exporters.corellium_instances:
+    api_host: app.corellium.com
+    api_token: "{{ corellium_token }}"
+    project: Default Project
+    names: [kronos-pool-3, kronos-pool-4]
+    state: absent
+    wait: true
+"""
+
+RETURN = r"""
+instances:
+  description: Each named instance after the task (C(state=absent) when it does not exist).
+  returned: always
+  type: dict
+  sample: {"pool-0": {"id": "7f4f241c-821f-4219-905f-c3b50b0db5dd", "state": "creating"}}
+created:
+  description: Names whose instance was created (or recreated).
+  returned: always
+  type: list
+  elements: str
+deleted:
+  description: Names whose instance was deleted.
+  returned: always
+  type: list
+  elements: str
+powered_off:
+  description: Names whose instance was powered off.
+  returned: always
+  type: list
+  elements: str
+present:
+  description: Names that have an instance after the task.
+  returned: always
+  type: list
+  elements: str
+waiting:
+  description: Names whose instance could not be made because the API refused.
+  returned: always
+  type: list
+  elements: str
+refusal:
+  description: Why the API refused to make instances; null when it did not.
+  returned: always
+  type: dict
+  contains:
+    reason:
+      description: C(CredentialsRejected) or C(QuotaExceeded).
+      type: str
+    message:
+      description: What users read; for quota, the API's own message.
+      type: str
+set_changes:
+  description: Plan fragment (C(set_annotations), C(events)) that records or clears the refusal
+    on the set; empty when nothing is to change or O(exporterset) was not given.
+  returned: always
+  type: dict
+"""
+
+from datetime import UTC, datetime  # noqa: E402
+
+from ansible.module_utils.basic import AnsibleModule, env_fallback  # noqa: E402
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (  # noqa: E402
+    backend_refusal,
+    corellium_client,
+    k8s_pod,
+)
+
+ABSENT = corellium_client.ABSENT
+SETTLED_STATES = ("on", "off", "paused")
+
+
+def summarize(instance: dict | None) -> dict:
+    if instance is None:
+        return {"state": ABSENT}
+    return {key: instance.get(key) for key in ("id", "flavor", "os", "state")}
+
+
+class PoolInstances:
+    """Moves each named instance towards the requested state, honouring check mode."""
+
+    def __init__(self, module: AnsibleModule, client: corellium_client.CorelliumClient | None):
+        self.module = module
+        self.client = client
+        self.params = module.params
+        self.check_mode = module.check_mode
+        self.result = {"instances": {}, "created": [], "deleted": [], "powered_off": [],
+                       "present": [], "waiting": [], "refusal": None, "set_changes": {}}
+
+    # -- helpers -------------------------------------------------------------
+
+    def wait_for(self, instance_id: str, states) -> dict | None:
+        return self.client.wait_for_state(instance_id, states, self.params["wait_timeout"],
+                                          self.params["poll_interval"])
+
+    def describe_refusal(self, error: corellium_client.CorelliumError) -> dict:
+        """The refusal as the set shows it: a reason and a message users can act on."""
+        if isinstance(error, corellium_client.QuotaError):
+            return {"reason": backend_refusal.REASON_QUOTA_EXCEEDED, "message": error.message}
+        vclass = self.params["virtual_target_class"] or {}
+        meta = vclass.get("metadata") or {}
+        secret = ((vclass.get("spec") or {}).get("credentialsSecretRef") or {}).get("name") or "?"
+        return {
+            "reason": backend_refusal.REASON_CREDENTIALS_REJECTED,
+            "message": f"Corellium API {self.params['api_host']} rejected the token of "
+                       f"VirtualTargetClass {meta.get('name', '?')} (Secret "
+                       f"{meta.get('namespace', '?')}/{secret}, key "
+                       f"{k8s_pod.DEFAULT_CREDENTIALS_KEY}): {error.message}",
+        }
+
+    # -- run -------------------------------------------------------------------
+
+    def run(self) -> dict:
+        names = list(dict.fromkeys(self.params["names"]))
+        reports_refusals = self.params["exporterset"] is not None and self.params["state"] in (
+            "present", "recreated")
+        try:
+            if self.client is None:
+                raise corellium_client.AuthError("the API token is empty")
+            self.apply(names)
+        except (corellium_client.AuthError, corellium_client.QuotaError) as error:
+            if self.params["virtual_target_class"] is None:
+                raise
+            refusal = self.describe_refusal(error)
+            if not reports_refusals:
+                self.module.fail_json(msg=refusal["message"], corellium_error=error.as_dict(),
+                                      **self.result)
+            self.result["refusal"] = refusal
+            done = set(self.result["present"])
+            self.result["waiting"] = [name for name in names if name not in done]
+        exporter_set = self.params["exporterset"]
+        if exporter_set is not None:
+            refusal = self.result["refusal"]
+            if refusal is not None:
+                self.result["set_changes"] = backend_refusal.record(
+                    exporter_set, refusal["reason"], refusal["message"], datetime.now(UTC))
+            elif self.params["state"] in ("present", "recreated"):
+                self.result["set_changes"] = backend_refusal.cleared(exporter_set)
+        changed = bool(self.result["created"] or self.result["deleted"]
+                       or self.result["powered_off"] or self.result["set_changes"])
+        return {"changed": changed, **self.result}
+
+    def apply(self, names: list[str]) -> None:
+        project = self.client.get_project(self.params["project"])
+        if project is None:
+            self.module.fail_json(msg=f"Corellium project {self.params['project']!r} not found")
+        wanted = set(names)
+        existing = {}
+        for instance in self.client.list_instances(project=project["id"]):
+            name = instance.get("name")
+            if name in wanted and name in existing:
+                self.module.fail_json(msg=f"several instances are named {name!r} in project "
+                                          f"{project['id']}")
+            existing[name] = instance
+        state = self.params["state"]
+        for name in names:
+            instance = existing.get(name)
+            if state == "absent":
+                instance = self.delete(name, instance, wait=self.params["wait"])
+            elif state == "off":
+                instance = self.power_off(name, instance)
+            else:
+                if state == "recreated" and instance is not None:
+                    instance = self.delete(name, instance, wait=True)
+                instance = self.ensure(project["id"], name, instance)
+            self.result["instances"][name] = summarize(instance)
+            if instance is not None:
+                self.result["present"].append(name)
+
+    # -- states ----------------------------------------------------------------
+
+    def delete(self, name: str, instance: dict | None, wait: bool) -> dict | None:
+        if instance is None:
+            return None
+        if instance.get("state") != "deleting":
+            self.result["deleted"].append(name)
+            if self.check_mode:
+                return None
+            if not self.client.delete_instance(instance["id"]):
+                self.result["deleted"].remove(name)
+                return None
+        if wait and not self.check_mode:
+            self.wait_for(instance["id"], [ABSENT])
+        return None
+
+    def ensure(self, project_id: str, name: str, instance: dict | None) -> dict | None:
+        if instance is not None and instance.get("state") == "deleting" and not self.check_mode:
+            # The name is being released; a creation now would make a second
+            # instance of that name next to the dying one.
+            instance = self.wait_for(instance["id"], [ABSENT])
+        if instance is not None and instance.get("state") != "deleting":
+            return instance
+        missing = [option for option in ("flavor", "os") if not self.params[option]]
+        if missing:
+            self.module.fail_json(msg=f"instance {name!r} does not exist; creating it needs "
+                                      f"{' and '.join(missing)}")
+        self.result["created"].append(name)
+        if self.check_mode:
+            return {"flavor": self.params["flavor"], "os": self.params["os"], "state": "creating"}
+        created = self.client.create_instance(project_id, name, self.params["flavor"],
+                                              self.params["os"], self.params["osbuild"])
+        if self.params["wait"]:
+            return self.wait_for(created["id"], ["on"])
+        return self.client.get_instance(created["id"]) or created
+
+    def power_off(self, name: str, instance: dict | None) -> dict | None:
+        if instance is None or instance.get("state") == "off":
+            return instance
+        if instance.get("state") in corellium_client.TRANSITIONAL_STATES:
+            if self.check_mode:
+                self.result["powered_off"].append(name)
+                return {**instance, "state": "off"}
+            instance = self.wait_for(instance["id"], SETTLED_STATES)
+            if instance.get("state") == "off":
+                return instance
+        self.result["powered_off"].append(name)
+        if self.check_mode:
+            return {**instance, "state": "off"}
+        self.client.set_state(instance["id"], "off")
+        if self.params["wait"]:
+            return self.wait_for(instance["id"], ["off"])
+        return self.client.get_instance(instance["id"]) or instance
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "api_host": {"type": "str", "required": True,
+                         "fallback": (env_fallback, ["CORELLIUM_API_HOST"])},
+            "api_token": {"type": "str", "required": True, "no_log": True,
+                          "fallback": (env_fallback, ["CORELLIUM_API_TOKEN"])},
+            "ca_data": {"type": "str"},
+            "ca_path": {"type": "path"},
+            "validate_certs": {"type": "bool", "default": True},
+            "project": {"type": "str", "required": True},
+            "names": {"type": "list", "elements": "str", "required": True},
+            "flavor": {"type": "str"},
+            "os": {"type": "str"},
+            "osbuild": {"type": "str"},
+            "state": {"type": "str", "default": "present",
+                      "choices": ["present", "absent", "off", "recreated"]},
+            "wait": {"type": "bool", "default": False},
+            "wait_timeout": {"type": "int", "default": 600},
+            "poll_interval": {"type": "float", "default": 5},
+            "exporterset": {"type": "dict"},
+            "virtual_target_class": {"type": "dict"},
+        },
+        supports_check_mode=True,
+    )
+    params = module.params
+    try:
+        client = None
+        if (params["api_token"] or "").strip():
+            client = corellium_client.CorelliumClient(
+                params["api_host"], params["api_token"].strip(), ca_path=params["ca_path"],
+                ca_data=params["ca_data"], validate_certs=params["validate_certs"],
+            )
+        result = PoolInstances(module, client).run()
+    except corellium_client.CorelliumError as error:
+        module.fail_json(msg=str(error), corellium_error=error.as_dict())
+    except (ValueError, OSError) as error:
+        module.fail_json(msg=str(error))
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

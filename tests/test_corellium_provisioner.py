@@ -1,0 +1,304 @@
+"""The corellium.jumpstarter.dev provisioner end to end on the test bed.
+
+The real operator process reconciles ExporterSets of a Corellium class; the
+Corellium API is the fake server on loopback (its CA reaches the operator
+through the class's caBundleConfigMapRef, as a private CA would), and the
+Jumpstarter controller's part is played by the stand-in.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+from jumpstarter_standin import JumpstarterStandIn, wait_for
+from kubernetes import client
+from operator_process import ROOT
+from pool_helpers import GROUP, condition, get_set, make_class, make_set, settle_pool
+
+pytest_plugins = ["corellium_fake.pytest_plugin", "pool_helpers"]
+
+PROVISIONER = "corellium.jumpstarter.dev"
+CLASS = "corellium-kronos"
+SECRET = "corellium-creds"
+CA_CONFIGMAP = "corellium-ca"
+DEVICE = {"flavor": "kronos", "os": "1.1.1", "build": "Critical Application Monitor (Baremetal)"}
+CORELLIUM_DRIVER = {"name": "corellium", "type": "jumpstarter_driver_corellium.driver.Corellium"}
+REFUSAL_ANNOTATION = "virtualtarget.jumpstarter.dev/backend-refusal"
+
+
+def corellium_class(api_client, namespace, fake, token=None, name=CLASS, **spec):
+    """The class's Secret, CA ConfigMap and the class itself."""
+    core = client.CoreV1Api(api_client)
+    if token is not False:
+        core.create_namespaced_secret(namespace, client.V1Secret(
+            metadata=client.V1ObjectMeta(name=SECRET),
+            string_data={"token": fake.token if token is None else token}))
+    try:
+        core.create_namespaced_config_map(namespace, client.V1ConfigMap(
+            metadata=client.V1ObjectMeta(name=CA_CONFIGMAP),
+            data={"ca-bundle.crt": open(fake.ca_path).read()}))
+    except client.ApiException as exc:
+        if exc.status != 409:
+            raise
+    parameters = {"api": {"host": fake.host, "projectId": fake.projects[0].id}, "device": DEVICE}
+    return make_class(
+        client.CustomObjectsApi(api_client), namespace, name=name, parameters=parameters,
+        provisioner=PROVISIONER, credentialsSecretRef={"name": SECRET},
+        caBundleConfigMapRef={"name": CA_CONFIGMAP}, **spec,
+    )
+
+
+def corellium_set(api_client, namespace, name="pool", board="kronos", vclass=CLASS, **spec):
+    template = {"metadata": {"labels": {"board": board, "virtual": "true"}},
+                "spec": {"drivers": [CORELLIUM_DRIVER]}}
+    spec = {"minReplicas": 0, "maxReplicas": 4, "minAvailableReplicas": 0, **spec}
+    return make_set(client.CustomObjectsApi(api_client), namespace, name=name, board=board,
+                    virtualTargetClassName=vclass, template=template, **spec)
+
+
+def start_operator(start):
+    """Start the ``operator`` fixture's process for the Corellium provisioner only."""
+    return start(provisioners=(PROVISIONER,))
+
+
+def instances_by_name(fake):
+    return {instance["name"]: instance for instance in fake.instances()}
+
+
+def provision(standin, fake, count):
+    """Play the controller until ``count`` instances exist; return them by name."""
+
+    def step():
+        standin.issue_credentials()
+        standin.bring_online_running()
+        found = instances_by_name(fake)
+        return found if len(found) >= count else None
+
+    return wait_for(step, timeout=60, message=f"{count} Corellium instance(s)")
+
+
+def assert_token_nowhere(api_client, namespace, token, *texts):
+    """The API token is in the class's Secret and nowhere else we can read."""
+    custom = client.CustomObjectsApi(api_client)
+    core = client.CoreV1Api(api_client)
+    dumps = [json.dumps(obj) for obj in (
+        custom.list_namespaced_custom_object(*GROUP, namespace, "exportersets"),
+        custom.list_namespaced_custom_object("jumpstarter.dev", "v1alpha1", namespace, "exporters"),
+        api_client.sanitize_for_serialization(core.list_namespaced_pod(namespace)),
+        api_client.sanitize_for_serialization(core.list_namespaced_event(namespace)),
+        api_client.sanitize_for_serialization(core.list_namespaced_config_map(namespace)),
+    )]
+    for secret in core.list_namespaced_secret(namespace).items:
+        if secret.metadata.name != SECRET:
+            dumps.extend(base64.b64decode(v).decode(errors="replace")
+                         for v in (secret.data or {}).values())
+    leaks = [text[:200] for text in [*dumps, *texts] if token in text]
+    assert not leaks, f"the API token leaked into: {leaks}"
+
+
+def test_wait_for_first_consumer_creates_only_for_a_lease(api, namespace, operator, corellium_fake):
+    custom = client.CustomObjectsApi(api)
+    standin = JumpstarterStandIn(api, namespace)
+    corellium_class(api, namespace, corellium_fake, bindingMode="WaitForFirstConsumer")
+    # A warm buffer is asked for, but the class binds on first consumer: no buffer.
+    corellium_set(api, namespace, minAvailableReplicas=2)
+    proc = start_operator(operator)
+
+    wait_for(lambda: (get_set(custom, namespace).get("status") or {}).get("replicas") == 0
+             and condition(get_set(custom, namespace), "Available"), message="status of an empty set")
+    time.sleep(2)
+    standin.issue_credentials()
+    assert standin.exporters() == []
+    assert corellium_fake.instances() == []
+    assert corellium_fake.count("POST", "/v1/instances") == 0
+
+    # A lease that another board's set would serve is no demand for this one.
+    standin.create_lease("other-board", {"board": "rpi4"})
+    time.sleep(2)
+    assert standin.exporters() == [] and corellium_fake.instances() == []
+
+    standin.create_lease("lease-a", {"board": "kronos"})
+    made = provision(standin, corellium_fake, 1)
+    assert list(made) == ["pool-0"]
+    instance = made["pool-0"]
+    assert (instance["flavor"], instance["os"], instance["osbuild"]) == (
+        DEVICE["flavor"], DEVICE["os"], DEVICE["build"])
+    assert instance["project"] == corellium_fake.projects[0].id
+
+    pod = wait_for(lambda: next(iter(standin.pods()), None), message="exporter Pod")
+    assert [c.name for c in pod.spec.containers] == ["exporter"] and not pod.spec.init_containers
+    env = {e.name: e for e in pod.spec.containers[0].env}
+    assert env["CORELLIUM_API_HOST"].value == corellium_fake.host
+    token_ref = env["CORELLIUM_API_TOKEN"].value_from.secret_key_ref
+    assert (token_ref.name, token_ref.key, env["CORELLIUM_API_TOKEN"].value) == (SECRET, "token", None)
+    config = client.CoreV1Api(api).read_namespaced_secret("pool-0-config", namespace)
+    exporter_config = json.loads(base64.b64decode(config.data["pool-0.yaml"]))
+    driver = exporter_config["export"]["corellium"]
+    assert driver["config"]["device_name"] == "pool-0"
+    assert driver["config"]["project_id"] == corellium_fake.projects[0].id
+
+    # Only the lease's instance: nothing more, and nothing twice, while it waits.
+    time.sleep(2)
+    assert list(instances_by_name(corellium_fake)) == ["pool-0"]
+    assert corellium_fake.count("POST", "/v1/instances") == 1
+    assert_token_nowhere(api, namespace, corellium_fake.token, proc.log_path.read_text())
+
+
+def test_rate_limit_storm_is_survived_without_duplicates(api, namespace, operator, corellium_fake):
+    custom = client.CustomObjectsApi(api)
+    standin = JumpstarterStandIn(api, namespace)
+    corellium_class(api, namespace, corellium_fake)
+    corellium_set(api, namespace, minAvailableReplicas=2)
+    # Every request is refused four times in a row with Retry-After, then a
+    # creation succeeds behind a gateway error, so its answer is lost.
+    corellium_fake.inject(429, times=4, retry_after="1")
+    corellium_fake.inject(502, times=1, method="POST", path="/v1/instances", after_commit=True)
+    started = time.monotonic()
+    start_operator(operator)
+
+    made = provision(standin, corellium_fake, 2)
+    elapsed = time.monotonic() - started
+    settle_pool(standin, 2, custom, namespace)
+    assert sorted(made) == ["pool-0", "pool-1"]
+    time.sleep(1)
+    assert sorted(instances_by_name(corellium_fake)) == ["pool-0", "pool-1"]
+    statuses = [r.status for r in corellium_fake.requests]
+    assert statuses.count(429) == 4 and statuses.count(502) == 1
+    created = [r for r in corellium_fake.requests
+               if (r.method, r.path) == ("POST", "/v1/instances") and r.status in (200, 502)]
+    assert sorted(r.body["name"] for r in created) == ["pool-0", "pool-1"]
+    # Retry-After: 1 was honoured for each of the four refusals.
+    assert elapsed >= 4
+    assert condition(get_set(custom, namespace), "Degraded")["status"] == "False"
+
+
+def test_rejected_token_gives_condition_and_backs_off(api, namespace, operator, corellium_fake):
+    custom = client.CustomObjectsApi(api)
+    core = client.CoreV1Api(api)
+    standin = JumpstarterStandIn(api, namespace)
+    bad_token = "not-the-corellium-token-4711"
+    corellium_class(api, namespace, corellium_fake, token=bad_token)
+    corellium_set(api, namespace, minAvailableReplicas=1)
+    proc = start_operator(operator)
+
+    def degraded():
+        standin.issue_credentials()
+        cond = condition(get_set(custom, namespace), "Degraded")
+        return cond if cond and cond["reason"] == "CredentialsRejected" else None
+
+    cond = wait_for(degraded, message="Degraded/CredentialsRejected")
+    assert cond["status"] == "True"
+    assert CLASS in cond["message"] and f"{namespace}/{SECRET}" in cond["message"]
+    events = wait_for(lambda: [e for e in core.list_namespaced_event(namespace).items
+                               if e.reason == "CredentialsRejected"], message="Event")
+    assert CLASS in events[0].message and SECRET in events[0].message
+    assert events[0].involved_object.name == "pool"
+    assert corellium_fake.instances() == []
+
+    # No retry storm: nothing is asked of the API until the backoff ends.
+    refused_requests = len(corellium_fake.requests)
+    time.sleep(5)
+    assert len(corellium_fake.requests) == refused_requests
+    assert standin.pods() == []
+    assert proc.metric("jumpstarter_exporterset_playbook_runs_total", 'result="failed"') == 0
+
+    # The token is fixed in the Secret: the next try after the backoff makes
+    # the instance and the condition clears.
+    core.patch_namespaced_secret(SECRET, namespace, {"stringData": {"token": corellium_fake.token}})
+    made = provision(standin, corellium_fake, 1)
+    assert list(made) == ["pool-0"]
+    wait_for(lambda: condition(get_set(custom, namespace), "Degraded")["status"] == "False",
+             message="Degraded cleared")
+    assert REFUSAL_ANNOTATION not in (get_set(custom, namespace)["metadata"].get("annotations") or {})
+    assert_token_nowhere(api, namespace, bad_token, proc.log_path.read_text())
+    assert_token_nowhere(api, namespace, corellium_fake.token, proc.log_path.read_text())
+
+
+def test_quota_refusal_limits_scaling_with_the_api_message(api, namespace, operator, corellium_fake):
+    custom = client.CustomObjectsApi(api)
+    standin = JumpstarterStandIn(api, namespace)
+    corellium_fake.set_quota(corellium_fake.projects[0].id, 1)
+    corellium_class(api, namespace, corellium_fake)
+    corellium_set(api, namespace, minAvailableReplicas=2)
+    start_operator(operator)
+
+    def limited():
+        standin.issue_credentials()
+        standin.bring_online_running()
+        cond = condition(get_set(custom, namespace), "ScalingLimited")
+        return cond if cond and cond["reason"] == "QuotaExceeded" else None
+
+    cond = wait_for(limited, message="ScalingLimited/QuotaExceeded")
+    assert cond["status"] == "True"
+    assert "Not enough quota in project Default Project" in cond["message"]
+    assert len(corellium_fake.instances()) == 1
+    # The refused Exporter waits without a Pod; no third Exporter is made for it.
+    time.sleep(2)
+    assert len(standin.exporters()) == 2
+    assert len(standin.pods()) == 1
+
+
+def test_deleting_sets_deletes_or_retains_instances(api, namespace, operator, corellium_fake):
+    custom = client.CustomObjectsApi(api)
+    standin = JumpstarterStandIn(api, namespace)
+    corellium_class(api, namespace, corellium_fake, reclaimPolicy="Delete")
+    corellium_class(api, namespace, corellium_fake, token=False, name="corellium-kept",
+                    reclaimPolicy="Retain")
+    corellium_set(api, namespace, name="gone", board="kronos-a", minAvailableReplicas=1)
+    corellium_set(api, namespace, name="kept", board="kronos-b", vclass="corellium-kept",
+                  minAvailableReplicas=1)
+    start_operator(operator)
+    made = provision(standin, corellium_fake, 2)
+    assert sorted(made) == ["gone-0", "kept-0"]
+    wait_for(lambda: all(i["state"] == "on" for i in corellium_fake.instances()), message="on")
+    wait_for(lambda: len(standin.pods()) == 2, message="two Pods")
+
+    for name in ("gone", "kept"):
+        custom.delete_namespaced_custom_object(*GROUP, namespace, "exportersets", name)
+
+    def sets_gone():
+        return not custom.list_namespaced_custom_object(*GROUP, namespace, "exportersets")["items"]
+
+    wait_for(sets_gone, message="both sets deleted")
+    remaining = instances_by_name(corellium_fake)
+    assert list(remaining) == ["kept-0"]
+    wait_for(lambda: instances_by_name(corellium_fake)["kept-0"]["state"] == "off",
+             message="retained instance powered off")
+    exporters = {e["metadata"]["name"]: e for e in standin.exporters()}
+    assert list(exporters) == ["kept-0"]
+    assert not exporters["kept-0"]["metadata"].get("ownerReferences")
+    assert [p.metadata.name for p in standin.pods()] == ["kept-0"]
+
+
+def test_molecule_scenario(testbed, corellium_fake, tmp_path):
+    """molecule/corellium: converge, idempotence and verify against the fake and the bed."""
+    molecule = shutil.which("molecule", path=os.path.dirname(sys.executable) + os.pathsep
+                            + os.environ.get("PATH", ""))
+    assert molecule, "molecule is not installed; scripts/bootstrap-python installs it"
+    env = {
+        **os.environ,
+        "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
+        "CORELLIUM_API_HOST": corellium_fake.host,
+        "CORELLIUM_API_TOKEN": corellium_fake.token,
+        "CORELLIUM_CA_FILE": corellium_fake.ca_path,
+        "CORELLIUM_PROJECT_ID": corellium_fake.projects[0].id,
+        "MOLECULE_EPHEMERAL_DIRECTORY": str(tmp_path / "molecule"),
+        "ANSIBLE_PYTHON_INTERPRETER": sys.executable,
+        "NO_COLOR": "1",
+        "ANSIBLE_NOCOLOR": "1",
+    }
+    completed = subprocess.run(
+        [molecule, "test", "--scenario-name", "corellium", "--destroy", "never"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=240,
+    )
+    output = completed.stdout + completed.stderr
+    (tmp_path / "molecule.log").write_text(output)
+    failure = max(output.find("[ERROR]"), 0)
+    assert completed.returncode == 0, output[failure:failure + 4000]
+    assert corellium_fake.instances() == [], "the scenario's cleanup left instances behind"
