@@ -193,6 +193,11 @@ class Informer:
             except Exception as exc:  # connection refused, reset, timeouts
                 failures += 1
                 self._sleep_backoff(failures, exc)
+                # After an outage (an API server restart, say) the watch may
+                # answer with an in-stream error event rather than an HTTP
+                # 410, which the client cannot decode without deserializing;
+                # a fresh list is the one reliable way back, so take it.
+                resource_version = None
 
     def _sleep_backoff(self, failures: int, exc: BaseException) -> None:
         if self._stop.is_set():
