@@ -1,0 +1,259 @@
+#!/usr/bin/python
+# Copyright: Jumpstarter virtual exporters maintainers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+
+DOCUMENTATION = r"""
+---
+module: baremetal_targets
+short_description: Work out what each lab host of a qemu-baremetal set must do, and how to reach it
+version_added: 0.1.0
+description:
+  - Runs where the operator runs. Reads the SSH private key and C(known_hosts) from the
+    class's C(credentialsSecretRef) Secret (keys C(ssh-privatekey), C(known_hosts)) into
+    files only the operator's user can read, for the SSH connections to the hosts.
+  - Places Exporters that have no host yet on the host with the most free slots
+    (capacity from the Exporters labelled with a host) and labels them with it.
+  - For O(action=provision), reads each Exporter's token from the credential Secret the
+    Jumpstarter controller named in C(status.credential) and renders its ExporterConfig;
+    Exporters still waiting for the credential are returned in C(waiting).
+  - Returns one entry per host with the names to act on, for M(baremetal_instances).
+author:
+  - Jumpstarter virtual exporters maintainers
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  idempotent:
+    support: full
+options:
+  exporterset:
+    description: The ExporterSet object.
+    type: dict
+    required: true
+  virtual_target_class:
+    description: The set's VirtualTargetClass object.
+    type: dict
+    required: true
+  owned_exporters:
+    description: The Exporter objects of the set.
+    type: list
+    elements: dict
+    required: true
+  exporters:
+    description: Names of the Exporters the entry point acts on.
+    type: list
+    elements: str
+    required: true
+  parameters:
+    description: The class parameters with the set's overrides deep-merged over them.
+    type: dict
+    default: {}
+  action:
+    description: The provisioner entry point.
+    type: str
+    choices: [provision, remove, reset, retain]
+    required: true
+  ssh_dir:
+    description: Where the SSH key and known_hosts of each class are written.
+    type: path
+    default: ~/.ansible/jumpstarter-baremetal
+  kubeconfig:
+    description: Path to a kubeconfig. Default is C(K8S_AUTH_KUBECONFIG), C(KUBECONFIG), then in-cluster.
+    type: path
+requirements:
+  - kubernetes >= 30
+"""
+
+EXAMPLES = r"""
+- name: Work out what each lab host must do
+  jumpstarter.virtual_exporters.baremetal_targets:
+    exporterset: "{{ _virtualtarget_jumpstarter_dev_exporterset }}"
+    virtual_target_class: "{{ virtual_target_class }}"
+    owned_exporters: "{{ owned_exporters }}"
+    exporters: "{{ provisioner_exporters }}"
+    parameters: "{{ merged_parameters }}"
+    action: provision
+  register: targets
+  no_log: true
+"""
+
+RETURN = r"""
+hosts:
+  description:
+    - Per host of C(parameters.hosts) C(name), C(address), C(port), C(user), C(keep) and the
+      names for the action; for provision also C(configs) (ExporterConfigs without token).
+  returned: always
+  type: list
+  elements: dict
+tokens:
+  description: For provision, host name to {Exporter name, its token}. Secret.
+  returned: always
+  type: dict
+ssh:
+  description: C(private_key_file) and C(known_hosts_file) for the connections.
+  returned: always
+  type: dict
+placed:
+  description: Exporter name to the host it was placed on in this run.
+  returned: always
+  type: dict
+waiting:
+  description: Exporters whose credential does not exist yet.
+  returned: always
+  type: list
+  elements: str
+limited:
+  description: Why some Exporters could not be placed (no free slot), or empty.
+  returned: always
+  type: str
+"""
+
+import base64
+import copy
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (
+    baremetal,
+    constants,
+    exporter_config,
+    placement,
+)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s_client import api_client
+
+
+class Targets:
+    def __init__(self, module):
+        from kubernetes import client
+
+        self.module = module
+        self.p = module.params
+        api = api_client(self.p["kubeconfig"])
+        self.core = client.CoreV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
+        self.namespace = self.p["exporterset"]["metadata"]["namespace"]
+        self.changed = False
+
+    def _secret(self, name):
+        from kubernetes.client.rest import ApiException
+
+        try:
+            return self.core.read_namespaced_secret(name, self.namespace).data or {}
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            self.module.fail_json(msg=f"reading Secret {self.namespace}/{name}: {exc.status} {exc.reason}")
+
+    def ssh_files(self):
+        ref = (self.p["virtual_target_class"].get("spec") or {}).get("credentialsSecretRef") or {}
+        if not ref.get("name"):
+            self.module.fail_json(msg="spec.credentialsSecretRef: qemu-baremetal needs the SSH key Secret")
+        data = self._secret(ref["name"])
+        missing = [k for k in (baremetal.SECRET_PRIVATE_KEY, baremetal.SECRET_KNOWN_HOSTS)
+                   if not (data or {}).get(k)]
+        if missing:
+            self.module.fail_json(msg=f"Secret {self.namespace}/{ref['name']}: missing {', '.join(missing)}")
+        directory = os.path.join(os.path.expanduser(self.p["ssh_dir"]), self.namespace, ref["name"])
+        files = {"private_key_file": os.path.join(directory, "id"),
+                 "known_hosts_file": os.path.join(directory, "known_hosts")}
+        if not self.module.check_mode:
+            os.makedirs(directory, mode=0o700, exist_ok=True)
+            for key, path in ((baremetal.SECRET_PRIVATE_KEY, files["private_key_file"]),
+                              (baremetal.SECRET_KNOWN_HOSTS, files["known_hosts_file"])):
+                content = base64.b64decode(data[key])
+                if not content.endswith(b"\n"):
+                    content += b"\n"
+                descriptor = os.open(path + ".new", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                with os.fdopen(descriptor, "wb") as handle:
+                    handle.write(content)
+                os.replace(path + ".new", path)
+        return files
+
+    def place(self, exporters, hosts):
+        """Labels Exporters that have no host yet with one; returns {name: host}."""
+        unplaced = sorted(e["metadata"]["name"] for e in exporters
+                          if baremetal.host_of(e) is None and not e["metadata"].get("deletionTimestamp"))
+        if not unplaced:
+            return {}, ""
+        result = placement.place_instances(hosts, exporters, len(unplaced), names=unplaced)
+        placed = {p["exporter"]: p["host"] for p in result["placements"]}
+        for exporter in exporters:
+            host = placed.get(exporter["metadata"]["name"])
+            if host is None:
+                continue
+            exporter["metadata"].setdefault("labels", {})[constants.LABEL_HOST] = host
+            self.changed = True
+            if not self.module.check_mode:
+                self.custom.patch_namespaced_custom_object(
+                    "jumpstarter.dev", "v1alpha1", self.namespace, "exporters",
+                    exporter["metadata"]["name"],
+                    {"metadata": {"labels": {constants.LABEL_HOST: host}}})
+        return placed, result["message"]
+
+    def token(self, exporter):
+        credential = ((exporter.get("status") or {}).get("credential") or {}).get("name")
+        data = self._secret(credential) if credential else None
+        if not (data or {}).get("token"):
+            return None
+        return base64.b64decode(data["token"]).decode()
+
+    def configs(self, host_entry, by_name, waiting):
+        parameters = self.p["parameters"]
+        work_dir = parameters.get("workDir") or baremetal.DEFAULT_WORK_DIR
+        drivers = ((self.p["exporterset"]["spec"].get("template") or {}).get("spec") or {}).get("drivers") or []
+        configs, tokens, ready = {}, {}, []
+        for name in host_entry["provision"]:
+            exporter = by_name[name]
+            token = self.token(exporter)
+            if token is None:
+                waiting.append(name)
+                continue
+            run_dir = baremetal.instance_dir(work_dir, self.namespace, name)
+            config = exporter_config.render_exporter_config(
+                name, self.namespace, drivers,
+                endpoint=(exporter.get("status") or {}).get("endpoint", ""), token=None,
+                driver_overrides=baremetal.driver_overrides(drivers, parameters, run_dir))
+            del config["token"]
+            configs[name] = config
+            tokens[name] = token
+            ready.append(name)
+        host_entry.update(provision=ready, configs=configs, tokens=tokens)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            exporterset=dict(type="dict", required=True),
+            virtual_target_class=dict(type="dict", required=True),
+            owned_exporters=dict(type="list", elements="dict", required=True),
+            exporters=dict(type="list", elements="str", required=True),
+            parameters=dict(type="dict", default={}),
+            action=dict(type="str", required=True, choices=["provision", "remove", "reset", "retain"]),
+            ssh_dir=dict(type="path", default="~/.ansible/jumpstarter-baremetal"),
+            kubeconfig=dict(type="path"),
+        ),
+        supports_check_mode=True,
+    )
+    targets = Targets(module)
+    p = module.params
+    hosts = p["parameters"].get("hosts") or []
+    exporters = copy.deepcopy(p["owned_exporters"])
+    by_name = {e["metadata"]["name"]: e for e in exporters}
+    ssh = targets.ssh_files()
+    placed, limited = ({}, "")
+    if p["action"] == "provision":
+        placed, limited = targets.place(exporters, hosts)
+    entries = baremetal.host_actions(hosts, exporters, p["action"], p["exporters"])
+    waiting = []
+    tokens = {}
+    if p["action"] == "provision":
+        for entry in entries:
+            targets.configs(entry, by_name, waiting)
+            tokens[entry["name"]] = entry.pop("tokens")
+    module.exit_json(changed=targets.changed, hosts=entries, tokens=tokens, ssh=ssh, placed=placed,
+                     waiting=sorted(waiting), limited=limited)
+
+
+if __name__ == "__main__":
+    main()
