@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (
     constants,
+    k8s_apply,
     k8s_observe,
     k8s_status,
 )
@@ -28,7 +29,8 @@ from .runner import PlaybookRunner
 log = logging.getLogger(__name__)
 
 FINALIZER = constants.GROUP + "/teardown"
-ACTION_KEYS = ("create", "enable", "disable", "delete", "recycle")
+# Plan actions that need the provisioner's backends, and so the playbook.
+BACKEND_ACTION_KEYS = ("delete", "recycle")
 OBSERVED_KINDS = ("VirtualTargetClass", "ExporterSet", "Exporter", "Lease", "Pod")
 # How long an expectation from a playbook run may wait for the cache.
 EXPECTATION_TTL = 30.0
@@ -138,28 +140,27 @@ class Reconciler:
 
         plan = k8s_observe.plan_for(exporter_set, observed, self.plan_options)
         self.metrics.observe_set(namespace, name, plan["status"], len(observed["pending"]))
-        if any(plan.get(k) for k in ACTION_KEYS) or k8s_observe.unprovisioned(observed):
+        if any(plan.get(k) for k in BACKEND_ACTION_KEYS) or k8s_observe.unprovisioned(observed):
             return self._run_playbook(key, exporter_set, observed, plan)
         if plan.get("changed"):
-            self._write_plan_results(exporter_set, plan)
-            return Result(requeue_after=plan.get("requeue_after"), path="status")
+            # Creating, enabling or disabling Exporters touches no backend (a
+            # new Exporter gets its backend once its credential exists), so it
+            # is applied here, in milliseconds, with the module's own code.
+            try:
+                self._apply_in_process(exporter_set, plan, k8s_observe.provisioner_of(observed))
+            except (k8s_apply.ApplyError, ApiException) as exc:
+                self._report_failure(exporter_set, plan, str(exc))
+                return Result(error=str(exc), path="inprocess")
+            self._count_actions(key, plan)
+            created = [c["name"] for c in plan.get("create") or []]
+            if created:
+                self.expectations.expect(key, created, [])
+            return Result(requeue_after=plan.get("requeue_after"), path="inprocess")
         return Result(requeue_after=plan.get("requeue_after"), path="fastpath")
 
-    def _write_plan_results(self, exporter_set: dict, plan: dict) -> None:
-        meta = exporter_set["metadata"]
-        namespace, name = meta["namespace"], meta["name"]
-        for exporter, patch in (plan.get("exporter_annotations") or {}).items():
-            k8s_status.patch_annotations(
-                self.api_client, "jumpstarter.dev", "v1alpha1", "exporters", namespace, exporter, patch
-            )
-        if k8s_status.annotations_differ(meta.get("annotations"), plan.get("set_annotations")):
-            k8s_status.patch_annotations(
-                self.api_client, constants.GROUP, "v1alpha1", "exportersets", namespace, name,
-                plan["set_annotations"],
-            )
-        k8s_status.write_status(self.api_client, namespace, name, plan["status"])
-        if plan.get("events"):
-            k8s_status.emit_events(self.api_client, exporter_set, plan["events"])
+    def _apply_in_process(self, exporter_set: dict, plan: dict, provisioner: str) -> None:
+        """The plan's Exporter, annotation, status and Event writes, without a playbook."""
+        k8s_apply.PlanApplier(self.api_client, exporter_set).apply_plan(plan, provisioner or "")
 
     def _run_playbook(self, key, exporter_set, observed, plan) -> Result:
         namespace, name = key
@@ -169,22 +170,25 @@ class Reconciler:
         created = [c["name"] for c in plan.get("create") or []]
         deleted = [d["name"] for d in plan.get("delete") or []]
         self.expectations.expect(key, created, deleted)
-        if created:
-            self.metrics.scale_ups.labels(namespace, name).inc(len(created))
-        scale_down = [d for d in plan.get("delete") or [] if d.get("reason") == constants.DELETE_SCALE_DOWN]
-        if scale_down:
-            self.metrics.scale_downs.labels(namespace, name).inc(len(scale_down))
-        failed = [
-            d for d in plan.get("delete") or []
-            if d.get("reason") in (constants.DELETE_FAILED, constants.DELETE_STARTUP_TIMEOUT)
-        ]
-        if failed:
-            self.metrics.failures.labels(namespace, name).inc(len(failed))
+        self._count_actions(key, plan)
         if not result.ok:
             self.expectations.forget(key)
             self._report_failure(exporter_set, plan, result.message)
             return Result(error=result.message, path="playbook")
         return Result(requeue_after=plan.get("requeue_after"), path="playbook")
+
+    def _count_actions(self, key, plan: dict) -> None:
+        namespace, name = key
+        created = plan.get("create") or []
+        if created:
+            self.metrics.scale_ups.labels(namespace, name).inc(len(created))
+        deletes = plan.get("delete") or []
+        scale_down = [d for d in deletes if d.get("reason") == constants.DELETE_SCALE_DOWN]
+        if scale_down:
+            self.metrics.scale_downs.labels(namespace, name).inc(len(scale_down))
+        failed = [d for d in deletes if d.get("reason") in (constants.DELETE_FAILED, constants.DELETE_STARTUP_TIMEOUT)]
+        if failed:
+            self.metrics.failures.labels(namespace, name).inc(len(failed))
 
     def _report_failure(self, exporter_set: dict, plan: dict, message: str) -> None:
         meta = exporter_set["metadata"]

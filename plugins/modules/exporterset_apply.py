@@ -9,7 +9,8 @@ short_description: Apply the Kubernetes side of an ExporterSet scale plan in one
 version_added: 0.1.0
 description:
   - Applies what every provisioner shares in a scale plan (see the
-    C(jumpstarter.virtual_exporters.scale_plan) filter), that is, it deletes the Exporters the plan removes, disables and re-enables Exporters,
+    C(jumpstarter.virtual_exporters.scale_plan) filter), that is, it deletes
+    the Exporters the plan removes, disables and re-enables Exporters,
     creates the new Exporters (owned by the set, labelled and annotated),
     patches bookkeeping annotations on Exporters and on the set, writes the
     set's status through the status subresource and records Kubernetes Events.
@@ -111,135 +112,13 @@ events:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (
-    k8s_objects,
-    k8s_status,
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s_apply import (
+    ApplyError,
+    PlanApplier,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s_client import (
     api_client,
 )
-
-EXPORTER = ("jumpstarter.dev", "v1alpha1", "exporters")
-
-
-
-class PlanApplier:
-    def __init__(self, module, api_client):
-        from kubernetes import client
-
-        self.module = module
-        self.check = module.check_mode
-        self.api_client = api_client
-        self.custom = client.CustomObjectsApi(api_client)
-        self.set = module.params["exporterset"]
-        self.namespace = self.set["metadata"]["namespace"]
-        self.result = {"created": [], "deleted": [], "patched": [], "status_changed": False, "events": 0}
-
-    def _fail(self, what, exc):
-        self.module.fail_json(msg=f"{what}: {getattr(exc, 'reason', exc)} {getattr(exc, 'body', '')}".strip(),
-                              **self.result)
-
-    def delete(self, name):
-        from kubernetes.client.rest import ApiException
-
-        if not self.check:
-            try:
-                self.custom.delete_namespaced_custom_object(*EXPORTER[:2], self.namespace, EXPORTER[2], name)
-            except ApiException as exc:
-                if exc.status != 404:
-                    self._fail(f"deleting Exporter {self.namespace}/{name}", exc)
-                return
-        self.result["deleted"].append(name)
-
-    def patch(self, name, body):
-        from kubernetes.client.rest import ApiException
-
-        if not self.check:
-            try:
-                self.custom.patch_namespaced_custom_object(*EXPORTER[:2], self.namespace, EXPORTER[2], name, body)
-            except ApiException as exc:
-                if exc.status == 404:
-                    return
-                self._fail(f"patching Exporter {self.namespace}/{name}", exc)
-        if name not in self.result["patched"]:
-            self.result["patched"].append(name)
-
-    def create(self, manifest):
-        from kubernetes.client.rest import ApiException
-
-        name = manifest["metadata"]["name"]
-        if not self.check:
-            try:
-                self.custom.create_namespaced_custom_object(*EXPORTER[:2], self.namespace, EXPORTER[2], manifest)
-            except ApiException as exc:
-                if exc.status != 409:
-                    self._fail(f"creating Exporter {self.namespace}/{name}", exc)
-                # AlreadyExists: the name was taken since the plan was made (a
-                # stale read); the next plan sees it and picks another name.
-                return
-        self.result["created"].append(name)
-
-    def apply_plan(self, plan, provisioner):
-        for entry in plan.get("delete") or []:
-            self.delete(entry["name"])
-        for name in plan.get("disable") or []:
-            self.patch(name, {"spec": {"enabled": False}})
-        for name in plan.get("enable") or []:
-            self.patch(name, {"spec": {"enabled": True}})
-        for entry in plan.get("create") or []:
-            self.create(k8s_objects.exporter_manifest(self.set, entry, provisioner))
-        deleted = {entry["name"] for entry in plan.get("delete") or []}
-        for name, annotations in sorted((plan.get("exporter_annotations") or {}).items()):
-            if name not in deleted and annotations:
-                self.patch(name, {"metadata": {"annotations": annotations}})
-        self.write_set(plan)
-
-    def write_set(self, plan):
-        meta = self.set["metadata"]
-        set_annotations = plan.get("set_annotations") or {}
-        if k8s_status.annotations_differ(meta.get("annotations"), set_annotations):
-            if not self.check:
-                k8s_status.patch_annotations(
-                    self.api_client, k8s_status.GROUP, k8s_status.VERSION, k8s_status.PLURAL,
-                    self.namespace, meta["name"], set_annotations,
-                )
-            self.result["set_annotations_changed"] = True
-        status = plan.get("status")
-        if status:
-            outcome = None
-            if self.module.params["write_outcome"]:
-                outcome = k8s_status.outcome_condition(
-                    "Successful", "LastReconcileSucceeded", "", meta.get("generation", 0)
-                )
-            if self.check:
-                desired = k8s_status.status_with_outcome(status, self.set.get("status"), outcome)
-                self.result["status_changed"] = k8s_status.status_differs(self.set.get("status"), desired)
-            else:
-                self.result["status_changed"], _ = k8s_status.write_status(
-                    self.api_client, self.namespace, meta["name"], status, outcome=outcome
-                )
-        events = plan.get("events") or []
-        if events and not self.check:
-            self.result["events"] = k8s_status.emit_events(self.api_client, self.set, events)
-
-    def teardown(self, mode, owned):
-        uid = self.set["metadata"]["uid"]
-        for exporter in owned:
-            name = exporter["metadata"]["name"]
-            if mode == "delete":
-                self.delete(name)
-            else:
-                remaining = [
-                    ref for ref in exporter["metadata"].get("ownerReferences") or [] if ref.get("uid") != uid
-                ]
-                self.patch(name, {"metadata": {"ownerReferences": remaining or None}})
-
-    def changed(self):
-        r = self.result
-        return bool(
-            r["created"] or r["deleted"] or r["patched"] or r["status_changed"] or r["events"]
-            or r.get("set_annotations_changed")
-        )
 
 
 def main():
@@ -259,11 +138,19 @@ def main():
         import kubernetes  # noqa: F401
     except ImportError:
         module.fail_json(msg="the kubernetes Python client is required (pip install kubernetes)")
-    applier = PlanApplier(module, api_client(module.params["kubeconfig"]))
-    if module.params["teardown"] != "none":
-        applier.teardown(module.params["teardown"], module.params["owned_exporters"])
-    else:
-        applier.apply_plan(module.params["plan"], module.params["provisioner"])
+    applier = PlanApplier(
+        api_client(module.params["kubeconfig"]),
+        module.params["exporterset"],
+        check_mode=module.check_mode,
+        write_outcome=module.params["write_outcome"],
+    )
+    try:
+        if module.params["teardown"] != "none":
+            applier.teardown(module.params["teardown"], module.params["owned_exporters"])
+        else:
+            applier.apply_plan(module.params["plan"], module.params["provisioner"])
+    except ApplyError as exc:
+        module.fail_json(msg=str(exc), **applier.result)
     module.exit_json(changed=applier.changed(), **applier.result)
 
 
