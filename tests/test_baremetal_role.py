@@ -92,8 +92,10 @@ class Bed:
         assert completed.returncode == 0, completed.stdout[-5000:] + completed.stderr[-2000:]
         report = json.loads(completed.stdout)
         tasks = report["plays"][0]["tasks"]
-        report_task = next(t for t in tasks if t["task"]["name"].endswith("Report the state of the instances on each lab host"))
-        return report_task["hosts"]["localhost"]["ansible_facts"]["qemu_baremetal_instances"], completed.stdout
+        report_task = next(t for t in tasks
+                           if t["task"]["name"].endswith("Report the state of the instances on each lab host"))
+        facts = report_task["hosts"]["localhost"]["ansible_facts"]
+        return facts["qemu_baremetal_instances"], completed.stdout
 
     def instance_dir(self, host, name):
         return self.lab.work_dir(host) / "instances" / f"{self.namespace}.{name}"
