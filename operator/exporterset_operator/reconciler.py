@@ -142,6 +142,11 @@ class Reconciler:
         self.metrics.observe_set(namespace, name, plan["status"], len(observed["pending"]))
         if any(plan.get(k) for k in BACKEND_ACTION_KEYS) or k8s_observe.unprovisioned(observed):
             return self._run_playbook(key, exporter_set, observed, plan)
+        probe = k8s_observe.probe_playbook(observed)
+        if probe:
+            error = self._run_probe(key, exporter_set, observed, plan, probe)
+            if error:
+                return Result(error=error, path="probe")
         if plan.get("changed"):
             # Creating, enabling or disabling Exporters touches no backend (a
             # new Exporter gets its backend once its credential exists), so it
@@ -176,6 +181,20 @@ class Reconciler:
             self._report_failure(exporter_set, plan, result.message)
             return Result(error=result.message, path="playbook")
         return Result(requeue_after=plan.get("requeue_after"), path="playbook")
+
+    def _run_probe(self, key, exporter_set, observed, plan, playbook) -> str | None:
+        """Refresh the backends' report (it comes back as a watch event).
+
+        Bounded by the report's age: a steady pool costs one probe per
+        interval, whatever else happens to the set. Returns the error, if any.
+        """
+        variables = k8s_observe.playbook_variables(exporter_set, observed, plan)
+        result = self.runner.run(playbook, key, variables)
+        self.metrics.playbook_runs.labels("successful" if result.ok else "failed").inc()
+        if result.ok:
+            return None
+        self._report_failure(exporter_set, plan, result.message)
+        return result.message
 
     def _count_actions(self, key, plan: dict) -> None:
         namespace, name = key

@@ -7,6 +7,7 @@ reconcile playbook runs by hand. Both therefore plan the same way.
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (
     backend_refusal,
+    baremetal_pool,
     constants,
     k8s_objects,
 )
@@ -22,6 +23,9 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.plan
 # Provisioners whose instances are Pods the pool makes once the exporter
 # credential exists.
 POD_PROVISIONERS = (constants.PROVISIONER_QEMU, constants.PROVISIONER_CORELLIUM)
+# Provisioners whose hosts are probed by a playbook of their own when their
+# last report is old (the reconcile playbook runs only when there is work).
+PROBE_PLAYBOOKS = {constants.PROVISIONER_QEMU_BAREMETAL: "playbooks/baremetal_probe.yml"}
 
 
 def _labels(obj):
@@ -53,6 +57,10 @@ def observe(exporter_set, namespace_objects, now):
     leases = namespace_objects["Lease"]
     demand = attribute_lease_demand(namespace_objects["ExporterSet"], leases, exporters, now)
     pending_names = set(demand.get(name, []))
+    lab = None
+    if ((vclass or {}).get("spec") or {}).get("provisioner") == constants.PROVISIONER_QEMU_BAREMETAL:
+        placed = [e for e in exporters if _labels(e).get(constants.LABEL_HOST)]
+        lab = baremetal_pool.LabView(exporter_set, vclass, owned, placed, now)
     return {
         "class": vclass,
         "owned": owned,
@@ -60,6 +68,7 @@ def observe(exporter_set, namespace_objects, now):
         "pending": [lease for lease in leases if lease["metadata"]["name"] in pending_names],
         "taken_names": sorted(e["metadata"]["name"] for e in exporters),
         "refusal": backend_refusal.read(exporter_set),
+        "lab": lab,
         "now": now,
     }
 
@@ -71,6 +80,11 @@ def provisioner_of(observed):
 def plan_for(exporter_set, observed, options=None):
     options = dict(options or {})
     options["taken_names"] = observed["taken_names"]
+    lab = observed.get("lab")
+    instances = k8s_objects.instances_from_pods(observed["pods"])
+    if lab is not None:
+        instances = lab.instances()
+        options["capacity"] = lab.capacity()
     refusal = observed.get("refusal")
     options["capacity"] = backend_refusal.capacity(refusal, observed["now"], options.get("capacity"))
     plan = scale_plan(
@@ -79,9 +93,11 @@ def plan_for(exporter_set, observed, options=None):
         observed["owned"],
         observed["pending"],
         observed["now"],
-        instances=k8s_objects.instances_from_pods(observed["pods"]),
+        instances=instances,
         options=options,
     )
+    if lab is not None:
+        lab.complete_plan(plan)
     return backend_refusal.apply_to_plan(plan, exporter_set, refusal, observed["now"])
 
 
@@ -92,8 +108,11 @@ def unprovisioned(observed):
     creates; until ``status.credential`` names it there is nothing to do, and
     the Exporter's own status update brings the set back for another look.
     While the backend's refusal holds, nothing can be made: the plan requeues
-    the set for the moment it may be asked again.
+    the set for the moment it may be asked again. Lab hosts say themselves
+    what runs on them (``baremetal_pool``).
     """
+    if observed.get("lab") is not None:
+        return observed["lab"].unprovisioned()
     if provisioner_of(observed) not in POD_PROVISIONERS:
         return []
     if backend_refusal.holds(observed.get("refusal"), observed["now"]):
@@ -107,6 +126,14 @@ def unprovisioned(observed):
         and e.get("spec", {}).get("enabled", True)
         and ((e.get("status") or {}).get("credential") or {}).get("name")
     )
+
+
+def probe_playbook(observed):
+    """The playbook that probes the set's backends when they are due, else None."""
+    lab = observed.get("lab")
+    if lab is not None and lab.probe_due():
+        return PROBE_PLAYBOOKS[constants.PROVISIONER_QEMU_BAREMETAL]
+    return None
 
 
 def playbook_variables(exporter_set, observed, plan, teardown=False):

@@ -11,8 +11,9 @@ description:
   - Runs where the operator runs. Reads the SSH private key and C(known_hosts) from the
     class's C(credentialsSecretRef) Secret (keys C(ssh-privatekey), C(known_hosts)) into
     files only the operator's user can read, for the SSH connections to the hosts.
-  - Places Exporters that have no host yet on the host with the most free slots
-    (capacity from the Exporters labelled with a host) and labels them with it.
+  - New Exporters get their host when the plan creates them. Exporters that still have
+    none (made before that, or by hand) are placed here the same way, on an open host with
+    the most free slots, and labelled with it.
   - For O(action=provision), reads each Exporter's token from the credential Secret the
     Jumpstarter controller named in C(status.credential) and renders its ExporterConfig;
     Exporters still waiting for the credential are returned in C(waiting).
@@ -50,9 +51,11 @@ options:
     type: dict
     default: {}
   action:
-    description: The provisioner entry point.
+    description:
+      - The provisioner entry point; C(probe) only reads the state of the instances on every
+        host (and removes leftovers through C(keep)).
     type: str
-    choices: [provision, remove, reset, retain]
+    choices: [provision, remove, reset, retain, probe]
     required: true
   ssh_dir:
     description: Where the SSH key and known_hosts of each class are written.
@@ -112,13 +115,14 @@ limited:
 import base64
 import copy
 import os
+from datetime import UTC, datetime
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (
     baremetal,
+    baremetal_pool,
     constants,
     exporter_config,
-    placement,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s_client import api_client
 
@@ -170,14 +174,17 @@ class Targets:
                 os.replace(path + ".new", path)
         return files
 
-    def place(self, exporters, hosts):
-        """Labels Exporters that have no host yet with one; returns {name: host}."""
+    def place(self, exporters):
+        """Labels Exporters that have no host yet with one; returns ({name: host}, why not all)."""
         unplaced = sorted(e["metadata"]["name"] for e in exporters
                           if baremetal.host_of(e) is None and not e["metadata"].get("deletionTimestamp"))
         if not unplaced:
             return {}, ""
-        result = placement.place_instances(hosts, exporters, len(unplaced), names=unplaced)
-        placed = {p["exporter"]: p["host"] for p in result["placements"]}
+        lab = baremetal_pool.LabView(
+            self.p["exporterset"], self.p["virtual_target_class"], exporters,
+            [e for e in exporters if baremetal.host_of(e) is not None], datetime.now(UTC))
+        placed = lab.place(unplaced)
+        limited = sorted(set(unplaced) - set(placed))
         for exporter in exporters:
             host = placed.get(exporter["metadata"]["name"])
             if host is None:
@@ -189,7 +196,8 @@ class Targets:
                     "jumpstarter.dev", "v1alpha1", self.namespace, "exporters",
                     exporter["metadata"]["name"],
                     {"metadata": {"labels": {constants.LABEL_HOST: host}}})
-        return placed, result["message"]
+        return placed, (f"no free slot for {', '.join(limited)}: {lab.capacity()['message']}"
+                        if limited else "")
 
     def token(self, exporter):
         credential = ((exporter.get("status") or {}).get("credential") or {}).get("name")
@@ -229,7 +237,7 @@ def main():
             owned_exporters=dict(type="list", elements="dict", required=True),
             exporters=dict(type="list", elements="str", required=True),
             parameters=dict(type="dict", default={}),
-            action=dict(type="str", required=True, choices=["provision", "remove", "reset", "retain"]),
+            action=dict(type="str", required=True, choices=["provision", "remove", "reset", "retain", "probe"]),
             ssh_dir=dict(type="path", default="~/.ansible/jumpstarter-baremetal"),
             kubeconfig=dict(type="path"),
         ),
@@ -243,7 +251,7 @@ def main():
     ssh = targets.ssh_files()
     placed, limited = ({}, "")
     if p["action"] == "provision":
-        placed, limited = targets.place(exporters, hosts)
+        placed, limited = targets.place(exporters)
     entries = baremetal.host_actions(hosts, exporters, p["action"], p["exporters"])
     waiting = []
     tokens = {}

@@ -1,0 +1,112 @@
+#!/usr/bin/python
+# Copyright: Jumpstarter virtual exporters maintainers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+
+DOCUMENTATION = r"""
+---
+module: baremetal_report
+short_description: Record what the lab hosts of a qemu-baremetal set reported, on the set
+version_added: 0.1.0
+description:
+  - Runs where the operator runs, after M(baremetal_instances) ran on every host of the set.
+  - Writes the host report annotation C(virtualtarget.jumpstarter.dev/host-report) of the
+    ExporterSet. Every reconcile reads it back for the state of the instances, the free
+    slots and the hosts that stopped answering (and since when).
+  - A host that answered replaces its entry; one that did not keeps its last entry and the
+    time it was first missed.
+  - A set that no longer exists is left alone.
+author:
+  - Jumpstarter virtual exporters maintainers
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  idempotent:
+    support: full
+    details: Every run records the time of the probe; it reports a change only when a host's entry changed.
+options:
+  namespace:
+    description: Namespace of the ExporterSet.
+    type: str
+    required: true
+  exporterset:
+    description: Name of the ExporterSet.
+    type: str
+    required: true
+  results:
+    description:
+      - Per host name C(unreachable) and C(instances) (the M(baremetal_instances) result),
+        as the C(qemu_baremetal) role collects them in C(qemu_baremetal_instances).
+    type: dict
+    required: true
+  kubeconfig:
+    description: Path to a kubeconfig. Default is C(K8S_AUTH_KUBECONFIG), C(KUBECONFIG), then in-cluster.
+    type: path
+requirements:
+  - kubernetes >= 30
+"""
+
+EXAMPLES = r"""
+- name: Record the host report on the set
+  jumpstarter.virtual_exporters.baremetal_report:
+    namespace: "{{ ansible_operator_meta.namespace }}"
+    exporterset: "{{ ansible_operator_meta.name }}"
+    results: "{{ qemu_baremetal_instances }}"
+"""
+
+RETURN = r"""
+report:
+  description: The report as written (C(probedAt), C(hosts)).
+  returned: always
+  type: dict
+written:
+  description: Whether the set existed and the annotation was written.
+  returned: always
+  type: bool
+"""
+
+from datetime import UTC, datetime
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (
+    baremetal_pool,
+    k8s_status,
+)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s_client import api_client
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            namespace=dict(type="str", required=True),
+            exporterset=dict(type="str", required=True),
+            results=dict(type="dict", required=True),
+            kubeconfig=dict(type="path"),
+        ),
+        supports_check_mode=True,
+    )
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    p = module.params
+    api = api_client(p["kubeconfig"])
+    try:
+        exporter_set = client.CustomObjectsApi(api).get_namespaced_custom_object(
+            k8s_status.GROUP, k8s_status.VERSION, p["namespace"], k8s_status.PLURAL, p["exporterset"])
+    except ApiException as exc:
+        if exc.status == 404:
+            module.exit_json(changed=False, written=False, report={})
+        module.fail_json(msg=f"reading ExporterSet {p['namespace']}/{p['exporterset']}: {exc.status} {exc.reason}")
+    previous = baremetal_pool.read_report(exporter_set)
+    report = baremetal_pool.next_report(previous, p["results"], datetime.now(UTC))
+    if not module.check_mode:
+        k8s_status.patch_annotations(
+            api, k8s_status.GROUP, k8s_status.VERSION, k8s_status.PLURAL, p["namespace"],
+            p["exporterset"], {baremetal_pool.REPORT_ANNOTATION: baremetal_pool.encode_report(report)})
+    module.exit_json(changed=report["hosts"] != previous["hosts"], written=not module.check_mode,
+                     report=report)
+
+
+if __name__ == "__main__":
+    main()
