@@ -13,31 +13,15 @@ import pytest
 import yaml
 from jumpstarter_standin import JumpstarterStandIn, wait_for
 from kubernetes import client
-from labhosts import ROOT, lab_hosts  # noqa: F401 (fixture)
+from labhosts import lab_hosts  # noqa: F401 (fixture)
 
 BIN = os.path.dirname(sys.executable)
-GUEST = os.path.expanduser("~/.cache/jumpstarter-virtual-exporters/guest")
-IMAGES = "/var/lib/jumpstarter-virtual/images"
 HOST_LABEL = "virtualtarget.jumpstarter.dev/host"
 
 
 @pytest.fixture
 def lab(lab_hosts):  # noqa: F811
-    for host in lab_hosts.hosts:
-        for name in ("vmlinuz", "initramfs.cpio.gz"):
-            subprocess.run(["install", "-o", "jumpstarter", "-g", "jumpstarter", "-m", "0644",
-                            f"{GUEST}/{name}", str(lab_hosts.work_dir(host) / "images")], check=True)
     return lab_hosts
-
-
-def parameters(lab):
-    return {
-        "arch": "x86_64",
-        "resources": {"cpu": 1, "memory": "128Mi", "storage": "64Mi"},
-        "kernel": {"path": f"{IMAGES}/vmlinuz"},
-        "initrd": {"path": f"{IMAGES}/initramfs.cpio.gz"},
-        "hosts": [{"name": name, "address": address, "slots": 2} for name, address in lab.hosts.items()],
-    }
 
 
 class Bed:
@@ -55,11 +39,10 @@ class Bed:
                                  {"name": "qemu", "type": "jumpstarter_driver_qemu.driver.Qemu"}]}}}}
         self.vclass = {"metadata": {"name": "lab"}, "spec": {
             "provisioner": "qemu-baremetal.jumpstarter.dev", "credentialsSecretRef": {"name": "lab-ssh"},
-            "parameters": parameters(lab)}}
+            "parameters": lab.parameters({name: 2 for name in lab.hosts})}}
         self.core.create_namespaced_secret(namespace, client.V1Secret(
             metadata=client.V1ObjectMeta(name="lab-ssh"),
-            data={key: base64.b64encode(path.read_bytes()).decode() for key, path in
-                  (("ssh-privatekey", lab.operator_key), ("known_hosts", lab.known_hosts))}))
+            data=lab.secret_data()))
 
     def create_exporters(self, names):
         for name in names:
@@ -98,7 +81,7 @@ class Bed:
         return facts["qemu_baremetal_instances"], completed.stdout
 
     def instance_dir(self, host, name):
-        return self.lab.work_dir(host) / "instances" / f"{self.namespace}.{name}"
+        return self.lab.instance_dir(host, self.namespace, name)
 
 
 def phases(results):

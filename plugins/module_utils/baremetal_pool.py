@@ -211,9 +211,12 @@ class LabView:
     def _closed_hosts(self):
         return sorted({*self.unreachable(), *self.drained})
 
+    def _undrained_hosts(self):
+        return [h for h in self.hosts if h["name"] not in self.drained]
+
     def capacity(self):
         """The plan's ``capacity`` option: free slots on open hosts, naming them."""
-        result = placement.capacity_for(self.hosts, self._occupying(), self._closed_hosts())
+        result = placement.capacity_for(self._undrained_hosts(), self._occupying(), self.unreachable())
         drained = sorted(set(self.drained) & self.host_names)
         if result["limit"] == 0 and drained:
             result["message"] += f"; drained hosts {', '.join(drained)}"
@@ -221,8 +224,8 @@ class LabView:
 
     def place(self, names):
         """{Exporter name: host} for new instances, on open hosts with the most free slots."""
-        placed = placement.place_instances(self.hosts, self._occupying(), len(names),
-                                           self._closed_hosts(), names=list(names))
+        placed = placement.place_instances(self._undrained_hosts(), self._occupying(), len(names),
+                                           self.unreachable(), names=list(names))
         return {p["exporter"]: p["host"] for p in placed["placements"]}
 
     # -- after the plan ------------------------------------------------------------

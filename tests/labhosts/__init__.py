@@ -7,6 +7,7 @@ at the end of the session.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -22,6 +23,10 @@ SCRIPT = ROOT / "scripts" / "labhosts"
 BIN = Path(sys.executable).parent
 # The test guests are x86_64 only; the hosts have no route to the internet.
 BOOTSTRAP_VARS = {"lab_bootstrap_guest_archs": ["x86_64"]}
+# The guest kernel and initramfs scripts/guest-image makes, and where the hosts keep them.
+GUEST = Path(os.path.expanduser("~/.cache/jumpstarter-virtual-exporters/guest"))
+GUEST_FILES = ("vmlinuz", "initramfs.cpio.gz")
+IMAGES = "/var/lib/jumpstarter-virtual/images"
 
 
 @dataclass
@@ -58,6 +63,42 @@ class LabHosts:
         assert completed.returncode == 0, completed.stdout[-6000:] + completed.stderr[-2000:]
         return json.loads(completed.stdout)
 
+    def install_guest(self) -> None:
+        """Puts the test guest's kernel and initramfs into every host's image directory."""
+        for host in self.hosts:
+            for name in GUEST_FILES:
+                subprocess.run(["install", "-o", "jumpstarter", "-g", "jumpstarter", "-m", "0644",
+                                str(GUEST / name), str(self.work_dir(host) / "images")], check=True)
+
+    def parameters(self, slots: dict) -> dict:
+        """qemu-baremetal parameters booting the test guest on the hosts named in ``slots``."""
+        return {
+            "arch": "x86_64",
+            "resources": {"cpu": 1, "memory": "128Mi", "storage": "64Mi"},
+            "kernel": {"path": f"{IMAGES}/vmlinuz"},
+            "initrd": {"path": f"{IMAGES}/initramfs.cpio.gz"},
+            "hosts": [{"name": name, "address": self.hosts[name], "slots": count}
+                      for name, count in slots.items()],
+        }
+
+    def instance_dir(self, host: str, namespace: str, exporter: str) -> Path:
+        return self.work_dir(host) / "instances" / f"{namespace}.{exporter}"
+
+    def service_pid(self, host: str, namespace: str, exporter: str, service: str) -> int | None:
+        """Pid of a running service of an instance (the supervisor's, for the exporter)."""
+        pid_file = "pid" if service == "vm" else "supervise.pid"
+        try:
+            pid = int((self.instance_dir(host, namespace, exporter) / service / pid_file).read_text())
+            os.kill(pid, 0)
+        except (OSError, ValueError):
+            return None
+        return pid
+
+    def secret_data(self) -> dict:
+        """The class Secret's data: the operator key and known_hosts."""
+        return {key: base64.b64encode(path.read_bytes()).decode()
+                for key, path in (("ssh-privatekey", self.operator_key), ("known_hosts", self.known_hosts))}
+
     def crash(self, host: str) -> None:
         subprocess.run([str(SCRIPT), "crash", host], check=True)
 
@@ -82,6 +123,8 @@ def changed_count(report: dict) -> int:
 def lab_hosts():
     """Three bootstrapped lab hosts (lab1..lab3) for the session."""
     lab = lab_up()
-    lab.playbook(ROOT / "playbooks" / "lab_bootstrap.yml", lab.bootstrap_vars())
+    # The test hosts share this machine's /opt, so one venv: one host at a time.
+    lab.playbook(ROOT / "playbooks" / "lab_bootstrap.yml", lab.bootstrap_vars(), "--forks", "1")
+    lab.install_guest()
     yield lab
     subprocess.run([str(SCRIPT), "down"], check=False)

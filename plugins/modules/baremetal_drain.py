@@ -1,0 +1,171 @@
+#!/usr/bin/python
+# Copyright: Jumpstarter virtual exporters maintainers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+
+DOCUMENTATION = r"""
+---
+module: baremetal_drain
+short_description: Mark a lab host drained and find the instances to move off it
+version_added: 0.1.0
+description:
+  - Runs where the operator runs, for C(playbooks/drain_host.yml).
+  - Adds the host to the C(virtualtarget.jumpstarter.dev/drained-hosts) annotation of every
+    qemu-baremetal VirtualTargetClass of the namespace that lists it in C(parameters.hosts)
+    (or only of O(virtual_target_class)). Placement then gives the host no new instance, and
+    an instance there whose lease ends is replaced, not reset in place.
+  - Disables (C(spec.enabled=false)) the unleased Exporters placed on the host, so no lease
+    takes them while they are removed, and returns them per ExporterSet with what the
+    C(qemu_baremetal) role's C(remove) entry point needs. Leased Exporters are left alone
+    until their lease ends.
+author:
+  - Jumpstarter virtual exporters maintainers
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  idempotent:
+    support: full
+options:
+  lab_host:
+    description: Name of the host, as in the class's C(parameters.hosts[].name).
+    type: str
+    required: true
+  namespace:
+    description: Namespace of the classes and ExporterSets.
+    type: str
+    required: true
+  virtual_target_class:
+    description: Only this class (default every qemu-baremetal class that lists the host).
+    type: str
+    default: ""
+  kubeconfig:
+    description: Path to a kubeconfig. Default is C(K8S_AUTH_KUBECONFIG), C(KUBECONFIG), then in-cluster.
+    type: path
+requirements:
+  - kubernetes >= 30
+"""
+
+EXAMPLES = r"""
+- name: Drain lab2
+  jumpstarter.virtual_exporters.baremetal_drain:
+    lab_host: lab2
+    namespace: jumpstarter
+  register: drain
+"""
+
+RETURN = r"""
+classes:
+  description: Names of the classes the host is drained in.
+  returned: always
+  type: list
+  elements: str
+sets:
+  description:
+    - Per ExporterSet with Exporters on the host C(exporterset), C(virtual_target_class),
+      C(owned_exporters), C(merged_parameters), C(remove) (unleased Exporters, now disabled)
+      and C(leased) (left until their lease ends).
+  returned: always
+  type: list
+  elements: dict
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (
+    baremetal_pool,
+    constants,
+    k8s_objects,
+    k8s_status,
+)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.exporter_state import (
+    read_exporter,
+)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s_client import api_client
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.merge import deep_merge
+
+
+def _lists_host(parameters, host):
+    return any(isinstance(h, dict) and h.get("name") == host for h in (parameters or {}).get("hosts") or ())
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            lab_host=dict(type="str", required=True),
+            namespace=dict(type="str", required=True),
+            virtual_target_class=dict(type="str", default=""),
+            kubeconfig=dict(type="path"),
+        ),
+        supports_check_mode=True,
+    )
+    from kubernetes import client
+
+    p = module.params
+    host, namespace = p["lab_host"], p["namespace"]
+    api = api_client(p["kubeconfig"])
+    custom = client.CustomObjectsApi(api)
+    group = (k8s_status.GROUP, k8s_status.VERSION, namespace)
+    classes = [
+        c for c in custom.list_namespaced_custom_object(*group, "virtualtargetclasses")["items"]
+        if (c.get("spec") or {}).get("provisioner") == constants.PROVISIONER_QEMU_BAREMETAL
+        and (not p["virtual_target_class"] or c["metadata"]["name"] == p["virtual_target_class"])
+        and _lists_host((c.get("spec") or {}).get("parameters"), host)
+    ]
+    if p["virtual_target_class"] and not classes:
+        module.fail_json(msg=f"VirtualTargetClass {namespace}/{p['virtual_target_class']} is not a "
+                             f"qemu-baremetal class with host {host!r} in parameters.hosts")
+    changed = False
+    for vclass in classes:
+        if host in baremetal_pool.drained_hosts(vclass):
+            continue
+        changed = True
+        if not module.check_mode:
+            k8s_status.patch_annotations(
+                api, *group[:2], namespace, "virtualtargetclasses", vclass["metadata"]["name"],
+                {baremetal_pool.DRAINED_HOSTS_ANNOTATION: baremetal_pool.with_drained_host(vclass, host)})
+    by_class = {c["metadata"]["name"]: c for c in classes}
+    exporters = custom.list_namespaced_custom_object(
+        k8s_status.EXPORTER_GROUP, k8s_status.EXPORTER_VERSION, namespace, k8s_status.EXPORTER_PLURAL,
+        label_selector=f"{constants.LABEL_HOST}={host}")["items"]
+    sets = []
+    for exporter_set in custom.list_namespaced_custom_object(*group, "exportersets")["items"]:
+        vclass = by_class.get((exporter_set.get("spec") or {}).get("virtualTargetClassName"))
+        if vclass is None:
+            continue
+        owned = [e for e in exporters if k8s_objects.controlled_by(e, exporter_set["metadata"]["uid"])]
+        remove, leased = [], []
+        for exporter in owned:
+            name, _, _, enabled, lease, terminating = read_exporter(exporter)
+            if terminating:
+                continue
+            if lease:
+                leased.append(name)
+                continue
+            remove.append(name)
+            if enabled:
+                changed = True
+                if not module.check_mode:
+                    custom.patch_namespaced_custom_object(
+                        k8s_status.EXPORTER_GROUP, k8s_status.EXPORTER_VERSION, namespace,
+                        k8s_status.EXPORTER_PLURAL, name, {"spec": {"enabled": False}})
+        if not owned:
+            continue
+        sets.append({
+            "exporterset": exporter_set,
+            "virtual_target_class": vclass,
+            # Every Exporter of the set, so the role keeps the instances on other hosts.
+            "owned_exporters": [e for e in custom.list_namespaced_custom_object(
+                k8s_status.EXPORTER_GROUP, k8s_status.EXPORTER_VERSION, namespace,
+                k8s_status.EXPORTER_PLURAL,
+                label_selector=f"{constants.LABEL_EXPORTER_SET}={exporter_set['metadata']['name']}")["items"]
+                if k8s_objects.controlled_by(e, exporter_set["metadata"]["uid"])],
+            "merged_parameters": deep_merge((vclass.get("spec") or {}).get("parameters"),
+                                            (exporter_set.get("spec") or {}).get("parameters")),
+            "remove": sorted(remove),
+            "leased": sorted(leased),
+        })
+    module.exit_json(changed=changed, classes=sorted(by_class), sets=sets)
+
+
+if __name__ == "__main__":
+    main()

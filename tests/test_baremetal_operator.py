@@ -1,0 +1,177 @@
+"""The operator with qemu-baremetal.jumpstarter.dev end to end: the real operator
+process on the test bed, three lab hosts with real sshd (network namespaces),
+real QEMU under TCG and real ``jmp run`` on them.
+
+The Jumpstarter controller's part is played by the stand-in: it issues the
+exporter credentials and reports an Exporter Online while its QEMU and
+exporter services run on its host, offline once they are gone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import qemu_qmp
+from jumpstarter_standin import JumpstarterStandIn, wait_for
+from kubernetes import client
+from labhosts import lab_hosts  # noqa: F401 (fixture)
+from pool_helpers import GROUP, condition, get_set, make_class, make_set
+
+pytest_plugins = ["pool_helpers"]
+
+PROVISIONER = "qemu-baremetal.jumpstarter.dev"
+HOST_LABEL = "virtualtarget.jumpstarter.dev/host"
+REPORT = "virtualtarget.jumpstarter.dev/host-report"
+BOARD = "lab-x86"
+RECONNECT_TIMEOUT = 12
+
+
+class Lab:
+    """The set's view of the lab hosts, and the controller's part."""
+
+    def __init__(self, api, namespace, lab):
+        self.custom = client.CustomObjectsApi(api)
+        self.standin = JumpstarterStandIn(api, namespace)
+        self.namespace = namespace
+        self.lab = lab
+
+    def placed(self):
+        """{Exporter name: host} of the set's live Exporters."""
+        return {e["metadata"]["name"]: e["metadata"]["labels"].get(HOST_LABEL)
+                for e in self.standin.exporters("virtualtarget.jumpstarter.dev/exporterset=pool")
+                if not e["metadata"].get("deletionTimestamp")}
+
+    def running(self, name, host):
+        return bool(self.lab.service_pid(host, self.namespace, name, "vm")
+                    and self.lab.service_pid(host, self.namespace, name, "exporter"))
+
+    def play_controller(self):
+        self.standin.issue_credentials()
+        for exporter in self.standin.exporters():
+            name = exporter["metadata"]["name"]
+            host = (exporter["metadata"].get("labels") or {}).get(HOST_LABEL)
+            online = {c["type"]: c["status"] for c in (exporter.get("status") or {}).get("conditions") or []
+                      }.get("Online") == "True"
+            alive = host is not None and self.running(name, host)
+            if alive != online:
+                self.standin.set_online(name, alive)
+
+    def settle(self, available, timeout=180, **expected):
+        expected["availableReplicas"] = available
+
+        def step():
+            self.play_controller()
+            status = get_set(self.custom, self.namespace).get("status") or {}
+            return status if all(status.get(k) == v for k, v in expected.items()) else None
+
+        return wait_for(step, timeout=timeout, interval=0.5, message=f"{expected}")
+
+    def vm_status(self, host, name):
+        """QMP query-status of an instance (through a short link: socket paths are limited)."""
+        with tempfile.TemporaryDirectory(prefix="jve-") as short:
+            link = os.path.join(short, "i")
+            os.symlink(self.lab.instance_dir(host, self.namespace, name), link)
+            return qemu_qmp.vm_status(os.path.join(link, "qmp.sock"), timeout=5)
+
+
+def patch_set(custom, namespace, spec):
+    custom.patch_namespaced_custom_object(*GROUP, namespace, "exportersets", "pool", {"spec": spec})
+
+
+def test_pool_on_lab_hosts(api, namespace, operator, lab_hosts):  # noqa: F811
+    started = time.monotonic()
+    custom = client.CustomObjectsApi(api)
+    client.CoreV1Api(api).create_namespaced_secret(namespace, client.V1Secret(
+        metadata=client.V1ObjectMeta(name="lab-ssh"), data=lab_hosts.secret_data()))
+    parameters = lab_hosts.parameters({"lab1": 2, "lab2": 2})
+    parameters["reconnectTimeout"] = f"{RECONNECT_TIMEOUT}s"
+    make_class(custom, namespace, name="lab", parameters=parameters, provisioner=PROVISIONER,
+               credentialsSecretRef={"name": "lab-ssh"})
+    make_set(custom, namespace, board=BOARD, virtualTargetClassName="lab", minAvailableReplicas=4,
+             recycleStrategy="InPlaceReuse")
+    lab = Lab(api, namespace, lab_hosts)
+    proc = operator(provisioners=(PROVISIONER,))
+
+    # 0 -> 4 on two hosts with two slots each.
+    lab.settle(4, replicas=4)
+    placed = lab.placed()
+    assert sorted(placed.values()) == ["lab1", "lab1", "lab2", "lab2"]
+    for name, host in placed.items():
+        config = lab_hosts.instance_dir(host, namespace, name) / "exporter.yaml"
+        assert oct(config.stat().st_mode & 0o777) == "0o600"
+        assert lab.running(name, host)
+    print(f"0 -> 4 instances: {time.monotonic() - started:.0f}s")
+
+    # The 5th does not fit: ScalingLimited names the full hosts.
+    patch_set(custom, namespace, {"minAvailableReplicas": 5})
+    limited = wait_for(lambda: (c := condition(get_set(custom, namespace), "ScalingLimited"))
+                       and c["status"] == "True" and c, message="ScalingLimited")
+    assert limited["reason"] == "NoFreeSlots"
+    assert "lab1, lab2" in limited["message"], limited
+    assert len(lab.placed()) == 4
+
+    # InPlaceReuse: a used instance gets a fresh VM and disk, same Exporter, same host.
+    used = sorted(placed)[0]
+    host = placed[used]
+    disk = lab_hosts.instance_dir(host, namespace, used) / "disk.qcow2"
+    disk_before = disk.stat().st_ctime
+    vm_before = lab_hosts.service_pid(host, namespace, used, "vm")
+    lab.standin.create_lease("lease-a", {"board": BOARD})
+    lab.standin.assign("lease-a", used)
+    lab.settle(3, leasedReplicas=1)
+    lab.standin.release("lease-a", used)
+    vm_after = wait_for(lambda: (pid := lab_hosts.service_pid(host, namespace, used, "vm"))
+                        and pid != vm_before and pid, message="a new QEMU for the reused instance")
+    assert disk.stat().st_ctime > disk_before
+    assert wait_for(lambda: (lab.vm_status(host, used) or {}).get("status") == "running",
+                    message="QMP of the reset VM")
+    assert lab.placed()[used] == host and vm_after != vm_before
+
+    # A third host with three slots takes the 5th.
+    parameters["hosts"] = lab_hosts.parameters({"lab1": 2, "lab2": 2, "lab3": 3})["hosts"]
+    custom.patch_namespaced_custom_object(*GROUP, namespace, "virtualtargetclasses", "lab",
+                                          {"spec": {"parameters": parameters}})
+    lab.settle(5, replicas=5)
+    assert sorted(lab.placed().values()) == ["lab1", "lab1", "lab2", "lab2", "lab3"]
+    assert condition(get_set(custom, namespace), "ScalingLimited")["status"] == "False"
+
+    # lab1 dies (sshd, QEMU, exporters): after the reconnect timeout its
+    # instances are replaced on lab3; the old ones stay on the dead host.
+    lost = sorted(n for n, h in lab.placed().items() if h == "lab1")
+    crashed = time.monotonic()
+    lab_hosts.crash("lab1")
+    wait_for(lambda: not set(lost) & set(lab.placed()), timeout=120, interval=0.5,
+             message="the lost host's Exporters replaced")
+    replaced_after = time.monotonic() - crashed
+    assert replaced_after >= RECONNECT_TIMEOUT
+    report = json.loads(get_set(custom, namespace)["metadata"]["annotations"][REPORT])
+    assert report["hosts"]["lab1"]["unreachableSince"]
+    lab.settle(5, replicas=5)
+    assert sorted(lab.placed().values()) == ["lab2", "lab2", "lab3", "lab3", "lab3"]
+    assert all(lab_hosts.instance_dir("lab1", namespace, name).exists() for name in lost)
+    print(f"lost host's instances replaced after {replaced_after:.0f}s")
+
+    # lab1 answers again: the leftovers of the replaced instances are removed.
+    lab_hosts.up()
+    wait_for(lambda: not any(lab_hosts.instance_dir("lab1", namespace, n).exists() for n in lost),
+             timeout=60, interval=0.5, message="leftovers on lab1 removed")
+    wait_for(lambda: not json.loads(get_set(custom, namespace)["metadata"]["annotations"][REPORT])
+             ["hosts"]["lab1"]["unreachableSince"], message="lab1 reachable in the report")
+
+    # Scale-down stops exactly the instances it chose and nothing else.
+    before = lab.placed()
+    pids = {n: lab_hosts.service_pid(h, namespace, n, "vm") for n, h in before.items()}
+    patch_set(custom, namespace, {"minAvailableReplicas": 2})
+    lab.settle(2, replicas=2)
+    after = lab.placed()
+    gone = set(before) - set(after)
+    assert len(gone) == 3
+    for name in gone:
+        assert not lab_hosts.instance_dir(before[name], namespace, name).exists()
+    for name, host in after.items():
+        assert lab_hosts.service_pid(host, namespace, name, "vm") == pids[name]
+    assert proc.metric("jumpstarter_exporterset_playbook_runs_total", 'result="failed"') == 0
+    print(f"operator test on lab hosts: {time.monotonic() - started:.0f}s")

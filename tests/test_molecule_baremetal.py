@@ -1,0 +1,60 @@
+"""molecule/lab_bootstrap and molecule/qemu_baremetal against the test lab hosts
+(and, for the provisioner, the test bed's API server)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+from labhosts import ROOT, lab_hosts  # noqa: F401 (fixture)
+
+BIN = os.path.dirname(sys.executable)
+
+
+def molecule_test(scenario, tmp_path):
+    molecule = shutil.which("molecule", path=BIN + os.pathsep + os.environ.get("PATH", ""))
+    assert molecule, "molecule is not installed; scripts/bootstrap-python installs it"
+    env = {
+        **os.environ,
+        "PATH": BIN + os.pathsep + os.environ.get("PATH", ""),
+        "MOLECULE_EPHEMERAL_DIRECTORY": str(tmp_path / "molecule"),
+        "ANSIBLE_PYTHON_INTERPRETER": sys.executable,
+        "NO_COLOR": "1",
+        "ANSIBLE_NOCOLOR": "1",
+    }
+    completed = subprocess.run(
+        [molecule, "test", "--scenario-name", scenario, "--destroy", "never"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+    )
+    output = completed.stdout + completed.stderr
+    (tmp_path / "molecule.log").write_text(output)
+    failure = max(output.find("[ERROR]"), output.find("FAILED!"), 0)
+    assert completed.returncode == 0, output[max(failure - 3000, 0):failure + 4000]
+    return output
+
+
+def test_lab_bootstrap_scenario(lab_hosts, tmp_path):  # noqa: F811
+    output = molecule_test("lab_bootstrap", tmp_path)
+    assert "idempotence" in output
+
+
+@pytest.fixture
+def clean_namespace(testbed):
+    from kubernetes import client
+
+    with testbed.api_client() as api:
+        yield
+        try:
+            client.CoreV1Api(api).delete_namespace("molecule-baremetal")
+        except client.ApiException as exc:
+            assert exc.status == 404
+
+
+def test_qemu_baremetal_scenario(testbed, lab_hosts, clean_namespace, tmp_path):  # noqa: F811
+    molecule_test("qemu_baremetal", tmp_path)
+    # The scenario's cleanup removed every instance it made.
+    for host in lab_hosts.hosts:
+        assert not list((lab_hosts.work_dir(host) / "instances").glob("molecule-baremetal.*"))
