@@ -1,0 +1,784 @@
+"""This operator side by side with its peers, on one private test bed.
+
+    source scripts/common.sh && link_collection && export PATH=$VENV_DIR/bin:$PATH
+    python bench/bench_peers.py --upstream-controller PATH --ansible-operator PATH \\
+        --runner-plugin-path DIR [--repetitions 3] [--json bench/results/peers.json]
+
+Controllers (run one at a time against the same bed, a fresh namespace for
+each controller and repetition, each with its own client certificate so the
+audit log tells their requests apart):
+- ours: ``python -m exporterset_operator`` from this repository;
+- upstream: Jumpstarter's exporter-set controller, a ``go build`` of the
+  package ``./cmd/exporter-set-controller`` of the Go module
+  ``github.com/jumpstarter-dev/jumpstarter/controller`` at commit
+  b1f2bb41aac09cda79a2afa4b2f4fe07f3c6b0ea (the ``controller/`` directory of
+  the jumpstarter repository). It needs the ``jumpstarter-service-ca-cert``
+  ConfigMap and reads ``NAMESPACE``; every namespace here gets both;
+- ansible-operator: the Ansible Operator SDK runtime, a ``go build`` of
+  ``./cmd/ansible-operator`` of the Go module
+  ``github.com/operator-framework/ansible-operator-plugins`` at v1.42.3
+  (commit 292a56a4877c8093037c0533f3ef3c7a6bbd78e2), running
+  ``playbooks/reconcile.yml`` through ``operator/watches.yaml`` (read
+  unchanged; ansible-operator resolves the playbook from the repository
+  root). It reads every run's result through the ansible-runner event
+  plugin its container image installs (``images/ansible-operator/
+  ansible_runner_http`` of the same commit, plus requests-unixsocket
+  0.4.1); --runner-plugin-path is a directory where both were installed
+  with ``pip install --no-deps --target DIR``. It binds localhost:8888 (its
+  proxy; the address is fixed in its reconciler) and localhost:5050.
+
+What the Jumpstarter controller does is played by one loop, the same for
+every controller: credentials (``tests/jumpstarter_standin.py``), Online for
+every Exporter whose Pod (found by its controlling owner reference) is
+Running, ``Pending`` on every unassigned Lease, and assignment of a pending
+Lease to any available Exporter its selector matches.
+
+Figures per controller and repetition:
+- fill: an empty set asks for 50 warm exporters; time until 50 exist and
+  until 50 are ready (Online);
+- steady: API requests by verb per minute while the filled pool is idle;
+- burst: 20 pending leases with nothing available; time until 20 new
+  Exporters exist and until all 20 leases are assigned;
+- shrink: the 20 released (floor 2, cooldown 20 s); time until 2 remain;
+- event → first action: a lease takes the only warm exporter; time until the
+  replacement Exporter is seen through a watch (p50/p95 over --events);
+- CPU seconds and peak RSS of the controller's process tree over the run
+  (from /proc), and the load average while it ran.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+import urllib.request
+from datetime import UTC, datetime
+from pathlib import Path
+
+from bench_operator import ExporterWatch, new_namespace, percentile
+from jumpstarter_standin import JS, JumpstarterStandIn, wait_for
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+from operator_process import ROOT, OperatorProcess, free_port
+from pool_helpers import GROUP, make_class, make_set
+from testbed import TestBed
+
+PROVISIONER = "qemu.jumpstarter.dev"
+FILL = 50
+BURST = 20
+SHRINK_FLOOR = 2
+COOLDOWN = "20s"
+CA_CONFIGMAP = "jumpstarter-service-ca-cert"
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
+
+
+# -- identities ------------------------------------------------------------
+
+
+def make_identity(bed: TestBed, name: str, workdir: Path) -> tuple[Path, str]:
+    """A client certificate signed by the bed's CA and a kubeconfig for it."""
+    user = f"bench-{name}"
+    pki = bed.pki_dir
+    key, csr, crt = (workdir / f"{user}.{ext}" for ext in ("key", "csr", "crt"))
+
+    def openssl(*args):
+        subprocess.run(["openssl", *args], check=True, capture_output=True)
+
+    openssl(
+        "req",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+        "-keyout",
+        str(key),
+        "-out",
+        str(csr),
+        "-subj",
+        f"/O=system:masters/CN={user}",
+    )
+    openssl(
+        "x509",
+        "-req",
+        "-in",
+        str(csr),
+        "-CA",
+        str(pki / "ca.crt"),
+        "-CAkey",
+        str(pki / "ca.key"),
+        "-CAcreateserial",
+        "-out",
+        str(crt),
+        "-days",
+        "2",
+        "-extfile",
+        str(pki / "client.ext"),
+    )
+    config = json.loads(bed.kubeconfig.read_text())
+    config["users"] = [{"name": user, "user": {"client-certificate": str(crt), "client-key": str(key)}}]
+    config["contexts"][0]["context"]["user"] = user
+    kubeconfig = workdir / f"{user}.kubeconfig"
+    kubeconfig.write_text(json.dumps(config))
+    return kubeconfig, user
+
+
+# -- controllers -----------------------------------------------------------
+
+
+class Controller:
+    """One controller process limited to one namespace, ready when its
+    ``/readyz`` answers."""
+
+    name = ""
+
+    def __init__(self, kubeconfig: Path, namespace: str, workdir: Path):
+        self.kubeconfig = kubeconfig
+        self.namespace = namespace
+        self.workdir = workdir
+        self.port = free_port()
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def log_path(self) -> Path:
+        return self.workdir / f"{self.name}-{self.namespace}.log"
+
+    def command(self) -> tuple[list[str], dict]:
+        raise NotImplementedError
+
+    def start(self) -> None:
+        argv, env = self.command()
+        log = open(self.log_path, "ab")  # noqa: SIM115 (closed with the process)
+        self.proc = subprocess.Popen(
+            argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            env={**os.environ, "KUBECONFIG": str(self.kubeconfig), **env},
+        )
+
+    def wait_ready(self, timeout: float = 120.0) -> None:
+        def ready():
+            if self.proc.poll() is not None:
+                raise AssertionError(f"{self.name} exited with {self.proc.returncode}:\n{self.log_tail()}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/readyz", timeout=1) as resp:
+                    return resp.status == 200
+            except OSError:
+                return False
+
+        wait_for(ready, timeout=timeout, interval=0.2, message=f"{self.name} ready")
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+
+class Ours(Controller):
+    name = "ours"
+
+    def start(self) -> None:
+        self._operator = OperatorProcess(
+            str(self.kubeconfig), self.namespace, self.workdir, provisioners=(PROVISIONER,)
+        )
+        self.port = self._operator.port
+        self._operator.start()
+        self.proc = self._operator.proc
+
+    @property
+    def log_path(self) -> Path:
+        return self._operator.log_path
+
+
+class Upstream(Controller):
+    name = "upstream"
+    binary = ""
+
+    def command(self):
+        return (
+            [
+                self.binary,
+                "--provisioner",
+                PROVISIONER,
+                "--metrics-bind-address",
+                "0",
+                "--health-probe-bind-address",
+                f"127.0.0.1:{self.port}",
+            ],
+            {"NAMESPACE": self.namespace},
+        )
+
+
+class AnsibleOperator(Controller):
+    name = "ansible-operator"
+    binary = ""
+    plugin_path = ""
+
+    def command(self):
+        python_path = os.pathsep.join(p for p in (self.plugin_path, os.environ.get("PYTHONPATH")) if p)
+        return (
+            [
+                self.binary,
+                "run",
+                "--watches-file",
+                str(ROOT / "operator" / "watches.yaml"),
+                "--metrics-bind-address",
+                "0",
+                "--health-probe-bind-address",
+                f"127.0.0.1:{self.port}",
+            ],
+            {
+                "WATCH_NAMESPACE": self.namespace,
+                "PYTHONPATH": python_path,
+                "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+            },
+        )
+
+
+# -- measuring a process tree ----------------------------------------------
+
+
+def _process_table() -> dict[int, tuple[int, float, int]]:
+    """pid → (parent pid, CPU seconds including reaped children, RSS bytes)."""
+    table = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            rss_pages = int(Path(f"/proc/{entry}/statm").read_text().split()[1])
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        # fields[1] is the parent pid; utime, stime, cutime, cstime follow at 11..14.
+        cpu = sum(int(v) for v in fields[11:15]) / CLOCK_TICKS
+        table[int(entry)] = (int(fields[1]), cpu, rss_pages * PAGE_SIZE)
+    return table
+
+
+class TreeSampler:
+    """Samples CPU time, RSS and the load average of a process tree."""
+
+    def __init__(self, pid: int, interval: float = 0.5):
+        self.pid = pid
+        self.cpu_s = 0.0
+        self.peak_rss = 0
+        self.loads: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(interval,), daemon=True)
+        self._thread.start()
+
+    def sample(self) -> None:
+        table = _process_table()
+        children: dict[int, list[int]] = {}
+        for pid, (parent, _, _) in table.items():
+            children.setdefault(parent, []).append(pid)
+        tree, todo = [], [self.pid]
+        while todo:
+            pid = todo.pop()
+            if pid in table:
+                tree.append(pid)
+                todo.extend(children.get(pid, ()))
+        if tree:
+            self.cpu_s = max(self.cpu_s, sum(table[p][1] for p in tree))
+            self.peak_rss = max(self.peak_rss, sum(table[p][2] for p in tree))
+        self.loads.append(os.getloadavg()[0])
+
+    def _run(self, interval):
+        while not self._stop.wait(interval):
+            self.sample()
+
+    def stop(self) -> dict:
+        self._stop.set()
+        self._thread.join()
+        return {
+            "cpu_s": self.cpu_s,
+            "peak_rss_mib": self.peak_rss / 2**20,
+            "load1_mean": statistics.fmean(self.loads) if self.loads else None,
+            "load1_max": max(self.loads, default=None),
+        }
+
+
+# -- the Jumpstarter controller's part ---------------------------------------
+
+
+def _condition_true(obj: dict, kind: str) -> bool:
+    return any(c["type"] == kind and c["status"] == "True" for c in (obj.get("status") or {}).get("conditions") or [])
+
+
+def is_available(exporter: dict) -> bool:
+    return (
+        _condition_true(exporter, "Online")
+        and (exporter.get("spec") or {}).get("enabled") is not False
+        and not (exporter.get("status") or {}).get("leaseRef")
+        and not exporter["metadata"].get("deletionTimestamp")
+    )
+
+
+class JumpstarterPlay:
+    """Plays the Jumpstarter controller in a loop, identically for every
+    controller under test. Hold ``lock`` to act between two rounds."""
+
+    def __init__(self, standin: JumpstarterStandIn, interval: float = 0.2):
+        self.standin = standin
+        self.lock = threading.Lock()
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(interval,), daemon=True)
+        self._thread.start()
+
+    def round(self) -> None:
+        standin = self.standin
+        standin.issue_credentials()
+        running = {
+            self._pod_owner(pod)
+            for pod in standin.core.list_namespaced_pod(standin.namespace).items
+            if pod.status and pod.status.phase == "Running" and not pod.metadata.deletion_timestamp
+        }
+        exporters = standin.exporters()
+        for exporter in exporters:
+            name = exporter["metadata"]["name"]
+            if name in running and not _condition_true(exporter, "Online"):
+                standin.set_online(name)
+        exporters = standin.exporters()
+        available = [e for e in exporters if is_available(e)]
+        leases = standin.custom.list_namespaced_custom_object(*JS, standin.namespace, "leases")["items"]
+        for lease in leases:
+            status = lease.get("status") or {}
+            if status.get("ended") or (status.get("exporterRef") or {}).get("name"):
+                continue
+            wanted = (lease["spec"].get("selector") or {}).get("matchLabels") or {}
+            match = next((e for e in available if wanted.items() <= (e["metadata"].get("labels") or {}).items()), None)
+            if match:
+                available.remove(match)
+                standin.assign(lease["metadata"]["name"], match["metadata"]["name"])
+            elif not _condition_true(lease, "Pending"):
+                standin._patch_status(
+                    "leases",
+                    lease["metadata"]["name"],
+                    {
+                        "conditions": [
+                            {
+                                "type": "Pending",
+                                "status": "True",
+                                "reason": "NoExporter",
+                                "message": "",
+                                "lastTransitionTime": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                            }
+                        ]
+                    },
+                )
+
+    @staticmethod
+    def _pod_owner(pod) -> str | None:
+        return next(
+            (ref.name for ref in pod.metadata.owner_references or [] if ref.controller and ref.kind == "Exporter"), None
+        )
+
+    def _run(self, interval):
+        while not self._stop.wait(interval):
+            with self.lock:
+                try:
+                    self.round()
+                except ApiException as exc:  # a conflict or a vanished object: next round
+                    self.errors.append(f"{exc.status} {exc.reason}")
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+# -- scenarios ---------------------------------------------------------------
+
+
+def set_members(standin: JumpstarterStandIn, exporter_set: dict) -> list[dict]:
+    """Exporters the set controls (by owner reference, which every controller sets)."""
+    uid = exporter_set["metadata"]["uid"]
+    return [
+        e
+        for e in standin.exporters()
+        if any(ref.get("uid") == uid and ref.get("controller") for ref in e["metadata"].get("ownerReferences") or [])
+    ]
+
+
+def scenario_fill(standin, custom, namespace, figures, timeout):
+    started = time.monotonic()
+    pool = make_set(
+        custom,
+        namespace,
+        name="pool",
+        board="pool",
+        minReplicas=0,
+        maxReplicas=0,
+        minAvailableReplicas=FILL,
+        scaleDownCooldown=COOLDOWN,
+    )
+    wait_for(
+        lambda: len(set_members(standin, pool)) >= FILL, timeout=timeout, interval=0.1, message=f"{FILL} exporters"
+    )
+    figures["fill_exist_s"] = time.monotonic() - started
+    wait_for(
+        lambda: sum(_condition_true(e, "Online") for e in set_members(standin, pool)) >= FILL,
+        timeout=timeout,
+        interval=0.1,
+        message=f"{FILL} ready exporters",
+    )
+    figures["fill_ready_s"] = time.monotonic() - started
+
+
+def audited_requests(log, user, begin, end) -> dict[str, int]:
+    """Requests by verb that ``user`` sent between ``begin`` and ``end``,
+    read from the audit log's current position on."""
+    time.sleep(3)  # the audit backend writes in batches of up to 1 s
+    requests: dict[str, set] = {}
+    for line in log:
+        entry = json.loads(line)
+        if entry["user"]["username"] != user:
+            continue
+        received = datetime.fromisoformat(entry["requestReceivedTimestamp"].replace("Z", "+00:00"))
+        if begin <= received < end:
+            requests.setdefault(entry["verb"], set()).add(entry["auditID"])
+    return {verb: len(ids) for verb, ids in sorted(requests.items())}
+
+
+def scenario_steady(bed, user, figures, seconds):
+    """Requests by verb per minute while nothing changes."""
+    time.sleep(5)  # let the last status writes of the fill land
+    with open(bed.audit_log) as log:
+        log.seek(0, os.SEEK_END)
+        begin = datetime.now(UTC)
+        time.sleep(seconds)
+        end = datetime.now(UTC)
+        requests = audited_requests(log, user, begin, end)
+    per_minute = 60 / (end - begin).total_seconds()
+    figures["steady_requests_per_min"] = {verb: count * per_minute for verb, count in requests.items()}
+    figures["steady_requests_per_min_total"] = sum(figures["steady_requests_per_min"].values())
+
+
+def scenario_burst_and_shrink(standin, play, custom, namespace, figures, timeout):
+    burst = make_set(
+        custom,
+        namespace,
+        name="burst",
+        board="burst",
+        minReplicas=0,
+        maxReplicas=0,
+        minAvailableReplicas=0,
+        scaleDownCooldown=COOLDOWN,
+    )
+    # The controller has seen the set once it has written a status.
+    wait_for(
+        lambda: custom.get_namespaced_custom_object(*GROUP, namespace, "exportersets", "burst").get("status"),
+        timeout=timeout,
+        message="burst set status",
+    )
+    leases = [f"burst-{index}" for index in range(BURST)]
+    started = time.monotonic()
+    for lease in leases:
+        standin.create_lease(lease, {"board": "burst"})
+    wait_for(
+        lambda: len(set_members(standin, burst)) >= BURST,
+        timeout=timeout,
+        interval=0.1,
+        message=f"{BURST} exporters for the burst",
+    )
+    figures["burst_exist_s"] = time.monotonic() - started
+
+    def assigned():
+        items = standin.custom.list_namespaced_custom_object(*JS, namespace, "leases")["items"]
+        return {
+            i["metadata"]["name"]: i["status"]["exporterRef"]["name"]
+            for i in items
+            if i["metadata"]["name"] in leases and ((i.get("status") or {}).get("exporterRef") or {}).get("name")
+        }
+
+    wait_for(lambda: len(assigned()) == BURST, timeout=timeout, interval=0.1, message="all burst leases assigned")
+    figures["burst_assigned_s"] = time.monotonic() - started
+
+    # A floor of 2 does not grow a set of 20 leased exporters; once they are
+    # released, 18 are surplus after the cooldown.
+    custom.patch_namespaced_custom_object(
+        *GROUP, namespace, "exportersets", "burst", {"spec": {"minReplicas": SHRINK_FLOOR}}
+    )
+    with play.lock:
+        for lease, exporter in assigned().items():
+            standin.release(lease, exporter)
+            custom.delete_namespaced_custom_object(*JS, namespace, "leases", lease)
+        started = time.monotonic()
+    wait_for(
+        lambda: len(set_members(standin, burst)) == SHRINK_FLOOR,
+        timeout=timeout,
+        interval=0.1,
+        message=f"{SHRINK_FLOOR} remaining",
+    )
+    figures["shrink_s"] = time.monotonic() - started
+
+
+def scenario_latency(standin, play, custom, namespace, figures, events, timeout):
+    lat = make_set(
+        custom,
+        namespace,
+        name="lat",
+        board="lat",
+        minReplicas=0,
+        maxReplicas=0,
+        minAvailableReplicas=1,
+        scaleDownCooldown=COOLDOWN,
+    )
+    watch = ExporterWatch(standin.custom.api_client, namespace)
+    latencies = []
+    try:
+        for index in range(events):
+            available = wait_for(
+                lambda: [e for e in set_members(standin, lat) if is_available(e)],
+                timeout=timeout,
+                interval=0.05,
+                message="a warm exporter",
+            )
+            with play.lock:
+                known = set(watch.seen)
+                lease = f"lat-{index}"
+                standin.create_lease(lease, {"board": "lat"})
+                standin.assign(lease, available[0]["metadata"]["name"])
+                started = time.monotonic()
+            new = wait_for(
+                lambda known=known: set(watch.seen) - known,
+                timeout=timeout,
+                interval=0.005,
+                message="replacement exporter",
+            )
+            latencies.append(min(watch.seen[name] for name in new) - started)
+    finally:
+        watch.stop()
+    figures["event_to_create_p50_s"] = percentile(latencies, 0.5)
+    figures["event_to_create_p95_s"] = percentile(latencies, 0.95)
+
+
+def drop_namespace(custom, core, namespace):
+    """Delete the namespace; finalizers whose controller is gone are removed first."""
+    for item in custom.list_namespaced_custom_object(*GROUP, namespace, "exportersets")["items"]:
+        custom.patch_namespaced_custom_object(
+            *GROUP, namespace, "exportersets", item["metadata"]["name"], {"metadata": {"finalizers": None}}
+        )
+    core.delete_namespace(namespace)
+
+
+def run_one(bed, api, kind, identity, rep, workdir, args) -> dict:
+    kubeconfig, user = identity
+    namespace = new_namespace(api, f"peers-{kind.name}-{rep}")
+    custom = client.CustomObjectsApi(api)
+    core = client.CoreV1Api(api)
+    make_class(custom, namespace)
+    ca = (bed.pki_dir / "ca.crt").read_text()
+    core.create_namespaced_config_map(
+        namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name=CA_CONFIGMAP), data={"ca.crt": ca})
+    )
+    standin = JumpstarterStandIn(api, namespace)
+    controller = kind(kubeconfig, namespace, workdir)
+    figures: dict = {
+        "controller": kind.name,
+        "repetition": rep,
+        "namespace": namespace,
+        "user": user,
+        "started": datetime.now(UTC).isoformat(timespec="seconds"),
+        "errors": {},
+    }
+    audit = open(bed.audit_log)  # noqa: SIM115 (closed below, after the run)
+    audit.seek(0, os.SEEK_END)
+    begin = datetime.now(UTC)
+    controller.start()
+    sampler = TreeSampler(controller.proc.pid)
+    play = JumpstarterPlay(standin)
+    steps = [
+        ("fill", lambda: scenario_fill(standin, custom, namespace, figures, args.timeout)),
+        ("steady", lambda: scenario_steady(bed, user, figures, args.steady_seconds)),
+        ("burst_shrink", lambda: scenario_burst_and_shrink(standin, play, custom, namespace, figures, args.timeout)),
+        ("latency", lambda: scenario_latency(standin, play, custom, namespace, figures, args.events, args.timeout)),
+    ]
+    try:
+        controller.wait_ready()
+        for step, action in steps:
+            began = time.monotonic()
+            try:
+                action()
+            except AssertionError as exc:
+                figures["errors"][step] = str(exc)[:500]
+                figures["errors"][f"{step}_log_tail"] = controller.log_tail(15)
+            print(f"  {kind.name} #{rep} {step}: {time.monotonic() - began:.1f} s", flush=True)
+    finally:
+        play.stop()
+        sampler.sample()
+        controller.stop()
+        figures.update(sampler.stop())
+        with audit:
+            figures["requests_over_run"] = audited_requests(audit, user, begin, datetime.now(UTC))
+        figures["requests_over_run_total"] = sum(figures["requests_over_run"].values())
+        figures["duration_s"] = (datetime.now(UTC) - begin).total_seconds()
+        figures["jumpstarter_play_api_errors"] = len(play.errors)
+        drop_namespace(custom, core, namespace)
+    return figures
+
+
+# -- summary -----------------------------------------------------------------
+
+FIGURES = [
+    ("fill_exist_s", "fill 0→50: all exist (s)"),
+    ("fill_ready_s", "fill 0→50: all ready (s)"),
+    ("burst_exist_s", "burst 20 leases: 20 exist (s)"),
+    ("burst_assigned_s", "burst 20 leases: all assigned (s)"),
+    ("shrink_s", "shrink 20→2, cooldown 20 s (s)"),
+    ("event_to_create_p50_s", "lease → replacement p50 (s)"),
+    ("event_to_create_p95_s", "lease → replacement p95 (s)"),
+    ("steady_requests_per_min_total", "steady API requests/min"),
+    ("requests_over_run_total", "API requests over the run"),
+    ("cpu_s", "CPU over the run (s)"),
+    ("peak_rss_mib", "peak RSS (MiB)"),
+]
+
+
+def summarize(runs: list[dict], controllers: list[str]) -> dict:
+    summary = {}
+    for key, _ in FIGURES:
+        summary[key] = {}
+        for name in controllers:
+            values = [r[key] for r in runs if r["controller"] == name and r.get(key) is not None]
+            if values:
+                summary[key][name] = {
+                    "median": statistics.median(values),
+                    "min": min(values),
+                    "max": max(values),
+                    "n": len(values),
+                }
+    summary["steady_requests_per_min_by_verb"] = {
+        name: {
+            verb: statistics.median(
+                [
+                    r["steady_requests_per_min"].get(verb, 0)
+                    for r in runs
+                    if r["controller"] == name and "steady_requests_per_min" in r
+                ]
+            )
+            for verb in sorted(
+                {v for r in runs if r["controller"] == name for v in r.get("steady_requests_per_min", {})}
+            )
+        }
+        for name in controllers
+    }
+    return summary
+
+
+def table(summary: dict, controllers: list[str]) -> str:
+    peers = [c for c in controllers if c != "ours"]
+    header = ["figure", "ours"] + [col for p in peers for col in (p, f"ours / {p}")]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+
+    def cell(entry):
+        if not entry:
+            return "failed"
+        if entry["n"] == 1:
+            return f"{entry['median']:.3g}"
+        return f"{entry['median']:.3g} ({entry['min']:.3g}–{entry['max']:.3g})"
+
+    for key, label in FIGURES:
+        row = [label, cell(summary[key].get("ours"))]
+        for peer in peers:
+            row.append(cell(summary[key].get(peer)))
+            ours, theirs = summary[key].get("ours"), summary[key].get(peer)
+            row.append(f"{ours['median'] / theirs['median']:.3g}" if ours and theirs and theirs["median"] else "–")
+        lines.append("| " + " | ".join(row) + " |")
+    by_verb = summary["steady_requests_per_min_by_verb"]
+    for name in controllers:
+        verbs = ", ".join(f"{verb} {count:.3g}" for verb, count in by_verb.get(name, {}).items()) or "none"
+        lines.append(f"\nsteady requests/min by verb, {name}: {verbs}")
+    return "\n".join(lines)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--upstream-controller", help="exporter-set-controller binary (see above)")
+    parser.add_argument("--ansible-operator", help="ansible-operator binary (see above)")
+    parser.add_argument(
+        "--runner-plugin-path", default="", help="directory with the SDK's ansible-runner event plugin (see above)"
+    )
+    parser.add_argument(
+        "--controllers",
+        default="ours,upstream,ansible-operator",
+        help="comma-separated subset, in the order each repetition runs them",
+    )
+    parser.add_argument("--repetitions", type=int, default=3)
+    parser.add_argument("--events", type=int, default=10, help="leases per latency measurement")
+    parser.add_argument("--steady-seconds", type=float, default=30)
+    parser.add_argument("--timeout", type=float, default=900, help="per wait, seconds")
+    parser.add_argument("--json", default=str(ROOT / "bench" / "results" / "peers.json"))
+    args = parser.parse_args()
+
+    kinds = {"ours": Ours, "upstream": Upstream, "ansible-operator": AnsibleOperator}
+    controllers = [c.strip() for c in args.controllers.split(",") if c.strip()]
+    Upstream.binary = args.upstream_controller
+    AnsibleOperator.binary = args.ansible_operator
+    AnsibleOperator.plugin_path = args.runner_plugin_path
+    for name, binary in (("upstream", args.upstream_controller), ("ansible-operator", args.ansible_operator)):
+        if name in controllers and not (binary and os.access(binary, os.X_OK)):
+            parser.error(f"{name} needs an executable binary (got {binary!r})")
+
+    runs = []
+    load_before = os.getloadavg()
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="jve-peers-") as tmp:
+        workdir = Path(tmp)
+        bed = TestBed(workdir / "bed", audit=True)
+        bed.up()
+        try:
+            identities = {name: make_identity(bed, name, workdir) for name in controllers}
+            with bed.api_client() as api:
+                for rep in range(args.repetitions):
+                    for name in controllers:
+                        print(f"{name} repetition {rep + 1}/{args.repetitions}", flush=True)
+                        try:
+                            runs.append(run_one(bed, api, kinds[name], identities[name], rep, workdir, args))
+                        except Exception:  # a controller that will not start must not end the others' run
+                            runs.append(
+                                {
+                                    "controller": name,
+                                    "repetition": rep,
+                                    "errors": {"run": traceback.format_exc()[-2000:]},
+                                }
+                            )
+                        print(json.dumps(runs[-1], default=str), flush=True)
+        finally:
+            bed.down(remove=True)
+    summary = summarize(runs, controllers)
+    result = {
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": {"cpus": os.cpu_count(), "load_before": load_before, "load_after": os.getloadavg()},
+        "duration_s": time.monotonic() - started,
+        "parameters": {k: v for k, v in vars(args).items() if k != "json"},
+        "summary": summary,
+        "runs": runs,
+    }
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.json).write_text(json.dumps(result, indent=2, default=str))
+    print(table(summary, controllers))
+
+
+if __name__ == "__main__":
+    main()
