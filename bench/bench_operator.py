@@ -88,12 +88,17 @@ def bench_event_to_create(bed, api, workdir, events):
                 if not (e.get("status") or {}).get("leaseRef")
             )
             known = set(exporters.seen)
-            standin.create_lease(f"lease-{index}", {"board": "qemu-x86"})
+            # The pending lease is the event: it is demand for the set before
+            # the controller even assigns it.
             started = time.monotonic()
-            standin.assign(f"lease-{index}", available)
+            standin.create_lease(f"lease-{index}", {"board": "qemu-x86"})
             new = wait_for(lambda known=known: set(exporters.seen) - known, timeout=60, interval=0.005,
-                           message="replacement exporter")
+                           message=f"replacement exporter for lease {index}")
             latencies.append(exporters.seen[min(new)] - started)
+            standin.assign(f"lease-{index}", available)
+    except AssertionError:
+        print(proc.log_tail(40), file=sys.stderr)
+        raise
     finally:
         exporters.stop()
         proc.stop()
