@@ -28,10 +28,10 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.time
 )
 
 # ExporterSet annotation: JSON {"reason", "message", "since", "count", "retryAt"}.
-ANNOTATION = constants.GROUP + "/backend-refusal"
+ANNOTATION = constants.ANNOTATION_BACKEND_REFUSAL
 
-REASON_CREDENTIALS_REJECTED = "CredentialsRejected"
-REASON_QUOTA_EXCEEDED = "QuotaExceeded"
+REASON_CREDENTIALS_REJECTED = constants.REASON_CREDENTIALS_REJECTED
+REASON_QUOTA_EXCEEDED = constants.REASON_QUOTA_EXCEEDED
 
 # Seconds before the first retry after a refusal; doubled for each refusal in a row.
 RETRY_BASE = 10.0

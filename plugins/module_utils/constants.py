@@ -26,6 +26,11 @@ ANNOTATION_CONSECUTIVE_FAILURES = GROUP + "/consecutive-failures"
 # stale cache from being counted twice.
 ANNOTATION_LAST_FAILURE = GROUP + "/last-failure"
 
+# ExporterSet annotation: JSON {reason, message, since, count, retryAt} of
+# the last time a provisioner's backend refused to make an instance (rejected
+# credentials, quota); see backend_refusal.py.
+ANNOTATION_BACKEND_REFUSAL = GROUP + "/backend-refusal"
+
 # Exporter annotation: name of the lease the Exporter was last seen holding.
 # When status.leaseRef is empty but this is set, the lease has ended.
 ANNOTATION_LEASED_BY = GROUP + "/leased-by"
@@ -54,6 +59,8 @@ REASON_INVALID_PARAMETERS = "InvalidParameters"
 REASON_REPLICA_FAILURE = "ReplicaFailure"
 REASON_MAX_REPLICAS_REACHED = "MaxReplicasReached"
 REASON_NO_FREE_SLOTS = "NoFreeSlots"
+REASON_CREDENTIALS_REJECTED = "CredentialsRejected"
+REASON_QUOTA_EXCEEDED = "QuotaExceeded"
 
 DELETE_SCALE_DOWN = "ScaleDown"
 DELETE_FAILED = "Failed"
