@@ -124,6 +124,34 @@ class JumpstarterStandIn:
                              "lastTransitionTime": _now()}]},
         )
 
+    def assign_pending(self) -> list[tuple[str, str]]:
+        """Give every pending lease an available exporter its selector matches,
+        as the controller's lease scheduler does; oldest lease first."""
+        from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.exporter_state import (
+            is_available,
+        )
+        from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.selectors import (
+            selector_matches,
+        )
+
+        leases = self.custom.list_namespaced_custom_object(*JS, self.namespace, "leases")["items"]
+        pending = sorted(
+            (lease for lease in leases
+             if not (lease.get("status") or {}).get("exporterRef") and not (lease.get("status") or {}).get("ended")),
+            key=lambda lease: (lease["metadata"]["creationTimestamp"], lease["metadata"]["name"]),
+        )
+        free = sorted((e for e in self.exporters() if is_available(e)), key=lambda e: e["metadata"]["name"])
+        assigned = []
+        for lease in pending:
+            selector = (lease.get("spec") or {}).get("selector") or {}
+            match = next((e for e in free if selector_matches(selector, e["metadata"].get("labels") or {})), None)
+            if match is None:
+                continue
+            free.remove(match)
+            self.assign(lease["metadata"]["name"], match["metadata"]["name"])
+            assigned.append((lease["metadata"]["name"], match["metadata"]["name"]))
+        return assigned
+
     def release(self, lease: str, exporter: str) -> None:
         # A null in a merge patch removes the field.
         self._patch_status("exporters", exporter, {"leaseRef": None, "exporterStatus": "Available"})

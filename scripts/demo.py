@@ -1,0 +1,114 @@
+"""A warm pool on this machine, live: the test bed's control plane, the
+operator, a sample QEMU class and set, and a table of the pool as it fills.
+
+The Jumpstarter controller's part (exporter credentials, Registered/Online
+once an exporter's Pod runs, lease assignment) is played by the test
+stand-in, through the same API calls the controller makes: the controller's
+Go module cannot be fetched on these machines.
+
+    scripts/demo [--available 2] [--max 6] [--seconds N]
+
+Ctrl-C stops everything it started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+from jumpstarter_standin import JumpstarterStandIn  # noqa: E402
+from kubernetes import client  # noqa: E402
+from operator_process import OperatorProcess  # noqa: E402
+from pool_helpers import get_set, make_class, make_set  # noqa: E402
+from testbed import CACHE_DIR, TestBed  # noqa: E402
+
+NAMESPACE = "demo"
+
+
+def say(message: str) -> None:
+    print(f"[demo] {message}", flush=True)
+
+
+def row(status: dict) -> str:
+    fields = ("replicas", "readyReplicas", "availableReplicas", "leasedReplicas")
+    return "  ".join(f"{f}={status.get(f, 0)}" for f in fields)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--available", type=int, default=2, help="warm buffer of the sample set")
+    parser.add_argument("--max", type=int, default=6, help="maxReplicas of the sample set")
+    parser.add_argument("--seconds", type=float, default=0,
+                        help="stop by itself after this long (0: run until Ctrl-C)")
+    args = parser.parse_args()
+
+    state = CACHE_DIR / "demo"
+    say("building or reusing the test bed binaries (first run: several minutes)")
+    subprocess.run([str(ROOT / "scripts" / "testbed"), "build"], check=True)
+    say("starting etcd, kube-apiserver, controller-manager, scheduler and kwok")
+    bed = TestBed(state / "bed")
+    bed.up()
+    stop = {"now": False}
+    signal.signal(signal.SIGINT, lambda *_: stop.update(now=True))
+    signal.signal(signal.SIGTERM, lambda *_: stop.update(now=True))
+    operator = None
+    try:
+        with bed.api_client() as api:
+            core = client.CoreV1Api(api)
+            if NAMESPACE not in {n.metadata.name for n in core.list_namespace().items}:
+                core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NAMESPACE)))
+            custom = client.CustomObjectsApi(api)
+            existing = custom.list_namespaced_custom_object(
+                "virtualtarget.jumpstarter.dev", "v1alpha1", NAMESPACE, "exportersets")["items"]
+            if not existing:
+                make_class(custom, NAMESPACE)
+                make_set(custom, NAMESPACE, minAvailableReplicas=args.available, maxReplicas=args.max,
+                         scaleDownCooldown="30s")
+            say("starting the operator (provisioner qemu.jumpstarter.dev)")
+            operator = OperatorProcess(str(bed.kubeconfig), NAMESPACE, state).start()
+            operator.wait_ready()
+            say(f"operator log: {operator.log_path}")
+            standin = JumpstarterStandIn(api, NAMESPACE)
+            say("to use it from another shell (the demo assigns leases as the controller would):")
+            for key, value in bed.env.items():
+                print(f"  export {key}={value}")
+            print("  kubectl -n demo get exportersets,exporters,pods")
+            print("  # a lease the controller would assign takes one warm exporter; the pool refills:")
+            print("  kubectl -n demo create -f - <<< '{\"apiVersion\": \"jumpstarter.dev/v1alpha1\", "
+                  "\"kind\": \"Lease\", \"metadata\": {\"name\": \"mine\"}, \"spec\": {\"clientRef\": "
+                  "{\"name\": \"me\"}, \"duration\": \"1h\", \"selector\": {\"matchLabels\": "
+                  "{\"board\": \"qemu-x86\"}}}}'")
+            say("the pool (ExporterSet demo/pool), refreshed every second:")
+            started = time.monotonic()
+            last = ""
+            status = {}
+            while not stop["now"]:
+                standin.issue_credentials()
+                standin.bring_online_running()
+                for lease, exporter in standin.assign_pending():
+                    say(f"lease {lease} assigned to {exporter}")
+                status = get_set(custom, NAMESPACE).get("status") or {}
+                line = row(status)
+                if line != last:
+                    print(f"  {time.monotonic() - started:6.1f}s  {line}", flush=True)
+                    last = line
+                if args.seconds and time.monotonic() - started > args.seconds:
+                    break
+                time.sleep(1)
+            return 0 if status.get("availableReplicas", 0) >= args.available else 1
+    finally:
+        say("stopping")
+        if operator is not None:
+            operator.stop()
+        bed.down()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
