@@ -5,6 +5,10 @@ import os
 import pytest
 from testbed import BedFactory, failure_report, mark_failed, namespace_name, shared_bed
 
+# Fixture modules several test files use, registered once so that their
+# session fixtures (the lab hosts above all) are set up once per run.
+pytest_plugins = ["pool_helpers", "labhosts", "corellium_fake.pytest_plugin"]
+
 
 def _run_id(config: pytest.Config) -> str:
     # Every xdist worker of one run sees the same PYTEST_XDIST_TESTRUNUID

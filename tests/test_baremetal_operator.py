@@ -17,10 +17,7 @@ import time
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import qemu_qmp
 from jumpstarter_standin import JumpstarterStandIn, wait_for
 from kubernetes import client
-from labhosts import lab_hosts  # noqa: F401 (fixture)
 from pool_helpers import GROUP, condition, get_set, make_class, make_set
-
-pytest_plugins = ["pool_helpers"]
 
 PROVISIONER = "qemu-baremetal.jumpstarter.dev"
 HOST_LABEL = "virtualtarget.jumpstarter.dev/host"
@@ -81,7 +78,7 @@ def patch_set(custom, namespace, spec):
     custom.patch_namespaced_custom_object(*GROUP, namespace, "exportersets", "pool", {"spec": spec})
 
 
-def test_pool_on_lab_hosts(api, namespace, operator, lab_hosts):  # noqa: F811
+def test_pool_on_lab_hosts(api, namespace, operator, lab_hosts):
     started = time.monotonic()
     custom = client.CustomObjectsApi(api)
     client.CoreV1Api(api).create_namespaced_secret(namespace, client.V1Secret(

@@ -13,14 +13,13 @@ import pytest
 import yaml
 from jumpstarter_standin import JumpstarterStandIn, wait_for
 from kubernetes import client
-from labhosts import lab_hosts  # noqa: F401 (fixture)
 
 BIN = os.path.dirname(sys.executable)
 HOST_LABEL = "virtualtarget.jumpstarter.dev/host"
 
 
 @pytest.fixture
-def lab(lab_hosts):  # noqa: F811
+def lab(lab_hosts):
     return lab_hosts
 
 

@@ -15,8 +15,6 @@ from jumpstarter_driver_corellium.corellium.exceptions import CorelliumApiExcept
 from jumpstarter_driver_corellium.corellium.types import Instance
 from jumpstarter_driver_corellium.driver import Corellium
 
-pytest_plugins = ["corellium_fake.pytest_plugin"]
-
 POLL = {"timeout": 5, "poll_interval": 0.01}
 
 

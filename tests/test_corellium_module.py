@@ -10,8 +10,6 @@ import sys
 import pytest
 import yaml
 
-pytest_plugins = ["corellium_fake.pytest_plugin"]
-
 MODULE = "jumpstarter.virtual_exporters.corellium_instance"
 INFO_MODULE = "jumpstarter.virtual_exporters.corellium_info"
 

@@ -21,8 +21,6 @@ from kubernetes import client
 from operator_process import ROOT
 from pool_helpers import GROUP, condition, get_set, make_class, make_set
 
-pytest_plugins = ["corellium_fake.pytest_plugin", "pool_helpers"]
-
 PROVISIONER = "corellium.jumpstarter.dev"
 CLASS = "corellium-kronos"
 SECRET = "corellium-creds"

@@ -10,12 +10,9 @@ import subprocess
 
 from jumpstarter_standin import wait_for
 from kubernetes import client
-from labhosts import lab_hosts  # noqa: F401 (fixture)
 from operator_process import ROOT
 from pool_helpers import GROUP, condition, get_set, make_class, make_set
 from test_baremetal_operator import BOARD, PROVISIONER, Lab
-
-pytest_plugins = ["pool_helpers"]
 
 DRAINED = "virtualtarget.jumpstarter.dev/drained-hosts"
 
@@ -29,7 +26,7 @@ def drain(namespace, host):
     return json.loads(completed.stdout)["global_custom_stats"]
 
 
-def test_drain_moves_idle_instances_and_waits_for_leases(api, namespace, operator, lab_hosts):  # noqa: F811
+def test_drain_moves_idle_instances_and_waits_for_leases(api, namespace, operator, lab_hosts):
     custom = client.CustomObjectsApi(api)
     client.CoreV1Api(api).create_namespaced_secret(namespace, client.V1Secret(
         metadata=client.V1ObjectMeta(name="lab-ssh"), data=lab_hosts.secret_data()))

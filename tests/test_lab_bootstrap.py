@@ -3,7 +3,7 @@
 import subprocess
 import time
 
-from labhosts import ROOT, changed_count, lab_hosts  # noqa: F401 (fixture)
+from labhosts import ROOT, changed_count
 
 PLAYBOOK = ROOT / "playbooks" / "lab_bootstrap.yml"
 PREFIX = "/opt/jumpstarter-exporter"
@@ -18,14 +18,14 @@ def ssh_as_operator(lab, host, command):
     )
 
 
-def test_second_run_changes_nothing(lab_hosts):  # noqa: F811
+def test_second_run_changes_nothing(lab_hosts):
     started = time.monotonic()
     report = lab_hosts.playbook(PLAYBOOK, lab_hosts.bootstrap_vars())
     print(f"idempotent lab_bootstrap run on 3 hosts: {time.monotonic() - started:.1f}s")
     assert changed_count(report) == 0, report["stats"]
 
 
-def test_operator_key_reaches_the_exporter_and_qemu(lab_hosts):  # noqa: F811
+def test_operator_key_reaches_the_exporter_and_qemu(lab_hosts):
     for host in lab_hosts.hosts:
         result = ssh_as_operator(
             lab_hosts, host,
@@ -43,7 +43,7 @@ def test_operator_key_reaches_the_exporter_and_qemu(lab_hosts):  # noqa: F811
         (lab_hosts.work_dir(host) / "instances" / "probe").unlink()
 
 
-def test_unknown_key_and_wrong_host_key_are_refused(lab_hosts, tmp_path):  # noqa: F811
+def test_unknown_key_and_wrong_host_key_are_refused(lab_hosts, tmp_path):
     stranger = tmp_path / "stranger"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(stranger)], check=True)
     refused = subprocess.run(

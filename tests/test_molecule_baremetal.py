@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from labhosts import ROOT, lab_hosts  # noqa: F401 (fixture)
+from labhosts import ROOT
 
 BIN = os.path.dirname(sys.executable)
 
@@ -36,7 +36,7 @@ def molecule_test(scenario, tmp_path):
     return output
 
 
-def test_lab_bootstrap_scenario(lab_hosts, tmp_path):  # noqa: F811
+def test_lab_bootstrap_scenario(lab_hosts, tmp_path):
     output = molecule_test("lab_bootstrap", tmp_path)
     assert "idempotence" in output
 
@@ -53,7 +53,7 @@ def clean_namespace(testbed):
             assert exc.status == 404
 
 
-def test_qemu_baremetal_scenario(testbed, lab_hosts, clean_namespace, tmp_path):  # noqa: F811
+def test_qemu_baremetal_scenario(testbed, lab_hosts, clean_namespace, tmp_path):
     molecule_test("qemu_baremetal", tmp_path)
     # The scenario's cleanup removed every instance it made.
     for host in lab_hosts.hosts:

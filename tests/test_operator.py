@@ -23,9 +23,6 @@ from pool_helpers import (
     settle_pool,
 )
 
-# Fixtures: api, operator.
-pytest_plugins = ["pool_helpers"]
-
 
 def test_pool_fills_refills_recycles_and_shrinks(api, namespace, operator):
     custom = client.CustomObjectsApi(api)

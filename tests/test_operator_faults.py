@@ -11,9 +11,6 @@ from kubernetes import client
 from operator_process import OperatorProcess
 from pool_helpers import GROUP, SET_LABEL, get_set, make_class, make_set, settle_pool
 
-# Fixtures: api.
-pytest_plugins = ["pool_helpers"]
-
 
 def assert_no_orphans(api, namespace, set_name="pool"):
     """Every Pod and config Secret belongs to an existing Exporter of the set,
