@@ -32,37 +32,33 @@ SET_SPEC = {
     "selector": {"matchLabels": {"board": "rpi4"}},
     "template": {
         "metadata": {"labels": {"board": "rpi4"}},
-        "spec": {
-            "drivers": [{"name": "power", "type": "jumpstarter_driver_power.driver.QemuPower"}]
-        },
+        "spec": {"drivers": [{"name": "power", "type": "jumpstarter_driver_power.driver.QemuPower"}]},
     },
 }
 CLASS_SPEC = {"provisioner": "qemu.jumpstarter.dev"}
 
 
-def exporter_set(**changes):
-    """SET_SPEC with top-level spec keys replaced; a value of None drops the key."""
-    spec = copy.deepcopy(SET_SPEC)
+def changed(spec: dict, changes: dict) -> dict:
+    """A copy of spec with top-level keys replaced; a value of None drops the key."""
+    result = copy.deepcopy(spec)
     for key, value in changes.items():
         if value is None:
-            spec.pop(key, None)
+            result.pop(key, None)
         else:
-            spec[key] = value
-    return "ExporterSet", spec
+            result[key] = value
+    return result
+
+
+def exporter_set(**changes):
+    return "ExporterSet", changed(SET_SPEC, changes)
+
+
+def virtual_target_class(**changes):
+    return "VirtualTargetClass", changed(CLASS_SPEC, changes)
 
 
 def drivers(*entries):
     return exporter_set(template={"spec": {"drivers": list(entries)}})
-
-
-def virtual_target_class(**changes):
-    spec = copy.deepcopy(CLASS_SPEC)
-    for key, value in changes.items():
-        if value is None:
-            spec.pop(key, None)
-        else:
-            spec[key] = value
-    return "VirtualTargetClass", spec
 
 
 QEMU_POWER = "jumpstarter_driver_power.driver.QemuPower"
@@ -95,11 +91,7 @@ AGREEMENT_CASES = [
     ),
     (
         "set-match-expressions",
-        exporter_set(
-            selector={
-                "matchExpressions": [{"key": "board", "operator": "In", "values": ["rpi4", "rpi5"]}]
-            }
-        ),
+        exporter_set(selector={"matchExpressions": [{"key": "board", "operator": "In", "values": ["rpi4", "rpi5"]}]}),
         True,
     ),
     ("set-empty-template", exporter_set(template={}), True),
@@ -161,9 +153,7 @@ AGREEMENT_CASES = [
     ),
     (
         "class-credentials-and-ca",
-        virtual_target_class(
-            credentialsSecretRef={"name": "corellium"}, caBundleConfigMapRef={"name": "corp-ca"}
-        ),
+        virtual_target_class(credentialsSecretRef={"name": "corellium"}, caBundleConfigMapRef={"name": "corp-ca"}),
         True,
     ),
     ("class-empty-credentials-ref", virtual_target_class(credentialsSecretRef={}), True),
@@ -245,11 +235,7 @@ AFFINITY = {
     "nodeAffinity": {
         "requiredDuringSchedulingIgnoredDuringExecution": {
             "nodeSelectorTerms": [
-                {
-                    "matchExpressions": [
-                        {"key": "kubernetes.io/arch", "operator": "In", "values": ["arm64"]}
-                    ]
-                }
+                {"matchExpressions": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["arm64"]}]}
             ]
         }
     }
@@ -283,9 +269,7 @@ def dry_run_create(api: client.CustomObjectsApi, kind: str, spec: dict, name: st
         "spec": spec,
     }
     try:
-        created = api.create_namespaced_custom_object(
-            GROUP, VERSION, "default", PLURALS[kind], body, dry_run="All"
-        )
+        created = api.create_namespaced_custom_object(GROUP, VERSION, "default", PLURALS[kind], body, dry_run="All")
     except ApiException as error:
         if error.status != 422:
             raise
@@ -293,9 +277,7 @@ def dry_run_create(api: client.CustomObjectsApi, kind: str, spec: dict, name: st
     return True, created["spec"]
 
 
-@pytest.mark.parametrize(
-    ("case", "obj", "valid"), AGREEMENT_CASES, ids=[c[0] for c in AGREEMENT_CASES]
-)
+@pytest.mark.parametrize(("case", "obj", "valid"), AGREEMENT_CASES, ids=[c[0] for c in AGREEMENT_CASES])
 def test_ours_and_upstream_agree(ours, upstream, case, obj, valid):
     kind, spec = obj
     ours_accepted, ours_result = dry_run_create(ours, kind, spec)
@@ -340,9 +322,7 @@ def upstream_samples():
 
 @pytest.mark.parametrize("sample", list(upstream_samples()))
 def test_upstream_samples_are_accepted(ours, upstream, sample):
-    ours_accepted, ours_spec = dry_run_create(
-        ours, sample["kind"], sample["spec"], sample["metadata"]["name"]
-    )
+    ours_accepted, ours_spec = dry_run_create(ours, sample["kind"], sample["spec"], sample["metadata"]["name"])
     upstream_accepted, upstream_spec = dry_run_create(
         upstream, sample["kind"], sample["spec"], sample["metadata"]["name"]
     )
