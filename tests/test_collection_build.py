@@ -4,7 +4,6 @@ the tarball installed into a fresh collections path, and a playbook and
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tarfile
@@ -12,27 +11,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+from collection_tree import copy_collection
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 GALAXY = yaml.safe_load((ROOT / "galaxy.yml").read_text())
 FQCN = f"{GALAXY['namespace']}.{GALAXY['name']}"
-
-
-def _source_tree(destination: Path) -> Path:
-    """The files git would hold (tracked, or new and not ignored): what a
-    clean clone has, without the caches a test run leaves in the checkout."""
-    listed = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=ROOT, check=True, capture_output=True,
-    ).stdout.decode().split("\0")
-    for name in filter(None, listed):
-        source = ROOT / name
-        if source.is_file():
-            target = destination / name
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, target)
-    return destination
 
 
 def _isolated_env(collections_path: Path) -> dict:
@@ -48,7 +32,7 @@ def _isolated_env(collections_path: Path) -> dict:
 def installed(tmp_path_factory):
     """(tarball, collections path) with the built collection installed."""
     work = tmp_path_factory.mktemp("galaxy")
-    source = _source_tree(work / "source")
+    source = copy_collection(work / "source")
     subprocess.run([str(BIN / "ansible-galaxy"), "collection", "build", "--output-path",
                     str(work / "dist"), str(source)], check=True, capture_output=True)
     tarball = work / "dist" / f"{GALAXY['namespace']}-{GALAXY['name']}-{GALAXY['version']}.tar.gz"

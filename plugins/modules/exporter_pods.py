@@ -18,14 +18,17 @@ description:
   - The exporter token is read from the credential Secret and written only
     into the config Secret; it is never returned.
 author:
-  - Jumpstarter virtual exporters maintainers
+  - Jumpstarter virtual exporters maintainers (@jumpstarter-dev)
 attributes:
   check_mode:
     support: full
+    description: Reports what would change and writes nothing.
   diff_mode:
     support: none
+    description: Returns no diff.
   idempotent:
     support: full
+    description: A second run with the same input reports no change.
 options:
   exporterset:
     description: The ExporterSet object.

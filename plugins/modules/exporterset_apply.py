@@ -21,13 +21,14 @@ description:
   - The status write is guarded by the object's resourceVersion and retried
     on a 409 Conflict with a fresh read.
 author:
-  - Jumpstarter virtual exporters maintainers
+  - Jumpstarter virtual exporters maintainers (@jumpstarter-dev)
 attributes:
   check_mode:
     support: full
     description: Reports what would change and writes nothing.
   diff_mode:
     support: none
+    description: Returns no diff.
   idempotent:
     support: full
     description: Applying the same plan to the state it produced reports no change.

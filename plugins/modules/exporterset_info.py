@@ -14,15 +14,17 @@ description:
   - Returns the variables the operator passes to C(playbooks/reconcile.yml), so
     the playbook run by hand does exactly what the operator would do.
 author:
-  - Jumpstarter virtual exporters maintainers
+  - Jumpstarter virtual exporters maintainers (@jumpstarter-dev)
 attributes:
   check_mode:
     support: full
     description: Reads only.
   diff_mode:
     support: none
+    description: Returns no diff.
   idempotent:
     support: full
+    description: Reads only.
 options:
   name:
     description: Name of the ExporterSet.

@@ -8,7 +8,8 @@ DOCUMENTATION = r"""
 module: qmp_control
 short_description: Query, pause, resume, reset or stop a QEMU virtual target over QMP
 version_added: 0.1.0
-author: Jumpstarter virtual exporters maintainers
+author:
+  - Jumpstarter virtual exporters maintainers (@jumpstarter-dev)
 description:
   - Connects to the QMP UNIX socket of a running QEMU (C(<run_dir>/qmp.sock) for the
     instances of the QEMU provisioners), sends one command, and returns the VM status
