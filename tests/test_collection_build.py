@@ -111,3 +111,52 @@ def test_ansible_doc_reads_the_installed_modules(installed):
                          env=env, check=True, capture_output=True, text=True)
     entry = json.loads(doc.stdout)[f"{FQCN}.exporterset_info"]
     assert str(collections) in entry["doc"]["filename"]
+
+
+# Options every module of an action group shares, so module_defaults for the
+# group apply to each of them.
+GROUP_OPTIONS = {"kubernetes": {"kubeconfig"},
+                 "corellium": {"api_host", "api_token", "ca_path", "project", "validate_certs"}}
+
+
+def test_action_groups_list_every_module_that_shares_their_options(installed):
+    _, collections = installed
+    runtime = yaml.safe_load((ROOT / "meta" / "runtime.yml").read_text())
+    assert set(runtime["action_groups"]) == set(GROUP_OPTIONS)
+    modules = sorted(p.stem for p in (ROOT / "plugins" / "modules").glob("*.py"))
+    docs = json.loads(subprocess.run(
+        [str(BIN / "ansible-doc"), "--json", *(f"{FQCN}.{name}" for name in modules)],
+        env=_isolated_env(collections), check=True, capture_output=True, text=True).stdout)
+    options = {name: set(docs[f"{FQCN}.{name}"]["doc"]["options"]) for name in modules}
+    for group, shared in GROUP_OPTIONS.items():
+        assert sorted(runtime["action_groups"][group]) == sorted(
+            name for name in modules if shared <= options[name]), group
+
+
+def test_module_defaults_reach_a_group_member(installed, tmp_path):
+    """A group's module_defaults reach its modules in the installed collection:
+    exporterset_info takes the kubeconfig from the group's defaults."""
+    _, collections = installed
+    # A cluster nobody listens on: only this kubeconfig names that address.
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "nowhere",
+        "clusters": [{"name": "nowhere", "cluster": {"server": "https://127.0.0.1:9"}}],
+        "users": [{"name": "nobody", "user": {"token": "none"}}],
+        "contexts": [{"name": "nowhere", "context": {"cluster": "nowhere", "user": "nobody"}}],
+    }))
+    playbook = tmp_path / "defaults.yml"
+    playbook.write_text(yaml.safe_dump([{
+        "hosts": "localhost", "connection": "local", "gather_facts": False,
+        "module_defaults": {f"group/{FQCN}.kubernetes": {"kubeconfig": str(kubeconfig)}},
+        "tasks": [{"name": "Read a set", f"{FQCN}.exporterset_info": {"name": "pool", "namespace": "default"},
+                   "ignore_errors": True, "register": "observed"},
+                  {"name": "Report", "ansible.builtin.debug": {"var": "observed"}}],
+    }]))
+    run = subprocess.run([str(BIN / "ansible-playbook"), "-i", "localhost,", str(playbook)],
+                         env={**_isolated_env(collections), "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json",
+                              "KUBECONFIG": str(tmp_path / "absent")},
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    observed = json.loads(run.stdout)["plays"][0]["tasks"][1]["hosts"]["localhost"]["observed"]
+    assert observed["failed"] and "127.0.0.1" in observed["msg"] and "9" in observed["msg"], observed["msg"]
