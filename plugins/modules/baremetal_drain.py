@@ -121,7 +121,7 @@ def main():
         changed = True
         if not module.check_mode:
             k8s_status.patch_annotations(
-                api, *group[:2], namespace, "virtualtargetclasses", vclass["metadata"]["name"],
+                api, *group[:2], "virtualtargetclasses", namespace, vclass["metadata"]["name"],
                 {baremetal_pool.DRAINED_HOSTS_ANNOTATION: baremetal_pool.with_drained_host(vclass, host)})
     by_class = {c["metadata"]["name"]: c for c in classes}
     exporters = custom.list_namespaced_custom_object(
