@@ -633,7 +633,7 @@ def run_one(bed, api, kind, identity, rep, workdir, args) -> dict:
     sampler = TreeSampler(controller.proc.pid)
     play = JumpstarterPlay(standin)
     steps = [
-        ("fill", lambda: scenario_fill(standin, custom, namespace, figures, args.timeout)),
+        ("fill", lambda: scenario_fill(standin, custom, namespace, figures, args.event_timeout)),
         ("steady", lambda: scenario_steady(bed, user, figures, args.steady_seconds)),
         (
             "burst_shrink",
@@ -760,12 +760,12 @@ def main():
     parser.add_argument("--repetitions", type=int, default=3)
     parser.add_argument("--events", type=int, default=10, help="leases per latency measurement")
     parser.add_argument("--steady-seconds", type=float, default=30)
-    parser.add_argument("--timeout", type=float, default=600, help="per wait, seconds")
+    parser.add_argument("--timeout", type=float, default=600, help="for the shrink and the other waits, seconds")
     parser.add_argument(
         "--event-timeout",
         type=float,
         default=180,
-        help="for the 20 burst exporters (the shrink goes on) and for each latency event, seconds",
+        help="for the fill, the 20 burst exporters (the shrink goes on) and each latency event, seconds",
     )
     parser.add_argument("--json", default=str(ROOT / "bench" / "results" / "peers.json"))
     args = parser.parse_args()
@@ -782,9 +782,25 @@ def main():
         if name in controllers and not (binary and os.access(binary, os.X_OK)):
             parser.error(f"{name} needs an executable binary (got {binary!r})")
 
-    runs = []
+    runs: list[dict] = []
     load_before = os.getloadavg()
     started = time.monotonic()
+
+    def write_results() -> dict:
+        """Written after every run, so an interrupted benchmark keeps what it measured."""
+        summary = summarize(runs, controllers)
+        result = {
+            "date": datetime.now(UTC).isoformat(timespec="seconds"),
+            "machine": {"cpus": os.cpu_count(), "load_before": load_before, "load_after": os.getloadavg()},
+            "duration_s": time.monotonic() - started,
+            "parameters": {k: v for k, v in vars(args).items() if k != "json"},
+            "summary": summary,
+            "runs": runs,
+        }
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(result, indent=2, default=str))
+        return summary
+
     with tempfile.TemporaryDirectory(prefix="jve-peers-") as tmp:
         workdir = Path(tmp)
         bed = TestBed(workdir / "bed", audit=True)
@@ -806,20 +822,10 @@ def main():
                                 }
                             )
                         print(json.dumps(runs[-1], default=str), flush=True)
+                        write_results()
         finally:
             bed.down(remove=True)
-    summary = summarize(runs, controllers)
-    result = {
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": {"cpus": os.cpu_count(), "load_before": load_before, "load_after": os.getloadavg()},
-        "duration_s": time.monotonic() - started,
-        "parameters": {k: v for k, v in vars(args).items() if k != "json"},
-        "summary": summary,
-        "runs": runs,
-    }
-    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps(result, indent=2, default=str))
-    print(table(summary, controllers))
+    print(table(write_results(), controllers))
 
 
 if __name__ == "__main__":
