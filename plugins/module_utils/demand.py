@@ -32,6 +32,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.expo
     exporter_name,
     is_available,
     is_terminating,
+    read_exporter,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.selectors import (
     selector_matches,
@@ -84,8 +85,13 @@ def attribute_lease_demand(exporter_sets, leases, exporters, now):
     unclaimed = sorted(
         (e for e in exporters or () if is_available(e)), key=exporter_name
     )
+    # The controller records an assignment on the Exporter and on the Lease in
+    # two writes; a lease an Exporter already holds is not demand, whichever
+    # write is seen first.
+    held = {read_exporter(e)[4] for e in exporters or ()} - {None}
     pending = sorted(
-        (lease for lease in leases or () if is_pending_lease(lease, now)),
+        (lease for lease in leases or ()
+         if is_pending_lease(lease, now) and lease["metadata"]["name"] not in held),
         key=_lease_order,
     )
     for lease in pending:

@@ -87,6 +87,14 @@ def test_lease_claimed_by_an_available_set_exporter_stays_with_that_set():
         "a-set": [], "b-set": ["l1"]}
 
 
+def test_a_lease_an_exporter_already_holds_is_not_demand():
+    # The controller wrote leaseRef on the Exporter but not yet exporterRef
+    # on the Lease: the lease is served, not pending.
+    sets = _two_sets()
+    owned = [exporter("a-set-0", owner="a-set", lease="l1")]
+    assert attribute_lease_demand(sets, [lease("l1")], owned, NOW) == {"a-set": [], "b-set": []}
+
+
 def test_owned_replicas_reduce_headroom():
     sets = _two_sets(max_a=3, max_b=3)
     owned = [exporter(f"a-set-{i}", owner="a-set", lease=f"busy-{i}") for i in range(2)]
