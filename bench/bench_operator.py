@@ -70,6 +70,20 @@ class ExporterWatch:
         self._informer.stop()
 
 
+def plan_now(api, namespace, name="pool"):
+    """What the operator would plan right now, read from the API (for a failure report)."""
+    from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import k8s_observe
+    from ansible_collections.jumpstarter.virtual_exporters.plugins.modules.exporterset_info import read_namespace
+
+    objects = read_namespace(api, namespace)
+    exporter_set = next(s for s in objects["ExporterSet"] if s["metadata"]["name"] == name)
+    observed = k8s_observe.observe(exporter_set, objects, datetime.now(UTC))
+    plan = k8s_observe.plan_for(exporter_set, observed)
+    return {"pending": [lease["metadata"]["name"] for lease in observed["pending"]],
+            "annotations": exporter_set["metadata"].get("annotations"),
+            "plan": {k: v for k, v in plan.items() if k not in ("parameters", "images")}}
+
+
 def bench_event_to_create(bed, api, workdir, events):
     namespace = new_namespace(api, "bench-latency")
     custom = client.CustomObjectsApi(api)
@@ -98,6 +112,7 @@ def bench_event_to_create(bed, api, workdir, events):
             standin.assign(f"lease-{index}", available)
     except AssertionError:
         print(proc.log_tail(40), file=sys.stderr)
+        print(json.dumps(plan_now(api, namespace), indent=1, default=str)[:6000], file=sys.stderr)
         raise
     finally:
         exporters.stop()
