@@ -61,6 +61,8 @@ class PlaybookRunner:
         # "_" cannot occur in Kubernetes names, so the prefix of one set never
         # matches another set's runs.
         ident = f"{namespace}_{name}_{os.getpid()}_{os.urandom(4).hex()}"
+        # The extra vars go to a file in here (0700, removed after the run):
+        # a pool's objects do not fit on a command line.
         private_data_dir = tempfile.mkdtemp(prefix="jve-run-")
         envvars = {
             "ANSIBLE_STDOUT_CALLBACK": "default",
@@ -80,7 +82,6 @@ class PlaybookRunner:
                 quiet=True,
                 verbosity=self.verbosity,
                 rotate_artifacts=0,
-                suppress_env_files=True,
             )
             ok = runner.status == "successful"
             message = "" if ok else _failure_message(runner)
