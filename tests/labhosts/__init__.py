@@ -53,8 +53,9 @@ class LabHosts:
 
     def playbook(self, playbook: str | Path, extra_vars: dict, *args: str) -> dict:
         """Runs a playbook against the hosts; returns the JSON report."""
+        # sshd in a namespace of a busy 2-core machine can take seconds to greet.
         env = {**os.environ, "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json", "ANSIBLE_NOCOLOR": "1",
-               "ANSIBLE_RETRY_FILES_ENABLED": "0"}
+               "ANSIBLE_RETRY_FILES_ENABLED": "0", "ANSIBLE_TIMEOUT": "60"}
         completed = subprocess.run(
             [str(BIN / "ansible-playbook"), "-i", str(self.inventory), str(playbook),
              "-e", json.dumps(extra_vars), *args],
