@@ -288,9 +288,6 @@ def test_install_job(api, namespace, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason=(
-    "AWX answers a textarea with a string; roles/lab_bootstrap joins lab_bootstrap_authorized_keys "
-    "as a list, so each character becomes a key. Role argument specs validate but do not convert."))
 def test_lab_bootstrap_job(lab_hosts, tmp_path):
     keys = (lab_hosts.directory / "operator.pub").read_text().strip()
     # The test hosts share this machine's /opt and so one exporter venv: one
