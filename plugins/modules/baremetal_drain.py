@@ -39,11 +39,8 @@ options:
     description: Only this class (default every qemu-baremetal class that lists the host).
     type: str
     default: ""
-  kubeconfig:
-    description: Path to a kubeconfig. Default is C(K8S_AUTH_KUBECONFIG), C(KUBECONFIG), then in-cluster.
-    type: path
-requirements:
-  - kubernetes >= 30
+extends_documentation_fragment:
+  - jumpstarter.virtual_exporters.kubernetes
 """
 
 EXAMPLES = r"""

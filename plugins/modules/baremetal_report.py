@@ -40,11 +40,8 @@ options:
         as the C(qemu_baremetal) role collects them in C(qemu_baremetal_instances).
     type: dict
     required: true
-  kubeconfig:
-    description: Path to a kubeconfig. Default is C(K8S_AUTH_KUBECONFIG), C(KUBECONFIG), then in-cluster.
-    type: path
-requirements:
-  - kubernetes >= 30
+extends_documentation_fragment:
+  - jumpstarter.virtual_exporters.kubernetes
 """
 
 EXAMPLES = r"""

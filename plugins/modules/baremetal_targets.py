@@ -61,11 +61,8 @@ options:
     description: Where the SSH key and known_hosts of each class are written.
     type: path
     default: ~/.ansible/jumpstarter-baremetal
-  kubeconfig:
-    description: Path to a kubeconfig. Default is C(K8S_AUTH_KUBECONFIG), C(KUBECONFIG), then in-cluster.
-    type: path
-requirements:
-  - kubernetes >= 30
+extends_documentation_fragment:
+  - jumpstarter.virtual_exporters.kubernetes
 """
 
 EXAMPLES = r"""

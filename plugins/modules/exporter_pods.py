@@ -61,11 +61,8 @@ options:
     type: str
     choices: [present, absent]
     default: present
-  kubeconfig:
-    description: Path to a kubeconfig. Default is C(K8S_AUTH_KUBECONFIG), C(KUBECONFIG), then in-cluster.
-    type: path
-requirements:
-  - kubernetes >= 30
+extends_documentation_fragment:
+  - jumpstarter.virtual_exporters.kubernetes
 """
 
 EXAMPLES = r"""

@@ -63,11 +63,8 @@ options:
     description: Add the Ansible Operator SDK C(Successful) outcome condition to the status.
     type: bool
     default: true
-  kubeconfig:
-    description: Path to a kubeconfig. Default is C(K8S_AUTH_KUBECONFIG), C(KUBECONFIG), then in-cluster.
-    type: path
-requirements:
-  - kubernetes >= 30
+extends_documentation_fragment:
+  - jumpstarter.virtual_exporters.kubernetes
 """
 
 EXAMPLES = r"""

@@ -38,11 +38,8 @@ options:
     description: Options of the scale plan (burst, startup_timeout, failure_threshold, ...).
     type: dict
     default: {}
-  kubeconfig:
-    description: Path to a kubeconfig. Default is C(K8S_AUTH_KUBECONFIG), C(KUBECONFIG), then in-cluster.
-    type: path
-requirements:
-  - kubernetes >= 30
+extends_documentation_fragment:
+  - jumpstarter.virtual_exporters.kubernetes
 """
 
 EXAMPLES = r"""
