@@ -659,6 +659,8 @@ def run_one(bed, api, kind, identity, rep, workdir, args) -> dict:
     try:
         controller.wait_ready()
         for step, action in steps:
+            if step not in args.scenarios:
+                continue
             began = time.monotonic()
             try:
                 action()
@@ -728,7 +730,7 @@ def summarize(runs: list[dict], controllers: list[str]) -> dict:
     return summary
 
 
-def table(summary: dict, controllers: list[str]) -> str:
+def table(summary: dict, controllers: list[str], repetitions: int) -> str:
     base = "ours" if "ours" in controllers else controllers[0]
     peers = [c for c in controllers if c != base]
     header = ["figure", base] + [col for p in peers for col in (p, f"{base} / {p}")]
@@ -737,11 +739,16 @@ def table(summary: dict, controllers: list[str]) -> str:
     def cell(entry):
         if not entry:
             return "failed"
-        if entry["n"] == 1:
-            return f"{entry['median']:.3g}"
-        return f"{entry['median']:.3g} ({entry['min']:.3g}–{entry['max']:.3g})"
+        text = (
+            f"{entry['median']:.3g}"
+            if entry["n"] == 1
+            else f"{entry['median']:.3g} ({entry['min']:.3g}–{entry['max']:.3g})"
+        )
+        return text if entry["n"] == repetitions else f"{text} [{entry['n']} of {repetitions}]"
 
     for key, label in FIGURES:
+        if not summary[key]:
+            continue  # a scenario this run left out
         row = [label, cell(summary[key].get(base))]
         for peer in peers:
             row.append(cell(summary[key].get(peer)))
@@ -769,6 +776,12 @@ def main():
     )
     parser.add_argument("--repetitions", type=int, default=3)
     parser.add_argument("--events", type=int, default=10, help="leases per latency measurement")
+    parser.add_argument(
+        "--scenarios",
+        type=lambda value: [v.strip() for v in value.split(",") if v.strip()],
+        default=["fill", "steady", "burst_shrink", "latency"],
+        help="comma-separated subset of fill,steady,burst_shrink,latency (steady needs fill)",
+    )
     parser.add_argument("--steady-seconds", type=float, default=30)
     parser.add_argument("--timeout", type=float, default=600, help="for the shrink and the other waits, seconds")
     parser.add_argument(
@@ -835,7 +848,7 @@ def main():
                         write_results()
         finally:
             bed.down(remove=True)
-    print(table(write_results(), controllers))
+    print(table(write_results(), controllers, args.repetitions))
 
 
 if __name__ == "__main__":
