@@ -122,3 +122,17 @@ def test_unprovisioned_and_probe_timing():
     assert k8s_observe.probe_playbook(observed) == "playbooks/baremetal_probe.yml"
     _, observed = objects({}, pool)
     assert k8s_observe.probe_playbook(observed) and k8s_observe.unprovisioned(observed) == ["pool-0", "pool-1"]
+
+
+def test_a_probe_that_only_sees_the_same_hosts_again_is_no_change():
+    from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import baremetal_pool
+
+    results = {"lab1": {"instances": {"pool-0": {"phase": "Running"}}}}
+    first = baremetal_pool.next_report({}, results, "2026-11-21T08:00:00Z")
+    again = baremetal_pool.next_report(first, results, "2026-11-21T08:05:00Z")
+    assert not baremetal_pool.report_changed(first, again)
+    lost = baremetal_pool.next_report(again, {"lab1": {"unreachable": True}}, "2026-11-21T08:06:00Z")
+    assert baremetal_pool.report_changed(again, lost)
+    failed = baremetal_pool.next_report(first, {"lab1": {"instances": {"pool-0": {"phase": "Failed"}}}},
+                                        "2026-11-21T08:07:00Z")
+    assert baremetal_pool.report_changed(first, failed)

@@ -106,6 +106,18 @@ def next_report(previous, results, now):
     return {"probedAt": now_text, "hosts": hosts}
 
 
+def report_changed(previous, report):
+    """Whether a host's reachability or instances changed; the times a host
+    was last seen move on every probe and are not a change."""
+
+    def essence(entry):
+        return {key: value for key, value in (entry or {}).items() if key != "seenAt"}
+
+    before = previous.get("hosts") or {}
+    after = report.get("hosts") or {}
+    return {h: essence(e) for h, e in before.items()} != {h: essence(e) for h, e in after.items()}
+
+
 def encode_report(report):
     return json.dumps(report, sort_keys=True, separators=(",", ":"))
 

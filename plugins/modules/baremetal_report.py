@@ -24,7 +24,9 @@ attributes:
     support: none
   idempotent:
     support: full
-    details: Every run records the time of the probe; it reports a change only when a host's entry changed.
+    details: >-
+      Every run records what the probe saw; recording an observation reports no change
+      (see C(hosts_changed) for whether a host's entry moved).
 options:
   namespace:
     description: Namespace of the ExporterSet.
@@ -57,6 +59,10 @@ report:
   description: The report as written (C(probedAt), C(hosts)).
   returned: always
   type: dict
+hosts_changed:
+  description: Whether a host's reachability or instances differ from the previous report.
+  returned: always
+  type: bool
 written:
   description: Whether the set existed and the annotation was written.
   returned: always
@@ -101,8 +107,11 @@ def main():
         k8s_status.patch_annotations(
             api, k8s_status.GROUP, k8s_status.VERSION, k8s_status.PLURAL, p["namespace"],
             p["exporterset"], {baremetal_pool.REPORT_ANNOTATION: baremetal_pool.encode_report(report)})
-    module.exit_json(changed=report["hosts"] != previous["hosts"], written=not module.check_mode,
-                     report=report)
+    # Recording an observation changes nothing on the hosts or in the pool;
+    # like an _info module it reports no change. hosts_changed says whether
+    # what was observed moved.
+    module.exit_json(changed=False, hosts_changed=baremetal_pool.report_changed(previous, report),
+                     written=not module.check_mode, report=report)
 
 
 if __name__ == "__main__":
