@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     def make_reconciler(caches):
         return Reconciler(
             caches, api_client, runner, metrics, set(args.provisioners),
-            playbook=watch.playbook, plan_options=watch.vars.get("plan_options"),
+            playbook=watch.playbook, plan_options=watch.vars.get("reconcile_plan_options"),
         )
 
     controller = Controller(
