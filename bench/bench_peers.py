@@ -71,7 +71,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 from operator_process import ROOT, OperatorProcess, free_port
 from pool_helpers import GROUP, make_class, make_set
-from testbed import TestBed
+from testbed import TestBed, issue_certificate
 
 PROVISIONER = "qemu.jumpstarter.dev"
 FILL = 50
@@ -89,48 +89,10 @@ PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 def make_identity(bed: TestBed, name: str, workdir: Path) -> tuple[Path, str]:
     """A client certificate signed by the bed's CA and a kubeconfig for it."""
     user = f"bench-{name}"
-    pki = bed.pki_dir
-    key, csr, crt = (workdir / f"{user}.{ext}" for ext in ("key", "csr", "crt"))
-
-    def openssl(*args):
-        subprocess.run(["openssl", *args], check=True, capture_output=True)
-
-    openssl(
-        "req",
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:prime256v1",
-        "-nodes",
-        "-keyout",
-        str(key),
-        "-out",
-        str(csr),
-        "-subj",
-        f"/O=system:masters/CN={user}",
-    )
-    openssl(
-        "x509",
-        "-req",
-        "-in",
-        str(csr),
-        "-CA",
-        str(pki / "ca.crt"),
-        "-CAkey",
-        str(pki / "ca.key"),
-        "-CAcreateserial",
-        "-out",
-        str(crt),
-        "-days",
-        "2",
-        "-extfile",
-        str(pki / "client.ext"),
-    )
-    config = json.loads(bed.kubeconfig.read_text())
-    config["users"] = [{"name": user, "user": {"client-certificate": str(crt), "client-key": str(key)}}]
-    config["contexts"][0]["context"]["user"] = user
+    certificate, key = issue_certificate(bed.pki_dir, workdir, user, f"/O=system:masters/CN={user}",
+                                         "client.ext", days=2)
     kubeconfig = workdir / f"{user}.kubeconfig"
-    kubeconfig.write_text(json.dumps(config))
+    bed.write_kubeconfig(kubeconfig, user, certificate, key)
     return kubeconfig, user
 
 

@@ -25,6 +25,7 @@ from .bed import (
     TestBed,
     TestBedError,
     default_crd_files,
+    issue_certificate,
     upstream_core_crd_files,
     upstream_crd_files,
 )
@@ -36,6 +37,7 @@ __all__ = [
     "TestBedError",
     "default_crd_files",
     "failure_report",
+    "issue_certificate",
     "mark_failed",
     "namespace_name",
     "shared_bed",

@@ -580,43 +580,16 @@ class TestBed:
             ("apiserver", "/CN=kube-apiserver", "apiserver.ext"),
             ("admin", f"/O=system:masters/CN={ADMIN_USER}", "client.ext"),
         ):
-            openssl(
-                "req",
-                "-newkey",
-                "ec",
-                "-pkeyopt",
-                "ec_paramgen_curve:prime256v1",
-                "-nodes",
-                "-keyout",
-                f"{name}.key",
-                "-out",
-                f"{name}.csr",
-                "-subj",
-                subject,
-            )
-            openssl(
-                "x509",
-                "-req",
-                "-in",
-                f"{name}.csr",
-                "-CA",
-                "ca.crt",
-                "-CAkey",
-                "ca.key",
-                "-CAcreateserial",
-                "-out",
-                f"{name}.crt",
-                "-days",
-                "3650",
-                "-extfile",
-                ext,
-            )
+            issue_certificate(pki, pki, name, subject, ext)
         openssl("genrsa", "-out", "sa.key", "2048")
         openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub")
 
     def _write_kubeconfig(self) -> None:
-        pki = self.pki_dir
-        self.kubeconfig.write_text(
+        self.write_kubeconfig(self.kubeconfig, ADMIN_USER, self.pki_dir / "admin.crt", self.pki_dir / "admin.key")
+
+    def write_kubeconfig(self, path: Path, user: str, certificate: Path, key: Path) -> None:
+        """A kubeconfig for this bed that authenticates with a client certificate."""
+        path.write_text(
             json.dumps(
                 {
                     "apiVersion": "v1",
@@ -626,25 +599,35 @@ class TestBed:
                             "name": "testbed",
                             "cluster": {
                                 "server": self.server,
-                                "certificate-authority": str(pki / "ca.crt"),
+                                "certificate-authority": str(self.pki_dir / "ca.crt"),
                             },
                         }
                     ],
-                    "users": [
-                        {
-                            "name": ADMIN_USER,
-                            "user": {
-                                "client-certificate": str(pki / "admin.crt"),
-                                "client-key": str(pki / "admin.key"),
-                            },
-                        }
-                    ],
-                    "contexts": [{"name": "testbed", "context": {"cluster": "testbed", "user": ADMIN_USER}}],
+                    "users": [{"name": user, "user": {"client-certificate": str(certificate),
+                                                      "client-key": str(key)}}],
+                    "contexts": [{"name": "testbed", "context": {"cluster": "testbed", "user": user}}],
                     "current-context": "testbed",
                 },
                 indent=2,
             )
         )
+
+
+def issue_certificate(pki: Path, out_dir: Path, name: str, subject: str, extensions: str,
+                      days: int = 3650) -> tuple[Path, Path]:
+    """An EC key and a certificate for ``subject`` signed by the CA in ``pki``;
+    ``extensions`` is an openssl extension file (relative to ``pki``).
+    Returns (certificate, key)."""
+    key, csr, certificate = (out_dir / f"{name}.{suffix}" for suffix in ("key", "csr", "crt"))
+
+    def openssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=pki, check=True, capture_output=True)
+
+    openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+            "-keyout", str(key), "-out", str(csr), "-subj", subject)
+    openssl("x509", "-req", "-in", str(csr), "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
+            "-out", str(certificate), "-days", str(days), "-extfile", extensions)
+    return certificate, key
 
 
 def _reap(pid: int) -> None:
