@@ -84,7 +84,8 @@ def test_pool_fills_refills_recycles_and_shrinks(api, namespace, operator):
     assert proc.metric("jumpstarter_exporterset_scale_down_total") >= 1
 
 
-def test_steady_pool_runs_no_playbook_and_writes_nothing(api, namespace, operator):
+def steady_pool(api, namespace, operator):
+    """A class, a set of two and a running operator, settled and idle."""
     custom = client.CustomObjectsApi(api)
     standin = JumpstarterStandIn(api, namespace)
     make_class(custom, namespace)
@@ -92,7 +93,22 @@ def test_steady_pool_runs_no_playbook_and_writes_nothing(api, namespace, operato
     proc = operator()
     settle_pool(standin, 2, custom, namespace)
     wait_for(lambda: proc.metric("jumpstarter_exporterset_workqueue_depth") == 0, message="idle queue")
-    before = get_set(custom, namespace)["metadata"]["resourceVersion"]
+    return custom, standin, proc
+
+
+def reconcile_by_hand(namespace):
+    result = subprocess.run(
+        ["ansible-playbook", "playbooks/reconcile.yml",
+         "-e", "exporterset_name=pool", "-e", f"exporterset_namespace={namespace}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result
+
+
+def test_steady_pool_runs_no_playbook_and_writes_nothing(api, namespace, operator):
+    custom, _, proc = steady_pool(api, namespace, operator)
+    before = get_set(custom, namespace)
     runs_before = proc.metric("jumpstarter_exporterset_playbook_runs_total")
     fast_before = proc.metric("jumpstarter_exporterset_fast_path_total")
 
@@ -105,39 +121,23 @@ def test_steady_pool_runs_no_playbook_and_writes_nothing(api, namespace, operato
     after = get_set(custom, namespace)
     assert after["metadata"]["labels"]["touched"] == "yes"
     # The only write since is our own label patch: the status was left alone.
-    assert int(after["metadata"]["resourceVersion"]) > int(before)
-    assert after["status"] == get_set(custom, namespace)["status"]
+    assert int(after["metadata"]["resourceVersion"]) > int(before["metadata"]["resourceVersion"])
+    assert after["status"] == before["status"]
 
 
 def test_playbook_by_hand_agrees_with_fast_path(api, namespace, operator, testbed):
     """At steady state the operator does nothing; the playbook run by hand
     plans from the API the same way and so changes nothing either."""
-    custom = client.CustomObjectsApi(api)
-    standin = JumpstarterStandIn(api, namespace)
-    make_class(custom, namespace)
-    make_set(custom, namespace, maxReplicas=2)
-    proc = operator()
-    settle_pool(standin, 2, custom, namespace)
-    wait_for(lambda: proc.metric("jumpstarter_exporterset_workqueue_depth") == 0, message="idle queue")
+    custom, standin, proc = steady_pool(api, namespace, operator)
     proc.stop()
-    result = subprocess.run(
-        ["ansible-playbook", "playbooks/reconcile.yml",
-         "-e", "exporterset_name=pool", "-e", f"exporterset_namespace={namespace}"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    result = reconcile_by_hand(namespace)
     recap = [line for line in result.stdout.splitlines() if line.startswith("localhost")]
     assert recap and "changed=0" in recap[-1], result.stdout
 
-    # Now remove one exporter's readiness; the by-hand run must plan the
-    # same refill the operator would: one new exporter.
+    # One exporter goes offline: the by-hand run sees it and records it in the
+    # status as the operator would, with its own outcome condition.
     standin.set_online("pool-1", online=False)
-    result = subprocess.run(
-        ["ansible-playbook", "playbooks/reconcile.yml",
-         "-e", "exporterset_name=pool", "-e", f"exporterset_namespace={namespace}"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    reconcile_by_hand(namespace)
     status = get_set(custom, namespace)["status"]
     assert status["readyReplicas"] == 1
     assert condition(get_set(custom, namespace), "Successful")["status"] == "True"
