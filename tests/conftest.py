@@ -7,7 +7,7 @@ from testbed import BedFactory, failure_report, mark_failed, namespace_name, sha
 
 # Fixture modules several test files use, registered once so that their
 # session fixtures (the lab hosts above all) are set up once per run.
-pytest_plugins = ["pool_helpers", "labhosts", "corellium_fake.pytest_plugin"]
+pytest_plugins = ["pool_helpers", "labhosts", "corellium_fake.pytest_plugin", "jumpstarter_standin.pytest_plugin"]
 
 
 def _run_id(config: pytest.Config) -> str:
