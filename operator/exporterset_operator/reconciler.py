@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (
     constants,
+    controller_ca,
     k8s_apply,
     k8s_observe,
     k8s_status,
@@ -134,11 +135,18 @@ class Reconciler:
         if vclass is not None and FINALIZER not in (exporter_set["metadata"].get("finalizers") or []):
             self._add_finalizer(exporter_set)
 
-        owned_names = {e["metadata"]["name"] for e in observed["owned"]}
+        # A terminating Exporter counts as gone: the plan skips it, and an
+        # orphaning delete keeps it until the garbage collector is done.
+        owned_names = {e["metadata"]["name"] for e in observed["owned"] if not e["metadata"].get("deletionTimestamp")}
         if not self.expectations.satisfied(key, owned_names):
             return Result(requeue_after=1.0, path="waiting")
 
-        plan = k8s_observe.plan_for(exporter_set, observed, self.plan_options)
+        # The controller CA is a GET by name, made only when backends are to be
+        # made; an unavailable one requeues the set (it is not watched).
+        plan = k8s_observe.plan_for(
+            exporter_set, observed, self.plan_options,
+            read_controller_ca=lambda: controller_ca.read_controller_ca(self.api_client, namespace, vclass),
+        )
         self.metrics.observe_set(namespace, name, plan["status"], len(observed["pending"]))
         if any(plan.get(k) for k in BACKEND_ACTION_KEYS) or k8s_observe.unprovisioned(observed):
             return self._run_playbook(key, exporter_set, observed, plan)
@@ -152,28 +160,32 @@ class Reconciler:
             # new Exporter gets its backend once its credential exists), so it
             # is applied here, in milliseconds, with the module's own code.
             try:
-                self._apply_in_process(exporter_set, plan, k8s_observe.provisioner_of(observed))
+                applied = self._apply_in_process(exporter_set, plan, k8s_observe.provisioner_of(observed))
             except (k8s_apply.ApplyError, ApiException) as exc:
                 self._report_failure(exporter_set, plan, str(exc))
                 return Result(error=str(exc), path="inprocess")
             self._count_actions(key, plan)
-            created = [c["name"] for c in plan.get("create") or []]
-            if created:
-                self.expectations.expect(key, created, [])
+            if applied["created"]:
+                self.expectations.expect(key, applied["created"], [])
             return Result(requeue_after=plan.get("requeue_after"), path="inprocess")
         return Result(requeue_after=plan.get("requeue_after"), path="fastpath")
 
-    def _apply_in_process(self, exporter_set: dict, plan: dict, provisioner: str) -> None:
-        """The plan's Exporter, annotation, status and Event writes, without a playbook."""
-        k8s_apply.PlanApplier(self.api_client, exporter_set).apply_plan(plan, provisioner or "")
+    def _apply_in_process(self, exporter_set: dict, plan: dict, provisioner: str) -> dict:
+        """The plan's Exporter, annotation, status and Event writes, without a playbook.
+
+        Returns what was written (``created`` and ``deleted`` Exporter names).
+        """
+        applier = k8s_apply.PlanApplier(self.api_client, exporter_set)
+        applier.apply_plan(plan, provisioner or "")
+        return applier.result
 
     def _run_playbook(self, key, exporter_set, observed, plan) -> Result:
         namespace, name = key
         variables = k8s_observe.playbook_variables(exporter_set, observed, plan)
         result = self.runner.run(self.playbook, key, variables)
         self.metrics.playbook_runs.labels("successful" if result.ok else "failed").inc()
-        created = [c["name"] for c in plan.get("create") or []]
-        deleted = [d["name"] for d in plan.get("delete") or []]
+        created = [c["name"] for c in (plan.get("create_dormant") or []) + (plan.get("create") or [])]
+        deleted = [d["name"] for d in (plan.get("delete") or []) + (plan.get("delete_dormant") or [])]
         self.expectations.expect(key, created, deleted)
         self._count_actions(key, plan)
         if not result.ok:

@@ -266,7 +266,7 @@ class LabView:
     def unprovisioned(self):
         """Exporters with a credential whose instance no host reported yet.
 
-        Exporters on hosts that do not answer or are drained wait; those
+        The dormant Exporter has no instance. Exporters on hosts that do not answer or are drained wait; those
         without a host yet (made before placement at creation time) are placed
         by the provision entry point.
         """
@@ -274,7 +274,8 @@ class LabView:
         names = []
         for exporter in self.owned:
             name, _, _, enabled, _, terminating = read_exporter(exporter)
-            if terminating or not enabled:
+            dormant = constants.ANNOTATION_DORMANT in (exporter["metadata"].get("annotations") or {})
+            if terminating or not enabled or dormant:
                 continue
             if not ((exporter.get("status") or {}).get("credential") or {}).get("name"):
                 continue

@@ -9,6 +9,9 @@ GROUP = "virtualtarget.jumpstarter.dev"
 PROVISIONER_QEMU = "qemu.jumpstarter.dev"
 PROVISIONER_QEMU_BAREMETAL = "qemu-baremetal.jumpstarter.dev"
 PROVISIONER_CORELLIUM = "corellium.jumpstarter.dev"
+# Provisioners whose instances are Pods (and config Secrets) owned by the
+# Exporter, made once the exporter credential exists.
+POD_PROVISIONERS = (PROVISIONER_QEMU, PROVISIONER_CORELLIUM)
 
 # Exporter label: the ExporterSet that owns the Exporter.
 LABEL_EXPORTER_SET = GROUP + "/exporterset"
@@ -40,9 +43,25 @@ ANNOTATION_FIRST_READY = GROUP + "/first-ready"
 # Exporter annotation: present while the pool itself disabled the Exporter for
 # scale-down. Exporters disabled by someone else are never touched.
 ANNOTATION_SCALE_DOWN = GROUP + "/scale-down"
+# Exporter annotation: the set's dormant Exporter. It has no backend and is
+# never Online; it exists only while the set has no other enabled Exporter, so
+# that the Jumpstarter controller keeps a lease for the set waiting
+# (Pending/Offline) instead of ending it at once as unsatisfiable.
+ANNOTATION_DORMANT = GROUP + "/dormant"
 # Exporter annotations written at creation time.
 ANNOTATION_SET_GENERATION = GROUP + "/exporterset-generation"
 ANNOTATION_PROVISIONER = GROUP + "/provisioner"
+
+# VirtualTargetClass annotation: the ConfigMap holding the CA of the
+# Jumpstarter controller's endpoint, as "name" or "name/key", in the set's
+# namespace (an annotation because the upstream CRD prunes unknown spec fields).
+ANNOTATION_CONTROLLER_CA_CONFIGMAP = GROUP + "/controller-ca-configmap"
+# Where the Jumpstarter controller publishes its CA unless a class says otherwise.
+DEFAULT_CONTROLLER_CA_CONFIGMAP = "jumpstarter-service-ca-cert"
+DEFAULT_CONTROLLER_CA_KEY = "ca.crt"
+# The Jumpstarter controller names an Exporter's credential Secret
+# "<exporter>-exporter" unless status.credential says otherwise.
+CREDENTIAL_SECRET_SUFFIX = "-exporter"
 
 BINDING_IMMEDIATE = "Immediate"
 BINDING_WAIT_FOR_FIRST_CONSUMER = "WaitForFirstConsumer"
@@ -61,6 +80,7 @@ REASON_MAX_REPLICAS_REACHED = "MaxReplicasReached"
 REASON_NO_FREE_SLOTS = "NoFreeSlots"
 REASON_CREDENTIALS_REJECTED = "CredentialsRejected"
 REASON_QUOTA_EXCEEDED = "QuotaExceeded"
+REASON_CONTROLLER_CA_UNAVAILABLE = "ControllerCAUnavailable"
 
 DELETE_SCALE_DOWN = "ScaleDown"
 DELETE_FAILED = "Failed"

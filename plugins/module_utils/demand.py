@@ -19,13 +19,15 @@ Rule (documented in docs/pool-semantics.md):
    an exporter of no set (physical) is demand for nobody.
 4. Otherwise it is demand for exactly one set whose template labels satisfy
    the lease selector: the one with the most headroom left (maxReplicas
-   minus owned replicas minus leases already attributed to it; no ceiling
-   counts as unlimited), ties broken by set name.
+   minus owned replicas, the dormant Exporter not counted, minus leases
+   already attributed to it; no ceiling counts as unlimited), ties broken by
+   set name.
 """
 
 import math
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.constants import (
+    ANNOTATION_DORMANT,
     LABEL_EXPORTER_SET,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.exporter_state import (
@@ -68,7 +70,8 @@ def attribute_lease_demand(exporter_sets, leases, exporters, now):
     owned_counts = {}
     for exporter in exporters or ():
         owner = (exporter["metadata"].get("labels") or {}).get(LABEL_EXPORTER_SET)
-        if owner in demand and not is_terminating(exporter):
+        dormant = ANNOTATION_DORMANT in (exporter["metadata"].get("annotations") or {})
+        if owner in demand and not is_terminating(exporter) and not dormant:
             owned_counts[owner] = owned_counts.get(owner, 0) + 1
     headroom = {}
     for exporter_set in sets:

@@ -12,6 +12,7 @@ a file readable by its owner alone, and never log it.
 Pure: no I/O.
 """
 
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.merge import (
     deep_merge,
 )
@@ -30,8 +31,15 @@ API_VERSION = "jumpstarter.dev/v1alpha1"
 KIND = "ExporterConfig"
 
 
+def exits_on_lease_end(exporter_set):
+    """Whether the exporter process ends with its lease: unless the set reuses instances in place."""
+    strategy = (exporter_set.get("spec") or {}).get("recycleStrategy") or constants.RECYCLE_EXIT_AND_REPLACE
+    return strategy != constants.RECYCLE_IN_PLACE_REUSE
+
+
 def render_exporter_config(
-    name, namespace, drivers, *, endpoint, token, driver_overrides=None, tls_ca=None
+    name, namespace, drivers, *, endpoint, token, driver_overrides=None, tls_ca=None,
+    exit_on_lease_end=None,
 ):
     """ExporterConfig as a dict, ready to be dumped as YAML.
 
@@ -40,7 +48,9 @@ def render_exporter_config(
     entry for a name the template lacks, replaces or adds it whole; a
     ``type``/``config`` entry is deep-merged over the template's entry (the
     provisioner wins; a null value drops a key). ``tls_ca`` is the base64 CA
-    bundle of the controller endpoint.
+    bundle of the controller endpoint. ``exit_on_lease_end`` (when given) is
+    written as ``exitOnLeaseEnd``; exporters that do not know the field
+    ignore it.
     """
     export = {}
     for index, driver in enumerate(drivers or []):
@@ -73,6 +83,8 @@ def render_exporter_config(
     }
     if tls_ca:
         config["tls"] = {"ca": tls_ca}
+    if exit_on_lease_end is not None:
+        config["exitOnLeaseEnd"] = bool(exit_on_lease_end)
     return config
 
 

@@ -2,12 +2,30 @@
 the set's status and Events.
 
 Shared by the ``exporterset_apply`` module (from a playbook) and the operator
-(in process), so both make the same writes in the same order: deletes, then
-disables and enables, then creates, then annotation patches, then the status.
+(in process), so both make the same writes in the same order: the dormant
+Exporter the plan creates and the Exporters it re-enables (before anything
+could leave the selector with no enabled Exporter), then deletes and
+disables, then creates, then the dormant Exporters the plan removes, then
+annotation patches, then the status.
+
+Exporters are deleted so that the Jumpstarter controller's Leases survive:
+the controller makes every assigned Lease owned by its Exporter, so the
+delete orphans dependents (``propagationPolicy: Orphan``) and then deletes
+the objects the pool's side made for the Exporter by name: the instance Pod,
+its config Secret and the credential Secret, each only when it names the
+Exporter's UID as owner. The delete carries the UID and resourceVersion of a
+fresh read as preconditions, and an Exporter leased since the plan was made
+is left alone.
+
+A new Exporter is not created while a credential Secret of its name is in
+the way (``credentials``): the name counts as taken for this reconcile.
 """
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (
+    constants,
+    credentials,
     k8s_objects,
+    k8s_pod,
     k8s_status,
 )
 
@@ -26,24 +44,113 @@ class PlanApplier:
         self.write_outcome = write_outcome
         self.api_client = api_client
         self.custom = client.CustomObjectsApi(api_client)
+        self.core = client.CoreV1Api(api_client)
         self.set = exporterset
         self.namespace = self.set["metadata"]["namespace"]
-        self.result = {"created": [], "deleted": [], "patched": [], "status_changed": False, "events": 0}
+        self.result = {"created": [], "deleted": [], "patched": [], "blocked": [], "held": [],
+                       "status_changed": False, "events": 0}
 
     def _fail(self, what, exc):
         raise ApplyError(f"{what}: {getattr(exc, 'status', '')} {getattr(exc, 'reason', exc)}".strip()) from exc
 
-    def delete(self, name):
+    def _read_exporter(self, name):
         from kubernetes.client.rest import ApiException
 
+        try:
+            return self.custom.get_namespaced_custom_object(*EXPORTER[:2], self.namespace, EXPORTER[2], name)
+        except ApiException as exc:
+            if exc.status != 404:
+                self._fail(f"reading Exporter {self.namespace}/{name}", exc)
+            return None
+
+    def _owned_objects(self, exporter, provisioner):
+        """The Pod, config Secret and credential Secret that belong to this very Exporter.
+
+        Read before the Exporter is deleted: orphaning strips the owner
+        references that tell them apart from a namesake's.
+        """
+        from kubernetes.client.rest import ApiException
+
+        name = exporter["metadata"]["name"]
+        uid = exporter["metadata"]["uid"]
+        owned = []
+        try:
+            secret = credentials.read_secret(self.api_client, self.namespace,
+                                             credentials.credential_secret_name(exporter))
+            if secret is not None and credentials.issued_to(secret, exporter):
+                owned.append(("Secret", secret))
+            if provisioner in constants.POD_PROVISIONERS:
+                for kind, reader, object_name in (
+                    ("Pod", self.core.read_namespaced_pod, name),
+                    ("Secret", self.core.read_namespaced_secret, k8s_pod.config_secret_name(name)),
+                ):
+                    try:
+                        found = self.api_client.sanitize_for_serialization(reader(object_name, self.namespace))
+                    except ApiException as exc:
+                        if exc.status == 404:
+                            continue
+                        raise
+                    if k8s_objects.controlled_by(found, uid):
+                        owned.append((kind, found))
+        except ApiException as exc:
+            self._fail(f"reading what belongs to Exporter {self.namespace}/{name}", exc)
+        return owned
+
+    def _delete_owned(self, kind, obj):
+        from kubernetes import client
+        from kubernetes.client.rest import ApiException
+
+        meta = obj["metadata"]
+        options = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=meta["uid"]))
+        try:
+            if kind == "Pod":
+                self.core.delete_namespaced_pod(meta["name"], self.namespace, body=options, grace_period_seconds=0)
+            else:
+                self.core.delete_namespaced_secret(meta["name"], self.namespace, body=options)
+        except ApiException as exc:
+            if exc.status not in (404, 409):
+                self._fail(f"deleting {kind} {self.namespace}/{meta['name']}", exc)
+
+    def delete(self, name, uid=None, provisioner="", unleased_only=True):
+        """Delete one Exporter without its Leases, then what belongs to it.
+
+        ``uid`` is the Exporter the plan meant; a namesake is left alone, and
+        so is an Exporter that took a lease since (unless ``unleased_only`` is
+        off, as when the whole set goes). Returns whether the Exporter is gone
+        or going.
+        """
+        from kubernetes import client
+        from kubernetes.client.rest import ApiException
+
+        current = self._read_exporter(name)
+        if current is None:
+            self.result["deleted"].append(name)
+            return True
+        meta = current["metadata"]
+        leased = ((current.get("status") or {}).get("leaseRef") or {}).get("name")
+        if (uid and meta.get("uid") != uid) or (unleased_only and leased):
+            self.result["held"].append(name)
+            return False
+        owned = self._owned_objects(current, provisioner)
         if not self.check:
+            options = client.V1DeleteOptions(
+                propagation_policy="Orphan",
+                preconditions=client.V1Preconditions(uid=meta["uid"], resource_version=meta["resourceVersion"]),
+            )
             try:
-                self.custom.delete_namespaced_custom_object(*EXPORTER[:2], self.namespace, EXPORTER[2], name)
+                self.custom.delete_namespaced_custom_object(
+                    *EXPORTER[:2], self.namespace, EXPORTER[2], name, body=options)
             except ApiException as exc:
+                if exc.status == 409:
+                    # Changed since it was read: the next plan looks again.
+                    self.result["held"].append(name)
+                    return False
                 if exc.status != 404:
                     self._fail(f"deleting Exporter {self.namespace}/{name}", exc)
-                return
+            for kind, obj in owned:
+                self._delete_owned(kind, obj)
         self.result["deleted"].append(name)
+        return True
 
     def patch(self, name, body):
         from kubernetes.client.rest import ApiException
@@ -59,9 +166,21 @@ class PlanApplier:
             self.result["patched"].append(name)
 
     def create(self, manifest):
+        """Create one Exporter; returns whether it was created."""
         from kubernetes.client.rest import ApiException
 
         name = manifest["metadata"]["name"]
+        try:
+            stale = credentials.blocking_secret(self.api_client, self.namespace, name)
+            if stale is not None:
+                # The controller would hand the new Exporter this Secret's token,
+                # issued to another UID. The name waits until the Secret is gone.
+                self.result["blocked"].append(name)
+                if not self.check and not credentials.live_exporter_owns(self.api_client, self.namespace, stale):
+                    credentials.delete_secret(self.api_client, self.namespace, stale)
+                return False
+        except ApiException as exc:
+            self._fail(f"checking the credential Secret of Exporter {self.namespace}/{name}", exc)
         if not self.check:
             try:
                 self.custom.create_namespaced_custom_object(*EXPORTER[:2], self.namespace, EXPORTER[2], manifest)
@@ -70,21 +189,36 @@ class PlanApplier:
                     self._fail(f"creating Exporter {self.namespace}/{name}", exc)
                 # AlreadyExists: the name was taken since the plan was made (a
                 # stale read); the next plan sees it and picks another name.
-                return
+                return False
         self.result["created"].append(name)
+        return True
 
     def apply_plan(self, plan, provisioner):
-        for entry in plan.get("delete") or []:
-            self.delete(entry["name"])
-        for name in plan.get("disable") or []:
-            self.patch(name, {"spec": {"enabled": False}})
+        # While the set has no other enabled Exporter, the dormant one comes
+        # first; without it nothing that takes an enabled Exporter away is done.
+        dormant_ready = all(
+            [self.create(k8s_objects.exporter_manifest(self.set, entry, provisioner))
+             for entry in plan.get("create_dormant") or []]
+        )
         for name in plan.get("enable") or []:
             self.patch(name, {"spec": {"enabled": True}})
+        removing = [entry["name"] for entry in plan.get("delete") or []] + list(plan.get("disable") or [])
+        gone = set()
+        if dormant_ready:
+            for entry in plan.get("delete") or []:
+                if self.delete(entry["name"], entry.get("uid"), provisioner):
+                    gone.add(entry["name"])
+            for name in plan.get("disable") or []:
+                self.patch(name, {"spec": {"enabled": False}})
+        else:
+            self.result["held"].extend(removing)
         for entry in plan.get("create") or []:
             self.create(k8s_objects.exporter_manifest(self.set, entry, provisioner))
-        deleted = {entry["name"] for entry in plan.get("delete") or []}
+        for entry in plan.get("delete_dormant") or []:
+            self.delete(entry["name"], entry.get("uid"))
+        held = set(self.result["held"])
         for name, annotations in sorted((plan.get("exporter_annotations") or {}).items()):
-            if name not in deleted and annotations:
+            if name not in gone and name not in held and annotations:
                 self.patch(name, {"metadata": {"annotations": annotations}})
         self.write_set(plan)
 
@@ -116,17 +250,19 @@ class PlanApplier:
         if events and not self.check:
             self.result["events"] = k8s_status.emit_events(self.api_client, self.set, events)
 
-    def teardown(self, mode, owned):
+    def teardown(self, mode, owned, provisioner=""):
+        """Delete every owned Exporter, or detach them (``mode`` ``detach``).
+
+        A dormant Exporter has nothing to keep and is deleted either way.
+        """
         uid = self.set["metadata"]["uid"]
         for exporter in owned:
-            name = exporter["metadata"]["name"]
-            if mode == "delete":
-                self.delete(name)
+            meta = exporter["metadata"]
+            if mode == "delete" or constants.ANNOTATION_DORMANT in (meta.get("annotations") or {}):
+                self.delete(meta["name"], meta.get("uid"), provisioner, unleased_only=False)
             else:
-                remaining = [
-                    ref for ref in exporter["metadata"].get("ownerReferences") or [] if ref.get("uid") != uid
-                ]
-                self.patch(name, {"metadata": {"ownerReferences": remaining or None}})
+                remaining = [ref for ref in meta.get("ownerReferences") or [] if ref.get("uid") != uid]
+                self.patch(meta["name"], {"metadata": {"ownerReferences": remaining or None}})
 
     def changed(self):
         r = self.result

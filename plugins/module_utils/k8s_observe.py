@@ -3,6 +3,10 @@
 Pure functions over plain dicts. The operator feeds them from its informer
 caches; the ``exporterset_info`` module feeds them from API reads when the
 reconcile playbook runs by hand. Both therefore plan the same way.
+
+The controller CA (``controller_ca``) is the one input read on demand: only
+a reconcile that is about to make backends needs it, so ``plan_for`` calls
+the reader it is given then, and no backend is made without it.
 """
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (
@@ -20,9 +24,6 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.merg
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.plan import scale_plan
 
-# Provisioners whose instances are Pods the pool makes once the exporter
-# credential exists.
-POD_PROVISIONERS = (constants.PROVISIONER_QEMU, constants.PROVISIONER_CORELLIUM)
 # Provisioners whose hosts are probed by a playbook of their own when their
 # last report is old (the reconcile playbook runs only when there is work).
 PROBE_PLAYBOOKS = {constants.PROVISIONER_QEMU_BAREMETAL: "playbooks/baremetal_probe.yml"}
@@ -70,6 +71,7 @@ def observe(exporter_set, namespace_objects, now):
         "refusal": backend_refusal.read(exporter_set),
         "lab": lab,
         "now": now,
+        "controller_ca": None,
     }
 
 
@@ -77,9 +79,31 @@ def provisioner_of(observed):
     return ((observed["class"] or {}).get("spec") or {}).get("provisioner")
 
 
-def plan_for(exporter_set, observed, options=None):
+def plan_for(exporter_set, observed, options=None, read_controller_ca=None):
+    """The scale plan; reads the controller CA (once) when backends are to be made.
+
+    ``read_controller_ca`` is a callable returning
+    ``controller_ca.read_controller_ca``'s result; its result is kept in
+    ``observed["controller_ca"]``, which ``unprovisioned`` and
+    ``playbook_variables`` read. Without a reader no backend is made.
+    """
+    plan = _plan(exporter_set, observed, options)
+    if read_controller_ca is not None and _makes_backends(observed, plan):
+        observed["controller_ca"] = read_controller_ca()
+        plan = _plan(exporter_set, observed, options)
+    return plan
+
+
+def _makes_backends(observed, plan):
+    """Whether the reconcile starts exporters: new instances, or fresh Pods in place."""
+    resets_pods = plan.get("recycle") and provisioner_of(observed) == constants.PROVISIONER_QEMU
+    return bool(resets_pods or _credentialed_without_backend(observed))
+
+
+def _plan(exporter_set, observed, options):
     options = dict(options or {})
     options["taken_names"] = observed["taken_names"]
+    options["controller_ca"] = observed.get("controller_ca")
     lab = observed.get("lab")
     instances = k8s_objects.instances_from_pods(observed["pods"])
     if lab is not None:
@@ -102,18 +126,30 @@ def plan_for(exporter_set, observed, options=None):
 
 
 def unprovisioned(observed):
-    """Exporters whose Pod does not exist yet but can be made now.
+    """Exporters whose backend does not exist yet but can be made now.
 
-    A Pod needs the exporter credential that the Jumpstarter controller
+    Nothing is made until the controller CA was read and is available (the
+    plan reports it Degraded otherwise).
+    """
+    if not (observed.get("controller_ca") or {}).get("available"):
+        return []
+    return _credentialed_without_backend(observed)
+
+
+def _credentialed_without_backend(observed):
+    """Exporters that have their credential and no backend yet.
+
+    A backend needs the exporter credential that the Jumpstarter controller
     creates; until ``status.credential`` names it there is nothing to do, and
     the Exporter's own status update brings the set back for another look.
     While the backend's refusal holds, nothing can be made: the plan requeues
     the set for the moment it may be asked again. Lab hosts say themselves
-    what runs on them (``baremetal_pool``).
+    what runs on them (``baremetal_pool``). The dormant Exporter never has a
+    backend.
     """
     if observed.get("lab") is not None:
         return observed["lab"].unprovisioned()
-    if provisioner_of(observed) not in POD_PROVISIONERS:
+    if provisioner_of(observed) not in constants.POD_PROVISIONERS:
         return []
     if backend_refusal.holds(observed.get("refusal"), observed["now"]):
         return []
@@ -123,6 +159,7 @@ def unprovisioned(observed):
         for e in observed["owned"]
         if e["metadata"]["name"] not in with_pods
         and not e["metadata"].get("deletionTimestamp")
+        and constants.ANNOTATION_DORMANT not in (e["metadata"].get("annotations") or {})
         and e.get("spec", {}).get("enabled", True)
         and ((e.get("status") or {}).get("credential") or {}).get("name")
     )
@@ -153,6 +190,11 @@ def playbook_variables(exporter_set, observed, plan, teardown=False):
             "exporterset_plan": plan,
             "exporterset_teardown": teardown,
             "unprovisioned_exporters": unprovisioned(observed),
+            "exporters_with_backends": [
+                e["metadata"]["name"] for e in observed["owned"]
+                if constants.ANNOTATION_DORMANT not in (e["metadata"].get("annotations") or {})
+            ],
+            "controller_tls_ca": (observed.get("controller_ca") or {}).get("tls_ca", ""),
             "merged_parameters": deep_merge(class_spec.get("parameters"), spec.get("parameters")),
             "merged_images": merge_images(class_spec.get("images"), spec.get("images")),
         }

@@ -89,8 +89,11 @@ def driver_overrides(provisioner, drivers, parameters, instance_name=None):
     return overrides
 
 
-def config_secret(exporter_set, exporter, provisioner, parameters, token):
-    """The Secret holding the instance's ExporterConfig (and so its token)."""
+def config_secret(exporter_set, exporter, provisioner, parameters, token, tls_ca):
+    """The Secret holding the instance's ExporterConfig (and so its token).
+
+    ``tls_ca`` is the controller CA, base64 (``controller_ca``).
+    """
     name = exporter["metadata"]["name"]
     drivers = ((exporter_set["spec"].get("template") or {}).get("spec") or {}).get("drivers") or []
     rendered = exporter_config.render_exporter_config(
@@ -100,6 +103,8 @@ def config_secret(exporter_set, exporter, provisioner, parameters, token):
         endpoint=(exporter.get("status") or {}).get("endpoint", ""),
         token=token,
         driver_overrides=driver_overrides(provisioner, drivers, parameters, instance_name=name),
+        tls_ca=tls_ca,
+        exit_on_lease_end=exporter_config.exits_on_lease_end(exporter_set),
     )
     return {
         "apiVersion": "v1",

@@ -3,9 +3,21 @@
 ``scale_plan`` is a pure function of the objects the API server returns and
 of ``now``; the rules it implements are written down in
 docs/pool-semantics.md. The provisioner applies the plan in this order:
-deletes, then disables/enables/recycles, then creates (so a tight
-maxReplicas is never exceeded), then the annotation patches (an Exporter's
-patch only after its action succeeded), then the status.
+the dormant Exporter it creates and the re-enables (so the selector never
+runs out of enabled Exporters), then deletes, then disables and recycles,
+then creates (so a tight maxReplicas is never exceeded), then the dormant
+Exporters it removes,
+then the annotation patches (an Exporter's patch only after its action
+succeeded), then the status.
+
+The dormant Exporter: the Jumpstarter controller ends a lease at once when
+no enabled Exporter matches its selector. A set that may still grow
+therefore keeps one Exporter without a backend (annotated
+``constants.ANNOTATION_DORMANT``) while it has no other enabled Exporter; a
+lease for the set then waits Pending/Offline on it, and that pending lease is
+the demand that brings real instances up. The dormant Exporter counts in no
+replica counter, never fails, is never scaled down, and is removed once
+another enabled Exporter exists.
 """
 
 import json
@@ -45,7 +57,12 @@ DEFAULT_OPTIONS = {
     "failure_backoff_max": 300,
     "taken_names": (),
     "capacity": None,
+    # controller_ca.read_controller_ca's result, when the reconcile read it.
+    "controller_ca": None,
 }
+# Seconds between two looks at an unavailable controller CA (a ConfigMap
+# the operator does not watch).
+CONTROLLER_CA_RETRY = 30.0
 DEFAULT_SCALE_DOWN_COOLDOWN = "5m"
 
 # Scale-down order, least useful first (then newest first, then name).
@@ -93,11 +110,21 @@ class _Builder:
         self.disable = []
         self.delete = []
         self.recycle = []
+        self.create_dormant = []
+        self.delete_dormant = []
         self.exporter_annotations = {}
         self.set_annotation_values = set_annotations
         self.set_annotations = {}
         self.events = []
         self.requeue = []
+
+    def remove(self, exporter, reason):
+        """Plan the deletion of an owned Exporter; the UID keeps a namesake safe."""
+        entry = {"name": exporter["metadata"]["name"], "reason": reason}
+        uid = exporter["metadata"].get("uid")
+        if uid:
+            entry["uid"] = uid
+        self.delete.append(entry)
 
     def annotate(self, name, key, value):
         self.exporter_annotations.setdefault(name, {})[key] = value
@@ -130,22 +157,27 @@ def scale_plan(exporter_set, virtual_target_class, exporters, pending_leases, no
     # members that the rules below look at one by one.
     tally = {}
     members = []
-    live = leased = 0
+    dormant = []
+    live = leased = leased_enabled = 0
     became_ready = False
     for exporter in exporters:
         name, ready, online, enabled, lease, terminating = read_exporter(exporter)
         if terminating:
             continue
+        annotations = exporter["metadata"].get("annotations") or {}
+        if c.ANNOTATION_DORMANT in annotations:
+            dormant.append((exporter, lease is not None))
+            continue
         live += 1
         instance = instances.get(name)
         tally_exporter(tally, ready, online, enabled, lease is not None,
                        instance.get("phase") if instance else None)
-        annotations = exporter["metadata"].get("annotations") or {}
         if ready and c.ANNOTATION_FIRST_READY not in annotations:
             builder.annotate(name, c.ANNOTATION_FIRST_READY, builder.now_text)
             became_ready = True
         if lease:
             leased += 1
+            leased_enabled += enabled
             if annotations.get(c.ANNOTATION_LEASED_BY) != lease:
                 builder.annotate(name, c.ANNOTATION_LEASED_BY, lease)
             continue
@@ -197,7 +229,7 @@ def scale_plan(exporter_set, virtual_target_class, exporters, pending_leases, no
     parked = []  # disabled by us for scale-down, unleased
     idle = []  # enabled and unleased: what scale-down may pick
 
-    lease_ended = []
+    lease_ended = []  # members
     for member in members:
         if not member.enabled and c.ANNOTATION_SCALE_DOWN not in member.annotations:
             held.append(member)
@@ -212,7 +244,7 @@ def scale_plan(exporter_set, virtual_target_class, exporters, pending_leases, no
                 recycling.append(member)
                 builder.annotate(member.name, c.ANNOTATION_LEASED_BY, None)
             else:
-                lease_ended.append(member.name)
+                lease_ended.append(member)
                 leaving.add(member.name)
                 continue
         member.rank = _rank(member)
@@ -223,10 +255,10 @@ def scale_plan(exporter_set, virtual_target_class, exporters, pending_leases, no
                 builder.annotate(member.name, c.ANNOTATION_SCALE_DOWN, None)
             idle.append(member)
 
-    for name in sorted(lease_ended):
-        builder.delete.append({"name": name, "reason": c.DELETE_RECYCLE})
+    for member in sorted(lease_ended, key=lambda m: m.name):
+        builder.remove(member.exporter, c.DELETE_RECYCLE)
         builder.event("Normal", "Recycling",
-                      "lease ended, replacing the exporter (ExitAndReplace)", name)
+                      "lease ended, replacing the exporter (ExitAndReplace)", member.name)
     if became_ready:
         failures.reset(builder)
     failed.sort(key=lambda entry: entry[0].name)
@@ -242,7 +274,7 @@ def scale_plan(exporter_set, virtual_target_class, exporters, pending_leases, no
         builder.enable.append(member.name)
         builder.annotate(member.name, c.ANNOTATION_SCALE_DOWN, None)
     for member in parked[len(reenabled):]:
-        builder.delete.append({"name": member.name, "reason": c.DELETE_SCALE_DOWN})
+        builder.remove(member.exporter, c.DELETE_SCALE_DOWN)
         leaving.add(member.name)
     scaled_down = [m.name for m in parked[len(reenabled):]]
     if scaled_down:
@@ -283,6 +315,11 @@ def scale_plan(exporter_set, virtual_target_class, exporters, pending_leases, no
     elif failures.count >= options["failure_threshold"]:
         limits.apply(1, None, None)
     _create(exporter_set, provisioner, exporters, limits.allowed, options, builder)
+    disabled = set(builder.disable)
+    enabled_after = (leased_enabled + len(reenabled)
+                     + sum(1 for m in idle if m.name not in disabled))
+    _keep_one_enabled(exporter_set, provisioner, exporters, dormant, enabled_after, options,
+                      builder)
 
     if builder.create or builder.enable:
         names = [e["name"] for e in builder.create] + builder.enable
@@ -290,10 +327,17 @@ def scale_plan(exporter_set, virtual_target_class, exporters, pending_leases, no
         builder.event("Normal", "ScaledUp",
                       f"{verb} {len(names)} exporter(s): {', '.join(names)}")
 
+    controller_ca = options.get("controller_ca")
+    ca_unavailable = controller_ca is not None and not controller_ca.get("available")
+    if ca_unavailable:
+        builder.requeue_at(CONTROLLER_CA_RETRY)
     degraded = _condition(c.CONDITION_DEGRADED, False, "AsExpected", "")
     if errors:
         degraded = _condition(c.CONDITION_DEGRADED, True, c.REASON_INVALID_PARAMETERS,
                               "; ".join(errors))
+    elif ca_unavailable:
+        degraded = _condition(c.CONDITION_DEGRADED, True, c.REASON_CONTROLLER_CA_UNAVAILABLE,
+                              controller_ca.get("message") or "the controller CA is unavailable")
     elif failures.count >= options["failure_threshold"]:
         degraded = _condition(
             c.CONDITION_DEGRADED, True, c.REASON_REPLICA_FAILURE,
@@ -424,7 +468,7 @@ class _FailureLog:
     def record(self, failed, builder):
         already_counted = set(self.last.get("exporters") or ())
         for member, reason, message in failed:
-            builder.delete.append({"name": member.name, "reason": reason})
+            builder.remove(member.exporter, reason)
             builder.event("Warning", "ReplicaFailed" if reason == c.DELETE_FAILED else reason,
                           message, member.name)
         fresh = [entry for entry in failed if entry[0].name not in already_counted]
@@ -476,6 +520,55 @@ def _create(exporter_set, provisioner, exporters, count, options, builder):
     if count <= 0:
         return
     set_name = exporter_set["metadata"]["name"]
+    taken = set(options.get("taken_names") or ())
+    # Terminating Exporters keep their names until they are gone.
+    taken.update(e["metadata"]["name"] for e in exporters)
+    for _ in range(count):
+        name = _free_name(set_name, taken)
+        taken.add(name)
+        builder.create.append(_new_exporter(exporter_set, provisioner, name))
+
+
+def _keep_one_enabled(exporter_set, provisioner, exporters, dormant, enabled_after, options,
+                      builder):
+    """The dormant Exporter exists exactly while no other Exporter of the set is enabled.
+
+    ``enabled_after`` counts the other Exporters that are enabled once the
+    plan's disables, deletes and re-enables are done; Exporters the plan
+    creates count only once they are seen. A dormant Exporter that holds a
+    lease (it should never be Online) is left alone.
+    """
+    deleting = bool(exporter_set["metadata"].get("deletionTimestamp"))
+    wanted = not deleting and enabled_after == 0
+    removable = sorted((e for e, leased in dormant if not leased),
+                       key=lambda e: e["metadata"]["name"])
+    if wanted and not dormant:
+        taken = set(options.get("taken_names") or ())
+        taken.update(e["metadata"]["name"] for e in exporters)
+        taken.update(entry["name"] for entry in builder.create)
+        entry = _new_exporter(exporter_set, provisioner,
+                              _free_name(f"{exporter_set['metadata']['name']}-dormant", taken))
+        entry["annotations"][c.ANNOTATION_DORMANT] = "true"
+        builder.create_dormant.append(entry)
+        return
+    keep = 1 if wanted and len(removable) == len(dormant) else 0
+    for exporter in removable[keep:]:
+        entry = {"name": exporter["metadata"]["name"]}
+        if exporter["metadata"].get("uid"):
+            entry["uid"] = exporter["metadata"]["uid"]
+        builder.delete_dormant.append(entry)
+
+
+def _free_name(prefix, taken):
+    index = 0
+    while f"{prefix}-{index}" in taken:
+        index += 1
+    return f"{prefix}-{index}"
+
+
+def _new_exporter(exporter_set, provisioner, name):
+    """A ``create`` entry: the template's labels and annotations plus the pool's own."""
+    set_name = exporter_set["metadata"]["name"]
     template_metadata = ((exporter_set.get("spec") or {}).get("template") or {}).get(
         "metadata") or {}
     labels = dict(template_metadata.get("labels") or {})
@@ -483,18 +576,7 @@ def _create(exporter_set, provisioner, exporters, count, options, builder):
     annotations = dict(template_metadata.get("annotations") or {})
     annotations[c.ANNOTATION_SET_GENERATION] = str(exporter_set["metadata"].get("generation", ""))
     annotations[c.ANNOTATION_PROVISIONER] = provisioner
-    taken = set(options.get("taken_names") or ())
-    # Terminating Exporters keep their names until they are gone.
-    taken.update(e["metadata"]["name"] for e in exporters)
-    index = 0
-    for _ in range(count):
-        while f"{set_name}-{index}" in taken:
-            index += 1
-        name = f"{set_name}-{index}"
-        taken.add(name)
-        builder.create.append(
-            {"name": name, "labels": dict(labels), "annotations": dict(annotations)}
-        )
+    return {"name": name, "labels": labels, "annotations": annotations}
 
 
 def _condition(kind, status, reason, message):
@@ -547,7 +629,8 @@ def _finish(exporter_set, counters, now, builder, target, conditions, parameters
     }
     changed = bool(
         builder.create or builder.enable or builder.disable or builder.delete or builder.recycle
-        or exporter_annotations or builder.set_annotations or status != previous_status
+        or builder.create_dormant or builder.delete_dormant or exporter_annotations
+        or builder.set_annotations or status != previous_status
     )
     return {
         "target": target,
@@ -556,6 +639,8 @@ def _finish(exporter_set, counters, now, builder, target, conditions, parameters
         "disable": sorted(builder.disable),
         "delete": sorted(builder.delete, key=lambda d: d["name"]),
         "recycle": sorted(builder.recycle, key=lambda r: r["name"]),
+        "create_dormant": builder.create_dormant,
+        "delete_dormant": builder.delete_dormant,
         "exporter_annotations": exporter_annotations,
         "set_annotations": dict(sorted(builder.set_annotations.items())),
         "status": status,

@@ -15,8 +15,12 @@ description:
     none (made before that, or by hand) are placed here the same way, on an open host with
     the most free slots, and labelled with it.
   - For O(action=provision), reads each Exporter's token from the credential Secret the
-    Jumpstarter controller named in C(status.credential) and renders its ExporterConfig;
-    Exporters still waiting for the credential are returned in C(waiting).
+    Jumpstarter controller named in C(status.credential) and renders its ExporterConfig
+    (with the controller CA as C(tls.ca) and C(exitOnLeaseEnd));
+    Exporters still waiting for the credential are returned in C(waiting), and so are
+    those whose credential Secret does not name their UID among its owners (a token
+    issued to an earlier Exporter of the same name is never used).
+  - The set's dormant Exporter has no instance and is never placed.
   - Returns one entry per host with the names to act on, for M(baremetal_instances).
 author:
   - Jumpstarter virtual exporters maintainers
@@ -61,6 +65,12 @@ options:
     description: Where the SSH key and known_hosts of each class are written.
     type: path
     default: ~/.ansible/jumpstarter-baremetal
+  controller_tls_ca:
+    description:
+      - The Jumpstarter controller's CA bundle, base64-encoded PEM, written as C(tls.ca)
+        into every ExporterConfig. Empty writes none.
+    type: str
+    default: ""
 extends_documentation_fragment:
   - jumpstarter.virtual_exporters.kubernetes
 """
@@ -99,7 +109,7 @@ placed:
   returned: always
   type: dict
 waiting:
-  description: Exporters whose credential does not exist yet.
+  description: Exporters whose credential does not exist yet, or was issued to another UID.
   returned: always
   type: list
   elements: str
@@ -119,6 +129,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils impo
     baremetal,
     baremetal_pool,
     constants,
+    credentials,
     exporter_config,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s_client import api_client
@@ -130,9 +141,9 @@ class Targets:
 
         self.module = module
         self.p = module.params
-        api = api_client(self.p["kubeconfig"])
-        self.core = client.CoreV1Api(api)
-        self.custom = client.CustomObjectsApi(api)
+        self.api = api_client(self.p["kubeconfig"])
+        self.core = client.CoreV1Api(self.api)
+        self.custom = client.CustomObjectsApi(self.api)
         self.namespace = self.p["exporterset"]["metadata"]["namespace"]
         self.changed = False
 
@@ -174,7 +185,8 @@ class Targets:
     def place(self, exporters):
         """Labels Exporters that have no host yet with one; returns ({name: host}, why not all)."""
         unplaced = sorted(e["metadata"]["name"] for e in exporters
-                          if baremetal.host_of(e) is None and not e["metadata"].get("deletionTimestamp"))
+                          if baremetal.host_of(e) is None and not e["metadata"].get("deletionTimestamp")
+                          and constants.ANNOTATION_DORMANT not in (e["metadata"].get("annotations") or {}))
         if not unplaced:
             return {}, ""
         lab = baremetal_pool.LabView(
@@ -197,11 +209,14 @@ class Targets:
                         if limited else "")
 
     def token(self, exporter):
-        credential = ((exporter.get("status") or {}).get("credential") or {}).get("name")
-        data = self._secret(credential) if credential else None
-        if not (data or {}).get("token"):
-            return None
-        return base64.b64decode(data["token"]).decode()
+        from kubernetes.client.rest import ApiException
+
+        try:
+            return credentials.read_token(self.api, exporter)
+        except ApiException as exc:
+            self.module.fail_json(
+                msg=f"reading the credential of {self.namespace}/{exporter['metadata']['name']}: "
+                    f"{exc.status} {exc.reason}")
 
     def configs(self, host_entry, by_name, waiting):
         parameters = self.p["parameters"]
@@ -218,7 +233,9 @@ class Targets:
             config = exporter_config.render_exporter_config(
                 name, self.namespace, drivers,
                 endpoint=(exporter.get("status") or {}).get("endpoint", ""), token=None,
-                driver_overrides=baremetal.driver_overrides(drivers, parameters, run_dir))
+                driver_overrides=baremetal.driver_overrides(drivers, parameters, run_dir),
+                tls_ca=self.p["controller_tls_ca"],
+                exit_on_lease_end=exporter_config.exits_on_lease_end(self.p["exporterset"]))
             del config["token"]
             configs[name] = config
             tokens[name] = token
@@ -236,6 +253,7 @@ def main():
             parameters=dict(type="dict", default={}),
             action=dict(type="str", required=True, choices=["provision", "remove", "reset", "retain", "probe"]),
             ssh_dir=dict(type="path", default="~/.ansible/jumpstarter-baremetal"),
+            controller_tls_ca=dict(type="str", default=""),
             kubeconfig=dict(type="path"),
         ),
         supports_check_mode=True,

@@ -16,7 +16,11 @@ description:
     Exporters still waiting for it are returned in C(waiting), which is not a failure.
   - With I(state=absent), deletes the Pods and config Secrets of the named Exporters.
   - The exporter token is read from the credential Secret and written only
-    into the config Secret; it is never returned.
+    into the config Secret; it is never returned. A credential Secret that does
+    not name the Exporter's UID among its owners was issued to an earlier
+    Exporter of the same name; its token is never used, and the Exporter waits.
+  - The ExporterConfig carries the controller CA as C(tls.ca) and
+    C(exitOnLeaseEnd) (true unless the set's C(recycleStrategy) is C(InPlaceReuse)).
 author:
   - Jumpstarter virtual exporters maintainers (@jumpstarter-dev)
 attributes:
@@ -56,6 +60,13 @@ options:
     description: The class images with the set's per-field overrides.
     type: dict
     default: {}
+  controller_tls_ca:
+    description:
+      - The Jumpstarter controller's CA bundle, base64-encoded PEM, written as C(tls.ca)
+        into every ExporterConfig (the reconcile playbook passes C(controller_tls_ca)).
+      - Empty writes no C(tls.ca); the exporter then trusts the system CAs only.
+    type: str
+    default: ""
   state:
     description: Whether the instances' Pods and config Secrets should exist.
     type: str
@@ -74,6 +85,7 @@ EXAMPLES = r"""
     exporters: "{{ unprovisioned_exporters }}"
     parameters: "{{ merged_parameters }}"
     images: "{{ merged_images }}"
+    controller_tls_ca: "{{ controller_tls_ca }}"
 
 - name: Remove the Pods of the Exporters the plan deletes
   jumpstarter.virtual_exporters.exporter_pods:
@@ -96,16 +108,17 @@ deleted:
   type: list
   elements: str
 waiting:
-  description: Exporters whose credential does not exist yet.
+  description: Exporters whose credential does not exist yet, or was issued to another UID.
   returned: always
   type: list
   elements: str
 """
 
-import base64
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import k8s_pod
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (
+    credentials,
+    k8s_pod,
+)
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s_client import api_client
 
 
@@ -115,7 +128,8 @@ class PodManager:
 
         self.module = module
         self.p = module.params
-        self.core = client.CoreV1Api(api_client(self.p["kubeconfig"]))
+        self.api_client = api_client(self.p["kubeconfig"])
+        self.core = client.CoreV1Api(self.api_client)
         self.namespace = self.p["exporterset"]["metadata"]["namespace"]
         self.provisioner = (self.p["virtual_target_class"].get("spec") or {}).get("provisioner", "")
         self.by_name = {e["metadata"]["name"]: e for e in self.p["owned_exporters"]}
@@ -135,13 +149,12 @@ class PodManager:
             self._api_error(f"reading {self.namespace}/{name}", exc)
 
     def _token(self, exporter):
-        credential = ((exporter.get("status") or {}).get("credential") or {}).get("name")
-        if not credential:
-            return None
-        secret = self._read(self.core.read_namespaced_secret, credential)
-        if secret is None or not (secret.data or {}).get("token"):
-            return None
-        return base64.b64decode(secret.data["token"]).decode()
+        from kubernetes.client.rest import ApiException
+
+        try:
+            return credentials.read_token(self.api_client, exporter)
+        except ApiException as exc:
+            self._api_error(f"reading the credential of {self.namespace}/{exporter['metadata']['name']}", exc)
 
     def present(self, name):
         from kubernetes.client.rest import ApiException
@@ -156,7 +169,8 @@ class PodManager:
             self.result["waiting"].append(name)
             return
         secret = k8s_pod.config_secret(
-            self.p["exporterset"], exporter, self.provisioner, self.p["parameters"], token
+            self.p["exporterset"], exporter, self.provisioner, self.p["parameters"], token,
+            self.p["controller_tls_ca"],
         )
         accel = "kvm" if self.p["parameters"].get("kvm") else None
         pod = k8s_pod.instance_pod(
@@ -207,6 +221,7 @@ def main():
             exporters=dict(type="list", elements="str", required=True),
             parameters=dict(type="dict", default={}),
             images=dict(type="dict", default={}),
+            controller_tls_ca=dict(type="str", default=""),
             state=dict(type="str", choices=["present", "absent"], default="present"),
             kubeconfig=dict(type="path"),
         ),

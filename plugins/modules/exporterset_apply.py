@@ -9,11 +9,22 @@ short_description: Apply the Kubernetes side of an ExporterSet scale plan in one
 version_added: 0.1.0
 description:
   - Applies what every provisioner shares in a scale plan (see the
-    C(jumpstarter.virtual_exporters.scale_plan) filter), that is, it deletes
-    the Exporters the plan removes, disables and re-enables Exporters,
-    creates the new Exporters (owned by the set, labelled and annotated),
+    C(jumpstarter.virtual_exporters.scale_plan) filter), that is, it creates
+    the set's dormant Exporter when the plan asks for one (first, so that
+    leases for the set keep waiting), deletes the Exporters the plan removes,
+    disables and re-enables Exporters, creates the new Exporters (owned by the
+    set, labelled and annotated), removes a dormant Exporter no longer needed,
     patches bookkeeping annotations on Exporters and on the set, writes the
     set's status through the status subresource and records Kubernetes Events.
+  - Exporters are deleted with C(propagationPolicy=Orphan), so the Leases the
+    Jumpstarter controller made them own stay as lease history, and with the
+    UID and resourceVersion of a fresh read as preconditions; an Exporter
+    leased since the plan was made is left alone (RV(held)). The instance Pod,
+    config Secret and credential Secret that name the Exporter's UID as owner
+    are deleted after it.
+  - A new Exporter is not created while a credential Secret of its name
+    (C(<name>-exporter)) exists (RV(blocked)); that Secret is deleted when no
+    live Exporter owns it, so the next reconcile may use the name.
   - Backends (Pods, lab host processes, cloud instances) are left to the
     provisioner role; run its teardown before this module and its provisioning after.
   - Writes are batched into one module run, which matters because every module
@@ -50,7 +61,7 @@ options:
       - C(none) applies the plan.
       - C(delete) deletes every Exporter the set owns (the set is being deleted, reclaimPolicy Delete).
       - C(detach) removes the set's owner reference from every Exporter it owns, so they
-        outlive the set (reclaimPolicy Retain).
+        outlive the set (reclaimPolicy Retain); the dormant Exporter is deleted.
     type: str
     choices: [none, delete, detach]
     default: none
@@ -99,6 +110,18 @@ patched:
   returned: always
   type: list
   elements: str
+blocked:
+  description: Names not used for a new Exporter because a credential Secret of that name exists.
+  returned: always
+  type: list
+  elements: str
+held:
+  description:
+    - Exporters the plan removes or disables that were left alone, because they changed
+      since they were read (a lease, a new UID) or the dormant Exporter could not be created first.
+  returned: always
+  type: list
+  elements: str
 status_changed:
   description: Whether the set's status was written.
   returned: always
@@ -144,7 +167,8 @@ def main():
     )
     try:
         if module.params["teardown"] != "none":
-            applier.teardown(module.params["teardown"], module.params["owned_exporters"])
+            applier.teardown(module.params["teardown"], module.params["owned_exporters"],
+                             module.params["provisioner"])
         else:
             applier.apply_plan(module.params["plan"], module.params["provisioner"])
     except ApplyError as exc:

@@ -13,6 +13,10 @@ description:
     pool logic the operator uses in process.
   - Returns the variables the operator passes to C(playbooks/reconcile.yml), so
     the playbook run by hand does exactly what the operator would do.
+  - When the reconcile is about to make backends, reads the Jumpstarter controller's
+    CA from its ConfigMap (by name, as the operator does; see
+    C(plugins/module_utils/controller_ca.py)); an unavailable CA shows in the plan's
+    C(Degraded) condition and no backend is made.
 author:
   - Jumpstarter virtual exporters maintainers (@jumpstarter-dev)
 attributes:
@@ -65,7 +69,8 @@ variables:
       (C(_virtualtarget_jumpstarter_dev_exporterset), C(ansible_operator_meta),
       C(virtual_target_class), C(owned_exporters), C(owned_pods),
       C(exporterset_plan), C(exporterset_teardown), C(unprovisioned_exporters),
-      C(merged_parameters), C(merged_images) and the snake_cased spec).
+      C(exporters_with_backends), C(controller_tls_ca), C(merged_parameters),
+      C(merged_images) and the snake_cased spec).
   returned: when the set exists
   type: dict
 """
@@ -75,6 +80,7 @@ from datetime import UTC, datetime
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (
     constants,
+    controller_ca,
     k8s_observe,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s_client import (
@@ -115,7 +121,8 @@ def main():
         supports_check_mode=True,
     )
     name, namespace = module.params["name"], module.params["namespace"]
-    objects = read_namespace(api_client(module.params["kubeconfig"]), namespace)
+    api = api_client(module.params["kubeconfig"])
+    objects = read_namespace(api, namespace)
     exporter_set = next((s for s in objects["ExporterSet"] if s["metadata"]["name"] == name), None)
     if exporter_set is None:
         module.exit_json(changed=False, exists=False)
@@ -123,7 +130,10 @@ def main():
     teardown = bool(exporter_set["metadata"].get("deletionTimestamp"))
     plan = {}
     if not teardown:
-        plan = k8s_observe.plan_for(exporter_set, observed, module.params["plan_options"])
+        plan = k8s_observe.plan_for(
+            exporter_set, observed, module.params["plan_options"],
+            read_controller_ca=lambda: controller_ca.read_controller_ca(api, namespace, observed["class"]),
+        )
     variables = k8s_observe.playbook_variables(exporter_set, observed, plan, teardown=teardown)
     module.exit_json(changed=False, exists=True, variables=variables)
 

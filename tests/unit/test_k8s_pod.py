@@ -140,8 +140,13 @@ def test_ca_bundle_is_mounted_for_the_exporter():
     assert env["SSL_CERT_FILE"] == "/etc/jumpstarter/ca/ca-bundle.crt"
 
 
-def test_config_secret_holds_the_exporter_config_and_token():
-    secret = k8s_pod.config_secret(EXPORTER_SET, EXPORTER, "qemu.jumpstarter.dev", PARAMETERS, TOKEN)
+@pytest.mark.parametrize(("recycle", "exits"), [
+    (None, True), ("ExitAndReplace", True), ("InPlaceReuse", False),
+])
+def test_config_secret_holds_the_exporter_config_and_token(recycle, exits):
+    exporter_set = {**EXPORTER_SET, "spec": {**EXPORTER_SET["spec"], "recycleStrategy": recycle}}
+    secret = k8s_pod.config_secret(exporter_set, EXPORTER, "qemu.jumpstarter.dev", PARAMETERS, TOKEN,
+                                   "Q0EgYnVuZGxl")
     assert secret["metadata"]["name"] == "rpi4-0-config"
     assert secret["metadata"]["ownerReferences"][0]["uid"] == "exporter-uid"
     config = json.loads(secret["stringData"]["rpi4-0.yaml"])
@@ -151,6 +156,8 @@ def test_config_secret_holds_the_exporter_config_and_token():
     qemu = config["export"]["qemu"]
     assert qemu["type"] == "jumpstarter_driver_qemu.driver.Qemu"
     assert qemu["config"]["smp"] == 2 and qemu["config"]["mem"] == "1G"
+    assert config["tls"] == {"ca": "Q0EgYnVuZGxl"}
+    assert config["exitOnLeaseEnd"] is exits
 
 
 @pytest.mark.parametrize("missing", ["images", "scheduling", "caBundleConfigMapRef"])

@@ -39,6 +39,10 @@ def is_enabled(exporter):
     return read_exporter(exporter)[3]
 
 
+def is_dormant(exporter):
+    return c.ANNOTATION_DORMANT in (exporter["metadata"].get("annotations") or {})
+
+
 class World:
     def __init__(self, the_set, klass, exporters, options):
         self.set = the_set
@@ -65,21 +69,33 @@ class World:
     def sorted_exporters(self):
         return [self.exporters[name] for name in sorted(self.exporters)]
 
-    def apply(self, plan):
+    def add(self, entry):
+        assert entry["name"] not in self.exporters
+        new = exporter(entry["name"], ready=False, created=0, labels=entry["labels"],
+                       owner=None, annotations=entry["annotations"])
+        new["metadata"]["creationTimestamp"] = format_time(self.now)
+        self.exporters[entry["name"]] = new
+
+    def apply_removals(self, plan):
+        """In k8s_apply's order: the dormant Exporter the plan creates and the
+        Exporters it re-enables, then what it deletes and disables."""
+        for entry in plan["create_dormant"]:
+            self.add(entry)
+        for name in plan["enable"]:
+            self.exporters[name]["spec"]["enabled"] = True
         for entry in plan["delete"]:
             self.exporters.pop(entry["name"], None)
             self.instances.pop(entry["name"], None)
         for name in plan["disable"]:
             self.exporters[name]["spec"]["enabled"] = False
-        for name in plan["enable"]:
-            self.exporters[name]["spec"]["enabled"] = True
+
+    def apply(self, plan):
+        self.apply_removals(plan)
         for entry in plan["create"]:
-            assert entry["name"] not in self.exporters
-            new = exporter(entry["name"], ready=False, created=0, labels=entry["labels"],
-                           owner=None, annotations=entry["annotations"])
-            new["metadata"]["creationTimestamp"] = format_time(self.now)
-            self.exporters[entry["name"]] = new
+            self.add(entry)
             self.instances[entry["name"]] = {"phase": "Pending"}
+        for entry in plan["delete_dormant"]:
+            self.exporters.pop(entry["name"])
         for name, patch in plan["exporter_annotations"].items():
             notes = self.exporters[name]["metadata"]["annotations"]
             for key, value in patch.items():
@@ -109,7 +125,7 @@ class World:
 
     def event(self, kind, index):
         if kind == "ready":
-            name = self.pick(index, lambda e: not is_ready(e))
+            name = self.pick(index, lambda e: not is_ready(e) and not is_dormant(e))
             if name:
                 self.set_ready(name, True)
         elif kind == "offline":
@@ -117,7 +133,7 @@ class World:
             if name:
                 self.set_ready(name, False)
         elif kind == "fail":
-            name = self.pick(index, lambda e: True)
+            name = self.pick(index, lambda e: not is_dormant(e))
             if name:
                 self.instances[name] = {"phase": "Failed", "message": "crashed"}
         elif kind == "request":
@@ -192,9 +208,22 @@ def check_invariants(world, plan):
     max_replicas = the_spec["maxReplicas"]
     before = world.exporters
     leased = {n for n, e in before.items() if lease_name(e)}
-    touched = set(plan["disable"]) | {d["name"] for d in plan["delete"]}
+    touched = (set(plan["disable"]) | {d["name"] for d in plan["delete"]}
+               | {d["name"] for d in plan["delete_dormant"]})
     assert not touched & leased, "a leased exporter was disabled or deleted"
-    after = applied(world, plan).exporters
+    midway = copy.deepcopy(world)
+    midway.apply_removals(plan)
+    if any(is_enabled(e) for e in before.values()):
+        assert any(is_enabled(e) for e in midway.exporters.values()), \
+            "the last enabled exporter was disabled or deleted before another was there"
+    after_world = applied(world, plan)
+    assert any(is_enabled(e) for e in after_world.exporters.values()), \
+        "the selector is left with no enabled exporter"
+    assert all(not is_dormant(e) or lease_name(e) is None for e in after_world.exporters.values())
+    if not any(is_enabled(e) and not is_dormant(e) for e in after_world.exporters.values()):
+        assert any(is_dormant(e) for e in after_world.exporters.values())
+    after = {n: e for n, e in after_world.exporters.items() if not is_dormant(e)}
+    before = {n: e for n, e in before.items() if not is_dormant(e)}
     if max_replicas > 0:
         assert len(after) <= max(max_replicas, len(before) - len(plan["delete"]))
     scaling_down = plan["disable"] or any(d["reason"] == c.DELETE_SCALE_DOWN
@@ -212,17 +241,27 @@ def check_invariants(world, plan):
         assert available_after >= min(warm, available_before)
 
 
+def check_dormant_at_rest(world):
+    """At a fixed point, one dormant Exporter exists exactly when no other is enabled."""
+    dormant = [e for e in world.exporters.values() if is_dormant(e)]
+    others_enabled = any(is_enabled(e) and not is_dormant(e) for e in world.exporters.values())
+    assert len(dormant) == (0 if others_enabled else 1)
+
+
 def settle(world, limit=40):
     """Apply plans with no world event until one changes nothing."""
     for _ in range(limit):
         plan = world.plan()
         if not plan["changed"]:
+            check_dormant_at_rest(world)
             return plan
         check_invariants(world, plan)
-        created_before = set(world.exporters)
+        # A name is free again once its Exporter is gone (k8s_apply still waits
+        # for its credential Secret to go); a name still in use never is.
+        kept = set(world.exporters) - {d["name"] for d in plan["delete"] + plan["delete_dormant"]}
         world.apply(plan)
         again = world.plan()
-        assert not {e["name"] for e in again["create"]} & created_before
+        assert not {e["name"] for e in again["create"] + again["create_dormant"]} & kept
         assert not set(again["disable"]) & set(plan["disable"])
     raise AssertionError("no fixed point without world events")
 
@@ -253,13 +292,16 @@ def test_converges_to_target_when_exporters_become_ready(scenario, events):
         plan = world.plan()
         world.apply(plan)
         for name, candidate in world.exporters.items():
+            if is_dormant(candidate):
+                continue
             world.instances[name] = {"phase": "Running"}
             if not is_ready(candidate):
                 world.set_ready(name, True)
         world.now += timedelta(seconds=301)
         final = settle(world)
-        unleased = [e for e in world.exporters.values() if not lease_name(e)]
-        if len(world.exporters) == final["target"] and all(map(is_available, unleased)):
+        pool = [e for e in world.exporters.values() if not is_dormant(e)]
+        unleased = [e for e in pool if not lease_name(e)]
+        if len(pool) == final["target"] and all(map(is_available, unleased)):
             break
     else:
         raise AssertionError("pool did not converge")

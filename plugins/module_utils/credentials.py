@@ -1,0 +1,121 @@
+"""The credential Secret the Jumpstarter controller issues to each Exporter.
+
+The controller names it in the Exporter's ``status.credential`` (by default
+``<exporter>-exporter``), makes it owned by the Exporter, and binds the token
+to the Exporter's UID: a token issued to an earlier Exporter of the same name
+is refused at Register, forever. Hence three rules, kept here:
+
+* a backend only ever gets a token whose Secret names the Exporter's UID
+  among its owner references (``token_for``);
+* the pool deletes an Exporter's credential Secret with it (``k8s_apply``);
+* a name is not used for a new Exporter while a Secret of that name is in the
+  way (``blocking_secret``), and such a Secret is deleted when no live
+  Exporter owns it.
+
+Secrets are only ever read by name (GET), never listed.
+"""
+
+import base64
+
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
+
+TOKEN_KEY = "token"
+
+
+def credential_secret_name(exporter):
+    """The Secret the controller names, or the name it gives by default."""
+    named = ((exporter.get("status") or {}).get("credential") or {}).get("name")
+    return named or exporter["metadata"]["name"] + constants.CREDENTIAL_SECRET_SUFFIX
+
+
+def exporter_owner_uids(secret):
+    """UIDs of the Exporters among the Secret's owner references."""
+    return {
+        ref.get("uid")
+        for ref in (secret.get("metadata") or {}).get("ownerReferences") or ()
+        if ref.get("kind") == "Exporter" and ref.get("uid")
+    }
+
+
+def issued_to(secret, exporter):
+    """Whether the Secret belongs to this very Exporter (its UID, not only its name)."""
+    uid = exporter["metadata"].get("uid")
+    return bool(uid) and uid in exporter_owner_uids(secret)
+
+
+def token_for(secret, exporter):
+    """The Exporter's token from its credential Secret, or None when it may not be used."""
+    if secret is None or not issued_to(secret, exporter):
+        return None
+    encoded = (secret.get("data") or {}).get(TOKEN_KEY)
+    return base64.b64decode(encoded).decode() if encoded else None
+
+
+def read_secret(api_client, namespace, name):
+    """The Secret as a dict, or None when it does not exist (other errors raise)."""
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    try:
+        found = client.CoreV1Api(api_client).read_namespaced_secret(name, namespace)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+    return api_client.sanitize_for_serialization(found)
+
+
+def read_token(api_client, exporter):
+    """The token a backend may be given for ``exporter``, or None while there is none.
+
+    None also when the named Secret was issued to another Exporter of the same
+    name: the controller issues this one its own Secret in time.
+    """
+    if not ((exporter.get("status") or {}).get("credential") or {}).get("name"):
+        return None
+    secret = read_secret(api_client, exporter["metadata"]["namespace"],
+                         credential_secret_name(exporter))
+    return token_for(secret, exporter)
+
+
+def live_exporter_owns(api_client, namespace, secret):
+    """Whether an Exporter named in the Secret's owner references exists with that UID."""
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    custom = client.CustomObjectsApi(api_client)
+    for ref in (secret.get("metadata") or {}).get("ownerReferences") or ():
+        if ref.get("kind") != "Exporter" or not ref.get("name"):
+            continue
+        try:
+            exporter = custom.get_namespaced_custom_object(
+                "jumpstarter.dev", "v1alpha1", namespace, "exporters", ref["name"])
+        except ApiException as exc:
+            if exc.status == 404:
+                continue
+            raise
+        if exporter["metadata"].get("uid") == ref.get("uid"):
+            return True
+    return False
+
+
+def blocking_secret(api_client, namespace, exporter_name):
+    """The credential Secret a new Exporter of this name would inherit, or None."""
+    return read_secret(api_client, namespace, exporter_name + constants.CREDENTIAL_SECRET_SUFFIX)
+
+
+def delete_secret(api_client, namespace, secret):
+    """Delete this very Secret (UID precondition); False when it was already gone or replaced."""
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    meta = secret["metadata"]
+    try:
+        client.CoreV1Api(api_client).delete_namespaced_secret(
+            meta["name"], namespace,
+            body=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=meta["uid"])))
+    except ApiException as exc:
+        if exc.status in (404, 409):
+            return False
+        raise
+    return True
