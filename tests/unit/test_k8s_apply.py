@@ -1,0 +1,266 @@
+"""PlanApplier against an in-memory API: write order, orphaning deletes with
+preconditions, what goes with an Exporter, names blocked by a stale credential."""
+
+import copy
+
+import pytest
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (
+    constants as c,
+)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import k8s_apply
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+NAMESPACE = "lab"
+THE_SET = {"apiVersion": "virtualtarget.jumpstarter.dev/v1alpha1", "kind": "ExporterSet",
+           "metadata": {"name": "rpi4", "namespace": NAMESPACE, "uid": "set-uid",
+                        "annotations": {}},
+           "spec": {}}
+
+
+class MemoryApi:
+    """Exporters, Secrets and Pods of one namespace, and every call made."""
+
+    def __init__(self):
+        self.objects = {}  # (kind, name) -> object
+        self.calls = []
+        self.serial = 0
+
+    def put(self, kind, name, **fields):
+        self.serial += 1
+        meta = {"name": name, "namespace": NAMESPACE, "uid": f"{name}-uid",
+                "resourceVersion": str(self.serial)}
+        meta.update(fields.pop("metadata", {}))
+        self.objects[(kind, name)] = {"metadata": meta, **fields}
+        return self.objects[(kind, name)]
+
+    def get(self, kind, name):
+        self.calls.append(("get", kind, name))
+        if (kind, name) not in self.objects:
+            raise ApiException(status=404, reason="Not Found")
+        return copy.deepcopy(self.objects[(kind, name)])
+
+    def delete(self, kind, name, body):
+        self.calls.append(("delete", kind, name))
+        found = self.objects.get((kind, name))
+        if found is None:
+            raise ApiException(status=404, reason="Not Found")
+        preconditions = body.preconditions
+        if preconditions.uid and preconditions.uid != found["metadata"]["uid"] or (
+                preconditions.resource_version
+                and preconditions.resource_version != found["metadata"]["resourceVersion"]):
+            raise ApiException(status=409, reason="Conflict")
+        if kind == "Exporter":
+            assert body.propagation_policy == "Orphan"
+        del self.objects[(kind, name)]
+
+    def create(self, kind, manifest):
+        name = manifest["metadata"]["name"]
+        self.calls.append(("create", kind, name))
+        if (kind, name) in self.objects:
+            raise ApiException(status=409, reason="AlreadyExists")
+        self.put(kind, name, **copy.deepcopy({k: v for k, v in manifest.items()
+                                              if k in ("spec", "status")}))
+
+    def patch(self, kind, name, body):
+        self.calls.append(("patch", kind, name))
+        target = self.objects[(kind, name)]
+        for key, value in body.items():
+            target.setdefault(key, {}).update(value)
+
+
+class FakeCustom:
+    def __init__(self, api):
+        self.api = api
+
+    def get_namespaced_custom_object(self, group, version, namespace, plural, name):
+        return self.api.get("Exporter", name)
+
+    def delete_namespaced_custom_object(self, group, version, namespace, plural, name, body):
+        self.api.delete("Exporter", name, body)
+
+    def create_namespaced_custom_object(self, group, version, namespace, plural, manifest):
+        self.api.create("Exporter", manifest)
+
+    def patch_namespaced_custom_object(self, group, version, namespace, plural, name, body):
+        self.api.patch("Exporter", name, body)
+
+
+class FakeCore:
+    def __init__(self, api):
+        self.api = api
+
+    def read_namespaced_secret(self, name, namespace):
+        return self.api.get("Secret", name)
+
+    def read_namespaced_pod(self, name, namespace):
+        return self.api.get("Pod", name)
+
+    def delete_namespaced_secret(self, name, namespace, body):
+        self.api.delete("Secret", name, body)
+
+    def delete_namespaced_pod(self, name, namespace, body, grace_period_seconds):
+        self.api.delete("Pod", name, body)
+
+
+class FakeApiClient:
+    def sanitize_for_serialization(self, obj):
+        return obj
+
+
+@pytest.fixture
+def api(monkeypatch):
+    memory = MemoryApi()
+    monkeypatch.setattr(client, "CustomObjectsApi", lambda _: FakeCustom(memory))
+    monkeypatch.setattr(client, "CoreV1Api", lambda _: FakeCore(memory))
+    return memory
+
+
+def owned_by(uid, name="rpi4-0"):
+    return {"ownerReferences": [{"kind": "Exporter", "name": name, "uid": uid,
+                                 "controller": True}]}
+
+
+def exporter(api, name, lease=None, enabled=True, annotations=None):
+    status = {"leaseRef": {"name": lease}} if lease else {}
+    return api.put("Exporter", name, spec={"enabled": enabled}, status=status,
+                   metadata={"annotations": dict(annotations or {})})
+
+
+def apply(api, plan, provisioner=c.PROVISIONER_QEMU, check_mode=False):
+    applier = k8s_apply.PlanApplier(FakeApiClient(), THE_SET, check_mode=check_mode)
+    applier.apply_plan(plan, provisioner)
+    return applier.result
+
+
+def create_entry(name, **annotations):
+    return {"name": name, "labels": {c.LABEL_EXPORTER_SET: "rpi4"}, "annotations": annotations}
+
+
+def test_delete_orphans_leases_and_removes_what_belongs_to_the_exporter(api):
+    gone = exporter(api, "rpi4-0")
+    uid = gone["metadata"]["uid"]
+    api.put("Secret", "rpi4-0-exporter", metadata=owned_by(uid))
+    api.put("Secret", "rpi4-0-config", metadata=owned_by(uid))
+    api.put("Pod", "rpi4-0", metadata=owned_by(uid))
+    api.put("Pod", "unrelated")
+    result = apply(api, {"delete": [{"name": "rpi4-0", "reason": "ScaleDown", "uid": uid}]})
+    assert result["deleted"] == ["rpi4-0"]
+    assert set(api.objects) == {("Pod", "unrelated")}
+    # Read before the Exporter goes (orphaning strips the owner references), deleted after.
+    exporter_gone = api.calls.index(("delete", "Exporter", "rpi4-0"))
+    assert api.calls.index(("get", "Secret", "rpi4-0-exporter")) < exporter_gone
+    assert api.calls.index(("delete", "Secret", "rpi4-0-exporter")) > exporter_gone
+
+
+def test_objects_of_a_namesake_are_left(api):
+    gone = exporter(api, "rpi4-0")
+    api.put("Secret", "rpi4-0-exporter", metadata=owned_by("someone-else"))
+    api.put("Pod", "rpi4-0", metadata=owned_by("someone-else"))
+    apply(api, {"delete": [{"name": "rpi4-0", "reason": "ScaleDown",
+                            "uid": gone["metadata"]["uid"]}]})
+    assert set(api.objects) == {("Secret", "rpi4-0-exporter"), ("Pod", "rpi4-0")}
+
+
+def test_bare_metal_exporters_have_no_pod_to_look_for(api):
+    gone = exporter(api, "rpi4-0")
+    apply(api, {"delete": [{"name": "rpi4-0", "reason": "ScaleDown"}]},
+          provisioner=c.PROVISIONER_QEMU_BAREMETAL)
+    assert ("get", "Pod", "rpi4-0") not in api.calls
+    assert ("Exporter", "rpi4-0") not in api.objects and gone
+
+
+@pytest.mark.parametrize(("lease", "planned_uid", "held"), [
+    ("taken-since", None, True),          # leased between plan and delete
+    (None, "an-older-uid", True),         # deleted and re-made under the same name
+    (None, None, False),
+])
+def test_delete_is_held_when_the_exporter_changed(api, lease, planned_uid, held):
+    exporter(api, "rpi4-0", lease=lease)
+    result = apply(api, {"delete": [{"name": "rpi4-0", "reason": "ScaleDown",
+                                     **({"uid": planned_uid} if planned_uid else {})}]})
+    assert (("Exporter", "rpi4-0") in api.objects) is held
+    assert (result["held"] == ["rpi4-0"]) is held
+
+
+def test_dormant_exporter_and_re_enables_come_before_removals(api):
+    exporter(api, "rpi4-0")
+    exporter(api, "rpi4-1", enabled=False)
+    plan = {
+        "create_dormant": [create_entry("rpi4-dormant-0", **{c.ANNOTATION_DORMANT: "true"})],
+        "enable": ["rpi4-1"],
+        "disable": ["rpi4-0"],
+    }
+    apply(api, plan)
+    writes = [call for call in api.calls if call[0] in ("create", "patch", "delete")]
+    assert writes == [("create", "Exporter", "rpi4-dormant-0"), ("patch", "Exporter", "rpi4-1"),
+                      ("patch", "Exporter", "rpi4-0")]
+
+
+def test_no_removal_without_the_dormant_exporter(api):
+    exporter(api, "rpi4-0")
+    exporter(api, "rpi4-1", enabled=False)
+    api.put("Secret", "rpi4-dormant-0-exporter", metadata=owned_by("gone-uid", "rpi4-dormant-0"))
+    plan = {
+        "create_dormant": [create_entry("rpi4-dormant-0", **{c.ANNOTATION_DORMANT: "true"})],
+        "disable": ["rpi4-0"],
+        "delete": [{"name": "rpi4-1", "reason": "ScaleDown"}],
+        "exporter_annotations": {"rpi4-0": {c.ANNOTATION_SCALE_DOWN: "now"}},
+    }
+    result = apply(api, plan)
+    assert result["blocked"] == ["rpi4-dormant-0"]
+    assert sorted(result["held"]) == ["rpi4-0", "rpi4-1"]
+    assert api.objects[("Exporter", "rpi4-0")]["spec"]["enabled"] is True
+    assert ("Exporter", "rpi4-1") in api.objects
+    assert c.ANNOTATION_SCALE_DOWN not in api.objects[("Exporter", "rpi4-0")]["metadata"]["annotations"]
+
+
+@pytest.mark.parametrize(("owner_alive", "secret_left"), [(False, False), (True, True)])
+def test_a_stale_credential_blocks_its_name(api, owner_alive, secret_left):
+    if owner_alive:
+        # The Secret belongs to a live Exporter: it stays (and the name is taken anyway).
+        owner = exporter(api, "rpi4-0-other")
+        api.put("Secret", "rpi4-0-exporter",
+                metadata=owned_by(owner["metadata"]["uid"], "rpi4-0-other"))
+    else:
+        api.put("Secret", "rpi4-0-exporter", metadata=owned_by("gone-uid"))
+    result = apply(api, {"create": [create_entry("rpi4-0")]})
+    assert result["blocked"] == ["rpi4-0"] and result["created"] == []
+    assert ("Exporter", "rpi4-0") not in api.objects
+    assert (("Secret", "rpi4-0-exporter") in api.objects) is secret_left
+
+
+def test_a_free_name_is_created(api):
+    result = apply(api, {"create": [create_entry("rpi4-0")]})
+    assert result["created"] == ["rpi4-0"] and result["blocked"] == []
+
+
+def test_dormant_exporter_removal_takes_its_credential(api):
+    sleeper = exporter(api, "rpi4-dormant-0", annotations={c.ANNOTATION_DORMANT: "true"})
+    api.put("Secret", "rpi4-dormant-0-exporter",
+            metadata=owned_by(sleeper["metadata"]["uid"], "rpi4-dormant-0"))
+    apply(api, {"delete_dormant": [{"name": "rpi4-dormant-0", "uid": sleeper["metadata"]["uid"]}]})
+    assert api.objects == {}
+
+
+def test_check_mode_writes_nothing(api):
+    gone = exporter(api, "rpi4-0")
+    api.put("Secret", "rpi4-0-exporter", metadata=owned_by(gone["metadata"]["uid"]))
+    result = apply(api, {"delete": [{"name": "rpi4-0", "reason": "ScaleDown"}],
+                         "create": [create_entry("rpi4-1")]}, check_mode=True)
+    assert result["deleted"] == ["rpi4-0"] and result["created"] == ["rpi4-1"]
+    assert not [call for call in api.calls if call[0] in ("create", "patch", "delete")]
+
+
+@pytest.mark.parametrize(("mode", "left"), [
+    ("delete", set()),
+    # Retain keeps the instance's Exporter, but never a dormant one.
+    ("detach", {"rpi4-0"}),
+])
+def test_teardown(api, mode, left):
+    kept = exporter(api, "rpi4-0", lease="still-leased")
+    kept["metadata"]["ownerReferences"] = [{"uid": "set-uid", "controller": True}]
+    sleeper = exporter(api, "rpi4-dormant-0", annotations={c.ANNOTATION_DORMANT: "true"})
+    applier = k8s_apply.PlanApplier(FakeApiClient(), THE_SET)
+    applier.teardown(mode, [copy.deepcopy(kept), copy.deepcopy(sleeper)], c.PROVISIONER_QEMU)
+    assert {name for kind, name in api.objects if kind == "Exporter"} == left
