@@ -316,10 +316,11 @@ def scale_plan(exporter_set, virtual_target_class, exporters, pending_leases, no
         limits.apply(1, None, None)
     _create(exporter_set, provisioner, exporters, limits.allowed, options, builder)
     disabled = set(builder.disable)
+    enabled_before = leased_enabled + sum(1 for m in members if m.enabled)
     enabled_after = (leased_enabled + len(reenabled)
                      + sum(1 for m in idle if m.name not in disabled))
-    _keep_one_enabled(exporter_set, provisioner, exporters, dormant, enabled_after, options,
-                      builder)
+    _keep_one_enabled(exporter_set, provisioner, exporters, dormant, enabled_before,
+                      enabled_after, options, builder)
 
     if builder.create or builder.enable:
         names = [e["name"] for e in builder.create] + builder.enable
@@ -529,20 +530,23 @@ def _create(exporter_set, provisioner, exporters, count, options, builder):
         builder.create.append(_new_exporter(exporter_set, provisioner, name))
 
 
-def _keep_one_enabled(exporter_set, provisioner, exporters, dormant, enabled_after, options,
-                      builder):
+def _keep_one_enabled(exporter_set, provisioner, exporters, dormant, enabled_before,
+                      enabled_after, options, builder):
     """The dormant Exporter exists exactly while no other Exporter of the set is enabled.
 
     ``enabled_after`` counts the other Exporters that are enabled once the
     plan's disables, deletes and re-enables are done; Exporters the plan
-    creates count only once they are seen. A dormant Exporter that holds a
-    lease (it should never be Online) is left alone.
+    creates count only once they are seen, so an existing dormant Exporter
+    stays until then. A new one is not made for a set that has no enabled
+    Exporter yet and gets some in this plan: the creates come in the same
+    write, and nothing enabled goes meanwhile. A dormant Exporter that holds
+    a lease (it should never be Online) is left alone.
     """
     deleting = bool(exporter_set["metadata"].get("deletionTimestamp"))
     wanted = not deleting and enabled_after == 0
     removable = sorted((e for e, leased in dormant if not leased),
                        key=lambda e: e["metadata"]["name"])
-    if wanted and not dormant:
+    if wanted and not dormant and (enabled_before > 0 or not builder.create):
         taken = set(options.get("taken_names") or ())
         taken.update(e["metadata"]["name"] for e in exporters)
         taken.update(entry["name"] for entry in builder.create)

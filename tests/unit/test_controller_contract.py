@@ -57,8 +57,10 @@ def names(entries):
         ([], "Immediate", 0, ["rpi4-dormant-0"], [], []),
         # Once made it stays while nothing else is enabled.
         ([dormant()], "WaitForFirstConsumer", 0, [], ["rpi4-dormant-0"], []),
-        # A set about to grow keeps it until the new Exporters are seen.
-        ([], "Immediate", 2, ["rpi4-dormant-0"], [], []),
+        # A set about to grow keeps it until the new Exporters are seen...
+        ([dormant()], "Immediate", 2, [], ["rpi4-dormant-0"], []),
+        # ...and a set that had nothing enabled and gets Exporters now needs none.
+        ([], "Immediate", 2, [], [], []),
         # Another enabled Exporter, ready or not: it goes.
         ([dormant(), exporter("rpi4-0")], "Immediate", 1, [], [], ["rpi4-dormant-0"]),
         ([dormant(), exporter("rpi4-0", ready=False, created=-5)], "Immediate", 1, [], [],
@@ -86,6 +88,13 @@ def test_dormant_exists_exactly_while_no_other_exporter_is_enabled(pool, binding
              if c.ANNOTATION_DORMANT in e["metadata"]["annotations"]
              and not e["metadata"].get("deletionTimestamp")}
     assert sorted(alive - set(removed)) == kept
+
+
+def test_a_set_that_cannot_grow_yet_gets_the_dormant_exporter():
+    result = plan(exporter_set(min_available=2), capacity={"limit": 0, "reason": "NoFreeSlots",
+                                                           "message": "no slots"})
+    assert result["create"] == []
+    assert names(result["create_dormant"]) == ["rpi4-dormant-0"]
 
 
 def test_dormant_exporter_matches_the_set_and_has_no_backend_fields():
