@@ -255,7 +255,10 @@ class Reconciler:
         finalizers = exporter_set["metadata"].get("finalizers") or []
         if FINALIZER not in finalizers:
             return Result(path="skipped")
-        if observed["owned"] or observed["pods"]:
+        # Exporters already going (an orphaning delete waits for the garbage
+        # collector) need nothing more from the teardown.
+        remaining = [e for e in observed["owned"] if not e["metadata"].get("deletionTimestamp")]
+        if remaining or observed["pods"]:
             variables = k8s_observe.playbook_variables(exporter_set, observed, {}, teardown=True)
             result = self.runner.run(self.playbook, key, variables)
             self.metrics.playbook_runs.labels("successful" if result.ok else "failed").inc()

@@ -153,7 +153,13 @@ def _credentialed_without_backend(observed):
         return []
     if backend_refusal.holds(observed.get("refusal"), observed["now"]):
         return []
-    with_pods = {_labels(p).get(k8s_objects.LABEL_EXPORTER) for p in observed["pods"]}
+    # A Pod counts only for the Exporter whose UID owns it: one left by an
+    # earlier Exporter of the same name is replaced (exporter_pods).
+    uids = {e["metadata"]["name"]: e["metadata"].get("uid") for e in observed["owned"]}
+    with_pods = {
+        _labels(p).get(k8s_objects.LABEL_EXPORTER) for p in observed["pods"]
+        if k8s_objects.controlled_by(p, uids.get(_labels(p).get(k8s_objects.LABEL_EXPORTER)))
+    }
     return sorted(
         e["metadata"]["name"]
         for e in observed["owned"]

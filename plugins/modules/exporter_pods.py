@@ -15,6 +15,9 @@ description:
     Jumpstarter controller names in the Exporter's C(status.credential));
     Exporters still waiting for it are returned in C(waiting), which is not a failure.
   - With I(state=absent), deletes the Pods and config Secrets of the named Exporters.
+  - A Pod the pool made for an earlier Exporter of the same name (owned by another UID) is
+    deleted, and the Exporter waits for the next run; a Pod of that name the pool did not
+    make is left alone and the Exporter waits.
   - The exporter token is read from the credential Secret and written only
     into the config Secret; it is never returned. A credential Secret that does
     not name the Exporter's UID among its owners was issued to an earlier
@@ -117,6 +120,7 @@ waiting:
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (
     credentials,
+    k8s_objects,
     k8s_pod,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s_client import api_client
@@ -162,7 +166,16 @@ class PodManager:
         exporter = self.by_name.get(name)
         if exporter is None:
             self.module.fail_json(msg=f"Exporter {self.namespace}/{name} is not among owned_exporters")
-        if self._read(self.core.read_namespaced_pod, name) is not None:
+        pod = self._read(self.core.read_namespaced_pod, name)
+        if pod is not None:
+            found = self.api_client.sanitize_for_serialization(pod)
+            if not k8s_objects.controlled_by(found, exporter["metadata"].get("uid")):
+                # Not this Exporter's: a Pod the pool made for an earlier Exporter
+                # of the same name (with its token) goes; this one waits.
+                labels = found["metadata"].get("labels") or {}
+                if labels.get(k8s_objects.LABEL_EXPORTER) == name:
+                    self._delete_foreign_pod(pod)
+                self.result["waiting"].append(name)
             return
         token = self._token(exporter)
         if token is None:
@@ -189,6 +202,21 @@ class PodManager:
         except ApiException as exc:
             if exc.status != 409:
                 self._api_error(f"creating the instance of {self.namespace}/{name}", exc)
+
+    def _delete_foreign_pod(self, pod):
+        from kubernetes import client
+        from kubernetes.client.rest import ApiException
+
+        self.result["deleted"].append(pod.metadata.name)
+        if self.module.check_mode:
+            return
+        try:
+            self.core.delete_namespaced_pod(
+                pod.metadata.name, self.namespace, grace_period_seconds=0,
+                body=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=pod.metadata.uid)))
+        except ApiException as exc:
+            if exc.status not in (404, 409):
+                self._api_error(f"deleting {self.namespace}/{pod.metadata.name}", exc)
 
     def absent(self, name):
         from kubernetes.client.rest import ApiException

@@ -249,6 +249,7 @@ def test_available_ca_is_not_a_condition():
 def observed_pool(exporters, provisioner=c.PROVISIONER_QEMU, recycle="ExitAndReplace"):
     the_set = exporter_set(recycle=recycle, min_available=len(exporters))
     for item in exporters:
+        item["metadata"]["uid"] = item["metadata"]["name"] + "-uid"
         item["metadata"]["ownerReferences"] = [{"uid": the_set["metadata"]["uid"],
                                                 "controller": True}]
         item["status"]["credential"] = {"name": item["metadata"]["name"] + "-exporter"}
@@ -283,22 +284,32 @@ def test_backends_are_made_only_with_an_available_ca():
     assert k8s_observe.unprovisioned(observed) == []
 
 
+def instance_pod(name, owner_uid):
+    return {"metadata": {"name": name, "labels": {
+        c.LABEL_EXPORTER_SET: "rpi4", "virtualtarget.jumpstarter.dev/exporter": name},
+        "ownerReferences": [{"kind": "Exporter", "uid": owner_uid, "controller": True}]},
+        "status": {"phase": "Running"}}
+
+
 def test_the_ca_is_read_only_when_backends_are_to_be_made():
     # The Exporter has its Pod: nothing to make, no read.
     the_set, observed = observed_pool([exporter("rpi4-0")])
-    observed["pods"] = [{"metadata": {"name": "rpi4-0", "labels": {
-        c.LABEL_EXPORTER_SET: "rpi4", "virtualtarget.jumpstarter.dev/exporter": "rpi4-0"}},
-        "status": {"phase": "Running"}}]
+    observed["pods"] = [instance_pod("rpi4-0", "rpi4-0-uid")]
     k8s_observe.plan_for(the_set, observed, read_controller_ca=pytest.fail)
     assert observed["controller_ca"] is None
+
+
+def test_a_pod_left_by_an_earlier_exporter_of_the_name_is_no_backend():
+    the_set, observed = observed_pool([exporter("rpi4-0")])
+    observed["pods"] = [instance_pod("rpi4-0", "an-earlier-uid")]
+    observed["controller_ca"] = AVAILABLE_CA
+    assert k8s_observe.unprovisioned(observed) == ["rpi4-0"]
 
 
 def test_in_place_reuse_of_a_qemu_pod_reads_the_ca():
     ended = exporter("rpi4-0", annotations={c.ANNOTATION_LEASED_BY: "l1"})
     the_set, observed = observed_pool([ended], recycle="InPlaceReuse")
-    observed["pods"] = [{"metadata": {"name": "rpi4-0", "labels": {
-        c.LABEL_EXPORTER_SET: "rpi4", "virtualtarget.jumpstarter.dev/exporter": "rpi4-0"}},
-        "status": {"phase": "Running"}}]
+    observed["pods"] = [instance_pod("rpi4-0", "rpi4-0-uid")]
     k8s_observe.plan_for(the_set, observed, read_controller_ca=lambda: AVAILABLE_CA)
     assert observed["controller_ca"] is AVAILABLE_CA
 

@@ -1,0 +1,155 @@
+"""The product side of the Jumpstarter controller's contract, on the real API
+server with its garbage collector: Exporters go without their Leases and
+with their own Secrets and Pod, a stale credential Secret keeps its name
+from being reused, and the controller CA is read from its ConfigMap."""
+
+from __future__ import annotations
+
+import subprocess
+
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (
+    controller_ca,
+    k8s_apply,
+)
+from jumpstarter_standin import wait_for
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+JUMPSTARTER = ("jumpstarter.dev", "v1alpha1")
+QEMU = "qemu.jumpstarter.dev"
+
+
+def the_set(namespace):
+    return {"apiVersion": "virtualtarget.jumpstarter.dev/v1alpha1", "kind": "ExporterSet",
+            "metadata": {"name": "pool", "namespace": namespace, "uid": "not-used",
+                         "annotations": {}},
+            "spec": {}}
+
+
+def owner(obj, kind):
+    meta = obj["metadata"]
+    return {"apiVersion": "jumpstarter.dev/v1alpha1", "kind": kind, "name": meta["name"],
+            "uid": meta["uid"], "controller": True, "blockOwnerDeletion": True}
+
+
+def make_exporter(custom, namespace, name):
+    return custom.create_namespaced_custom_object(
+        *JUMPSTARTER, namespace, "exporters",
+        {"apiVersion": "jumpstarter.dev/v1alpha1", "kind": "Exporter",
+         "metadata": {"name": name}, "spec": {"enabled": True}})
+
+
+def make_lease(custom, namespace, name, exporter):
+    """A Lease as the controller leaves it: ended, owned by the Exporter it ran on."""
+    return custom.create_namespaced_custom_object(
+        *JUMPSTARTER, namespace, "leases",
+        {"apiVersion": "jumpstarter.dev/v1alpha1", "kind": "Lease",
+         "metadata": {"name": name, "labels": {"jumpstarter.dev/lease-ended": "true"},
+                      "ownerReferences": [owner(exporter, "Exporter")]},
+         "spec": {"clientRef": {"name": "ci"}, "selector": {"matchLabels": {"board": "x"}},
+                  "duration": "1h"}})
+
+
+def make_secret(core, namespace, name, owners):
+    return core.create_namespaced_secret(namespace, client.V1Secret(
+        metadata=client.V1ObjectMeta(name=name, owner_references=owners),
+        string_data={"token": "issued"}))
+
+
+def gone(reader, *args):
+    try:
+        reader(*args)
+    except ApiException as exc:
+        if exc.status == 404:
+            return True
+        raise
+    return False
+
+
+def test_an_exporter_goes_without_its_leases_and_with_its_own_objects(api, namespace):
+    custom = client.CustomObjectsApi(api)
+    core = client.CoreV1Api(api)
+    exporter = make_exporter(custom, namespace, "pool-0")
+    refs = [client.V1OwnerReference(api_version="jumpstarter.dev/v1alpha1", kind="Exporter",
+                                    name="pool-0", uid=exporter["metadata"]["uid"], controller=True)]
+    make_lease(custom, namespace, "history-1", exporter)
+    make_secret(core, namespace, "pool-0-exporter", refs)
+    make_secret(core, namespace, "pool-0-config", refs)
+    core.create_namespaced_pod(namespace, client.V1Pod(
+        metadata=client.V1ObjectMeta(name="pool-0", owner_references=refs),
+        spec=client.V1PodSpec(containers=[client.V1Container(name="exporter", image="none")])))
+
+    applier = k8s_apply.PlanApplier(api, the_set(namespace))
+    applier.apply_plan({"delete": [{"name": "pool-0", "reason": "ScaleDown",
+                                    "uid": exporter["metadata"]["uid"]}]}, QEMU)
+    assert applier.result["deleted"] == ["pool-0"]
+
+    wait_for(lambda: gone(custom.get_namespaced_custom_object, *JUMPSTARTER, namespace,
+                          "exporters", "pool-0"), message="Exporter gone")
+    for name in ("pool-0-exporter", "pool-0-config"):
+        assert gone(core.read_namespaced_secret, name, namespace)
+    wait_for(lambda: gone(core.read_namespaced_pod, "pool-0", namespace), message="Pod gone")
+    # The garbage collector had its chance: the orphaned Lease stays, without the owner.
+    lease = custom.get_namespaced_custom_object(*JUMPSTARTER, namespace, "leases", "history-1")
+    assert not lease["metadata"].get("ownerReferences")
+
+
+def test_a_leased_or_replaced_exporter_is_not_deleted(api, namespace):
+    custom = client.CustomObjectsApi(api)
+    exporter = make_exporter(custom, namespace, "pool-0")
+    applier = k8s_apply.PlanApplier(api, the_set(namespace))
+    applier.apply_plan({"delete": [{"name": "pool-0", "reason": "ScaleDown",
+                                    "uid": "an-earlier-pool-0"}]}, QEMU)
+    assert applier.result["held"] == ["pool-0"]
+    assert custom.get_namespaced_custom_object(*JUMPSTARTER, namespace, "exporters", "pool-0")
+    assert exporter
+
+
+def test_a_stale_credential_keeps_its_name_from_a_new_exporter(api, namespace):
+    custom = client.CustomObjectsApi(api)
+    core = client.CoreV1Api(api)
+    stale = [client.V1OwnerReference(api_version="jumpstarter.dev/v1alpha1", kind="Exporter",
+                                     name="pool-0", uid="a-deleted-uid")]
+    make_secret(core, namespace, "pool-0-exporter", stale)
+    entry = {"name": "pool-0", "labels": {}, "annotations": {}}
+
+    first = k8s_apply.PlanApplier(api, the_set(namespace))
+    first.apply_plan({"create": [entry]}, QEMU)
+    assert first.result["blocked"] == ["pool-0"] and first.result["created"] == []
+    assert gone(custom.get_namespaced_custom_object, *JUMPSTARTER, namespace, "exporters", "pool-0")
+    # Nobody alive owned it, so it went; the next reconcile may take the name.
+    assert gone(core.read_namespaced_secret, "pool-0-exporter", namespace)
+    second = k8s_apply.PlanApplier(api, the_set(namespace))
+    second.apply_plan({"create": [entry]}, QEMU)
+    assert second.result["created"] == ["pool-0"]
+
+
+def self_signed_certificate(tmp_path):
+    key, cert = tmp_path / "ca.key", tmp_path / "ca.crt"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+                    "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "1",
+                    "-subj", "/CN=jumpstarter-test-ca"], check=True, capture_output=True)
+    return cert.read_text()
+
+
+def test_the_controller_ca_comes_from_its_configmap(api, namespace, tmp_path):
+    core = client.CoreV1Api(api)
+    vclass = {"metadata": {"name": "c", "annotations": {}}}
+
+    missing = controller_ca.read_controller_ca(api, namespace, vclass)
+    assert not missing["available"]
+    assert f"ConfigMap {namespace}/jumpstarter-service-ca-cert key ca.crt" in missing["message"]
+
+    core.create_namespaced_config_map(namespace, client.V1ConfigMap(
+        metadata=client.V1ObjectMeta(name="jumpstarter-service-ca-cert"), data={"ca.crt": "oops"}))
+    invalid = controller_ca.read_controller_ca(api, namespace, vclass)
+    assert not invalid["available"] and "holds no PEM certificate" in invalid["message"]
+
+    pem = self_signed_certificate(tmp_path)
+    core.create_namespaced_config_map(namespace, client.V1ConfigMap(
+        metadata=client.V1ObjectMeta(name="corp-ca"), data={"bundle.pem": pem}))
+    vclass["metadata"]["annotations"]["virtualtarget.jumpstarter.dev/controller-ca-configmap"] = \
+        "corp-ca/bundle.pem"
+    found = controller_ca.read_controller_ca(api, namespace, vclass)
+    assert found["available"] and found["configmap"] == f"{namespace}/corp-ca"
+    assert found["tls_ca"]
