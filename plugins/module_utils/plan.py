@@ -6,9 +6,8 @@ docs/pool-semantics.md. The provisioner applies the plan in this order:
 the dormant Exporter it creates and the re-enables (so the selector never
 runs out of enabled Exporters), then deletes, then disables and recycles,
 then creates (so a tight maxReplicas is never exceeded), then the dormant
-Exporters it removes,
-then the annotation patches (an Exporter's patch only after its action
-succeeded), then the status.
+Exporters it removes, then the annotation patches (an Exporter's patch only
+after its action succeeded), then the status.
 
 The dormant Exporter: the Jumpstarter controller ends a lease at once when
 no enabled Exporter matches its selector. A set that may still grow
@@ -229,7 +228,7 @@ def scale_plan(exporter_set, virtual_target_class, exporters, pending_leases, no
     parked = []  # disabled by us for scale-down, unleased
     idle = []  # enabled and unleased: what scale-down may pick
 
-    lease_ended = []  # members
+    lease_ended = []
     for member in members:
         if not member.enabled and c.ANNOTATION_SCALE_DOWN not in member.annotations:
             held.append(member)
