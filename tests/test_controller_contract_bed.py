@@ -5,6 +5,8 @@ from being reused, and the controller CA is read from its ConfigMap."""
 
 from __future__ import annotations
 
+import base64
+import json
 import subprocess
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (
@@ -14,6 +16,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils impo
 from jumpstarter_standin import wait_for
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+from pool_helpers import SET_LABEL, condition, get_set, make_class, make_set
 
 JUMPSTARTER = ("jumpstarter.dev", "v1alpha1")
 QEMU = "qemu.jumpstarter.dev"
@@ -153,3 +156,57 @@ def test_the_controller_ca_comes_from_its_configmap(api, namespace, tmp_path):
     found = controller_ca.read_controller_ca(api, namespace, vclass)
     assert found["available"] and found["configmap"] == f"{namespace}/corp-ca"
     assert found["tls_ca"]
+
+
+def test_scale_from_zero_waits_on_the_dormant_exporter_and_needs_the_controller_ca(
+        api, namespace, standin, operator, tmp_path):
+    """A lease for a set at zero waits Pending (never Unsatisfiable) on the dormant
+    Exporter, and brings up a real one; its backend waits for the controller CA,
+    which then lands in the ExporterConfig as tls.ca."""
+    custom = client.CustomObjectsApi(api)
+    core = client.CoreV1Api(api)
+    make_class(custom, namespace, bindingMode="WaitForFirstConsumer")
+    make_set(custom, namespace, minAvailableReplicas=0)
+    operator()
+
+    def names():
+        return sorted(e["metadata"]["name"] for e in standin.exporters(f"{SET_LABEL}=pool")
+                      if not e["metadata"].get("deletionTimestamp"))
+
+    wait_for(lambda: names() == ["pool-dormant-0"], message="the dormant Exporter")
+    standin.create_lease("lease-a", {"board": "qemu-x86"})
+
+    def pending():
+        status = standin.lease("lease-a").get("status") or {}
+        assert not status.get("ended"), f"lease ended: {status.get('conditions')}"
+        return names() == ["pool-0"] and status
+
+    # The lease made a real Exporter, which replaced the dormant one.
+    status = wait_for(pending, timeout=60, message="pool-0 in place of the dormant Exporter")
+    assert not status.get("exporterRef")
+
+    # No CA yet: Degraded and a Warning Event naming the ConfigMap, no Pod.
+    where = f"ConfigMap {namespace}/jumpstarter-service-ca-cert key ca.crt"
+
+    def degraded():
+        found = condition(get_set(custom, namespace), "Degraded") or {}
+        return found.get("reason") == "ControllerCAUnavailable" and found
+
+    assert where in wait_for(degraded, message="Degraded/ControllerCAUnavailable")["message"]
+    events = wait_for(lambda: [e for e in core.list_namespaced_event(namespace).items
+                               if e.reason == "ControllerCAUnavailable"], message="the Warning Event")
+    assert events[0].type == "Warning" and where in events[0].message
+    assert standin.pods() == []
+    assert not (standin.lease("lease-a").get("status") or {}).get("ended")
+
+    pem = self_signed_certificate(tmp_path)
+    core.create_namespaced_config_map(namespace, client.V1ConfigMap(
+        metadata=client.V1ObjectMeta(name="jumpstarter-service-ca-cert"), data={"ca.crt": pem}))
+    wait_for(lambda: [p for p in standin.pods() if p.metadata.name == "pool-0"], timeout=60,
+             message="the Pod of pool-0 once the CA exists")
+    secret = core.read_namespaced_secret("pool-0-config", namespace)
+    config = json.loads(base64.b64decode(secret.data["pool-0.yaml"]))
+    assert base64.b64decode(config["tls"]["ca"]).decode() == pem
+    assert config["exitOnLeaseEnd"] is True
+    wait_for(lambda: (condition(get_set(custom, namespace), "Degraded") or {}).get("status") == "False",
+             message="Degraded cleared")

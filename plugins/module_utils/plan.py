@@ -61,7 +61,7 @@ DEFAULT_OPTIONS = {
 }
 # Seconds between two looks at an unavailable controller CA (a ConfigMap
 # the operator does not watch).
-CONTROLLER_CA_RETRY = 30.0
+CONTROLLER_CA_RETRY = 10.0
 DEFAULT_SCALE_DOWN_COOLDOWN = "5m"
 
 # Scale-down order, least useful first (then newest first, then name).
