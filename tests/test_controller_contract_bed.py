@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import json
 import subprocess
+import time
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (
     controller_ca,
@@ -16,7 +17,8 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils impo
 from jumpstarter_standin import wait_for
 from kubernetes import client
 from kubernetes.client.rest import ApiException
-from pool_helpers import SET_LABEL, condition, get_set, make_class, make_set
+from operator_process import ROOT
+from pool_helpers import GROUP, SET_LABEL, condition, get_set, make_class, make_set
 
 JUMPSTARTER = ("jumpstarter.dev", "v1alpha1")
 QEMU = "qemu.jumpstarter.dev"
@@ -210,3 +212,75 @@ def test_scale_from_zero_waits_on_the_dormant_exporter_and_needs_the_controller_
     assert config["exitOnLeaseEnd"] is True
     wait_for(lambda: (condition(get_set(custom, namespace), "Degraded") or {}).get("status") == "False",
              message="Degraded cleared")
+
+
+def reconcile_by_hand(namespace):
+    result = subprocess.run(
+        ["ansible-playbook", "playbooks/reconcile.yml",
+         "-e", "exporterset_name=pool", "-e", f"exporterset_namespace={namespace}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+
+def test_the_playbook_by_hand_reads_the_controller_ca_as_the_operator_does(
+        api, namespace, standin, testbed, tmp_path):
+    custom = client.CustomObjectsApi(api)
+    core = client.CoreV1Api(api)
+    make_class(custom, namespace)
+    make_set(custom, namespace, minAvailableReplicas=1)
+    reconcile_by_hand(namespace)
+    wait_for(lambda: (standin.exporter("pool-0").get("status") or {}).get("credential"),
+             message="the credential of pool-0")
+
+    reconcile_by_hand(namespace)
+    degraded = condition(get_set(custom, namespace), "Degraded")
+    assert degraded["reason"] == "ControllerCAUnavailable"
+    assert f"ConfigMap {namespace}/jumpstarter-service-ca-cert key ca.crt" in degraded["message"]
+    assert standin.pods() == []
+
+    pem = self_signed_certificate(tmp_path)
+    core.create_namespaced_config_map(namespace, client.V1ConfigMap(
+        metadata=client.V1ObjectMeta(name="jumpstarter-service-ca-cert"), data={"ca.crt": pem}))
+    reconcile_by_hand(namespace)
+    assert [p.metadata.name for p in standin.pods()] == ["pool-0"]
+    config = json.loads(base64.b64decode(
+        core.read_namespaced_secret("pool-0-config", namespace).data["pool-0.yaml"]))
+    assert base64.b64decode(config["tls"]["ca"]).decode() == pem
+
+
+def test_scale_down_to_zero_never_leaves_only_disabled_exporters(api, namespace, standin, operator,
+                                                                 tmp_path):
+    custom = client.CustomObjectsApi(api)
+    core = client.CoreV1Api(api)
+    core.create_namespaced_config_map(namespace, client.V1ConfigMap(
+        metadata=client.V1ObjectMeta(name="jumpstarter-service-ca-cert"),
+        data={"ca.crt": self_signed_certificate(tmp_path)}))
+    make_class(custom, namespace)
+    make_set(custom, namespace, minAvailableReplicas=1, scaleDownCooldown="1s")
+    operator()
+    wait_for(lambda: [p for p in standin.pods() if p.metadata.name == "pool-0"], message="pool-0 up")
+
+    custom.patch_namespaced_custom_object(*GROUP, namespace, "exportersets", "pool",
+                                          {"spec": {"minAvailableReplicas": 0}})
+
+    def enabled_names():
+        return sorted(e["metadata"]["name"] for e in standin.exporters(f"{SET_LABEL}=pool")
+                      if not e["metadata"].get("deletionTimestamp")
+                      and (e.get("spec") or {}).get("enabled", True) is not False)
+
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        enabled = enabled_names()
+        assert enabled, "the set's selector had no enabled Exporter"
+        if enabled == ["pool-dormant-0"] and not [
+                e for e in standin.exporters(f"{SET_LABEL}=pool") if e["metadata"]["name"] == "pool-0"]:
+            break
+        time.sleep(0.05)
+    else:
+        raise AssertionError(f"not scaled to the dormant Exporter: {enabled_names()}")
+
+    # A lease now waits for the set instead of ending.
+    standin.create_lease("after", {"board": "qemu-x86"})
+    time.sleep(3)
+    assert not (standin.lease("after").get("status") or {}).get("ended")
