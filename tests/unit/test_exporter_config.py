@@ -7,6 +7,7 @@ import os
 import pytest
 import yaml
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.exporter_config import (
+    exits_on_lease_end,
     qemu_driver_config,
     render_exporter_config,
 )
@@ -118,6 +119,21 @@ def test_bad_driver_entries_are_rejected_by_field(drivers, message):
 def test_bad_override_is_rejected_by_name():
     with pytest.raises(ValueError, match=r"driver_overrides\['new'\]: give exactly one"):
         render(driver_overrides={"new": {"config": {"a": 1}}})
+
+
+@pytest.mark.parametrize(("strategy", "exits"), [
+    (None, True), ("ExitAndReplace", True), ("InPlaceReuse", False),
+])
+def test_exit_on_lease_end_follows_the_recycle_strategy(strategy, exits):
+    exporter_set = {"spec": {"recycleStrategy": strategy} if strategy else {}}
+    assert exits_on_lease_end(exporter_set) is exits
+    assert render(exit_on_lease_end=exits_on_lease_end(exporter_set))["exitOnLeaseEnd"] is exits
+
+
+def test_an_exporter_without_exit_on_lease_end_still_loads_the_config():
+    """jumpstarter 0.9.0 does not know exitOnLeaseEnd; its model ignores the field."""
+    loaded = ExporterConfigV1Alpha1.model_validate(render(exit_on_lease_end=True, tls_ca="Q0E="))
+    assert loaded.tls.ca == "Q0E="
 
 
 def test_jumpstarter_reads_back_exactly_what_was_rendered(tmp_path):
