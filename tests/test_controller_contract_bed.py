@@ -284,3 +284,30 @@ def test_scale_down_to_zero_never_leaves_only_disabled_exporters(api, namespace,
     standin.create_lease("after", {"board": "qemu-x86"})
     time.sleep(3)
     assert not (standin.lease("after").get("status") or {}).get("ended")
+
+
+def test_draining_the_last_enabled_exporter_creates_the_dormant_one_first(api, namespace, testbed):
+    custom = client.CustomObjectsApi(api)
+    make_class(custom, namespace, name="lab", provisioner="qemu-baremetal.jumpstarter.dev",
+               parameters={"hosts": [{"name": "lab1", "address": "192.0.2.1", "slots": 1}]})
+    the_pool = make_set(custom, namespace, virtualTargetClassName="lab", minAvailableReplicas=1)
+    custom.create_namespaced_custom_object(*JUMPSTARTER, namespace, "exporters", {
+        "apiVersion": "jumpstarter.dev/v1alpha1", "kind": "Exporter",
+        "metadata": {"name": "pool-0", "labels": {SET_LABEL: "pool", "board": "qemu-x86",
+                                                  "virtualtarget.jumpstarter.dev/host": "lab1"},
+                     "ownerReferences": [owner(the_pool, "ExporterSet") | {
+                         "apiVersion": "virtualtarget.jumpstarter.dev/v1alpha1"}]},
+        "spec": {"enabled": True}})
+    result = subprocess.run(
+        ["ansible", "localhost", "-m", "jumpstarter.virtual_exporters.baremetal_drain",
+         "-a", f"lab_host=lab1 namespace={namespace}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    exporters = {e["metadata"]["name"]: e for e in custom.list_namespaced_custom_object(
+        *JUMPSTARTER, namespace, "exporters")["items"]}
+    assert exporters["pool-0"]["spec"]["enabled"] is False
+    dormant = exporters["pool-dormant-0"]
+    assert dormant["spec"]["enabled"] is True
+    assert "virtualtarget.jumpstarter.dev/host" not in dormant["metadata"]["labels"]
+    # It was there before pool-0 was switched off.
+    assert int(dormant["metadata"]["resourceVersion"]) < int(exporters["pool-0"]["metadata"]["resourceVersion"])

@@ -549,10 +549,7 @@ def _keep_one_enabled(exporter_set, provisioner, exporters, dormant, enabled_bef
         taken = set(options.get("taken_names") or ())
         taken.update(e["metadata"]["name"] for e in exporters)
         taken.update(entry["name"] for entry in builder.create)
-        entry = _new_exporter(exporter_set, provisioner,
-                              _free_name(f"{exporter_set['metadata']['name']}-dormant", taken))
-        entry["annotations"][c.ANNOTATION_DORMANT] = "true"
-        builder.create_dormant.append(entry)
+        builder.create_dormant.append(dormant_exporter(exporter_set, provisioner, taken))
         return
     keep = 1 if wanted and len(removable) == len(dormant) else 0
     for exporter in removable[keep:]:
@@ -560,6 +557,28 @@ def _keep_one_enabled(exporter_set, provisioner, exporters, dormant, enabled_bef
         if exporter["metadata"].get("uid"):
             entry["uid"] = exporter["metadata"]["uid"]
         builder.delete_dormant.append(entry)
+
+
+def dormant_exporter(exporter_set, provisioner, taken_names):
+    """The ``create`` entry of a set's dormant Exporter, named clear of ``taken_names``."""
+    name = _free_name(f"{exporter_set['metadata']['name']}-dormant", set(taken_names))
+    entry = _new_exporter(exporter_set, provisioner, name)
+    entry["annotations"][c.ANNOTATION_DORMANT] = "true"
+    return entry
+
+
+def needs_dormant_exporter(exporters, leaving):
+    """Whether a set whose Exporters ``leaving`` are disabled or deleted is left
+    with no enabled Exporter and no dormant one (terminating ones do not count)."""
+    for exporter in exporters:
+        name, _, _, enabled, _, terminating = read_exporter(exporter)
+        if terminating:
+            continue
+        if c.ANNOTATION_DORMANT in (exporter["metadata"].get("annotations") or {}):
+            return False
+        if enabled and name not in leaving:
+            return False
+    return True
 
 
 def _free_name(prefix, taken):

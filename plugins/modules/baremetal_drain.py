@@ -17,6 +17,9 @@ description:
     takes them while they are removed, and returns them per ExporterSet with what the
     C(qemu_baremetal) role's C(remove) entry point needs. Leased Exporters are left alone
     until their lease ends.
+  - When that would leave a set with no enabled Exporter, its dormant Exporter (no backend,
+    never Online) is created first, so the Jumpstarter controller keeps leases for the set
+    waiting instead of ending them.
 author:
   - Jumpstarter virtual exporters maintainers
 attributes:
@@ -60,8 +63,9 @@ classes:
 sets:
   description:
     - Per ExporterSet with Exporters on the host C(exporterset), C(virtual_target_class),
-      C(owned_exporters), C(merged_parameters), C(remove) (unleased Exporters, now disabled)
-      and C(leased) (left until their lease ends).
+      C(owned_exporters), C(merged_parameters), C(remove) (unleased Exporters, now disabled),
+      C(leased) (left until their lease ends) and C(dormant) (the dormant Exporter created
+      first, or empty).
   returned: always
   type: list
   elements: dict
@@ -71,8 +75,10 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (
     baremetal_pool,
     constants,
+    k8s_apply,
     k8s_objects,
     k8s_status,
+    plan,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.exporter_state import (
     read_exporter,
@@ -130,7 +136,15 @@ def main():
         if vclass is None:
             continue
         owned = [e for e in exporters if k8s_objects.controlled_by(e, exporter_set["metadata"]["uid"])]
-        remove, leased = [], []
+        if not owned:
+            continue
+        # Every Exporter of the set, so the role keeps the instances on other hosts.
+        set_exporters = [e for e in custom.list_namespaced_custom_object(
+            k8s_status.EXPORTER_GROUP, k8s_status.EXPORTER_VERSION, namespace,
+            k8s_status.EXPORTER_PLURAL,
+            label_selector=f"{constants.LABEL_EXPORTER_SET}={exporter_set['metadata']['name']}")["items"]
+            if k8s_objects.controlled_by(e, exporter_set["metadata"]["uid"])]
+        remove, leased, to_disable = [], [], []
         for exporter in owned:
             name, _, _, enabled, lease, terminating = read_exporter(exporter)
             if terminating:
@@ -140,22 +154,28 @@ def main():
                 continue
             remove.append(name)
             if enabled:
-                changed = True
-                if not module.check_mode:
-                    custom.patch_namespaced_custom_object(
-                        k8s_status.EXPORTER_GROUP, k8s_status.EXPORTER_VERSION, namespace,
-                        k8s_status.EXPORTER_PLURAL, name, {"spec": {"enabled": False}})
-        if not owned:
-            continue
+                to_disable.append(name)
+        dormant = []
+        if to_disable and not exporter_set["metadata"].get("deletionTimestamp") \
+                and plan.needs_dormant_exporter(set_exporters, set(to_disable)):
+            entry = plan.dormant_exporter(exporter_set, constants.PROVISIONER_QEMU_BAREMETAL,
+                                          [e["metadata"]["name"] for e in set_exporters])
+            applier = k8s_apply.PlanApplier(api, exporter_set, check_mode=module.check_mode)
+            if applier.create(k8s_objects.exporter_manifest(
+                    exporter_set, entry, constants.PROVISIONER_QEMU_BAREMETAL)):
+                dormant.append(entry["name"])
+        for name in to_disable:
+            changed = True
+            if not module.check_mode:
+                custom.patch_namespaced_custom_object(
+                    k8s_status.EXPORTER_GROUP, k8s_status.EXPORTER_VERSION, namespace,
+                    k8s_status.EXPORTER_PLURAL, name, {"spec": {"enabled": False}})
+        changed = changed or bool(dormant)
         sets.append({
             "exporterset": exporter_set,
             "virtual_target_class": vclass,
-            # Every Exporter of the set, so the role keeps the instances on other hosts.
-            "owned_exporters": [e for e in custom.list_namespaced_custom_object(
-                k8s_status.EXPORTER_GROUP, k8s_status.EXPORTER_VERSION, namespace,
-                k8s_status.EXPORTER_PLURAL,
-                label_selector=f"{constants.LABEL_EXPORTER_SET}={exporter_set['metadata']['name']}")["items"]
-                if k8s_objects.controlled_by(e, exporter_set["metadata"]["uid"])],
+            "owned_exporters": set_exporters,
+            "dormant": dormant,
             "merged_parameters": deep_merge((vclass.get("spec") or {}).get("parameters"),
                                             (exporter_set.get("spec") or {}).get("parameters")),
             "remove": sorted(remove),

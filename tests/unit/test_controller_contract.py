@@ -12,6 +12,9 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils impo
     credentials,
     k8s_observe,
 )
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (
+    plan as plan_module,
+)
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.demand import (
     attribute_lease_demand,
 )
@@ -367,3 +370,23 @@ def test_a_backend_gets_only_a_token_issued_to_its_exporter(found, token):
 
 def test_an_exporter_without_uid_gets_no_token():
     assert credentials.token_for(secret("uid-new"), exporter("rpi4-0")) is None
+
+
+@pytest.mark.parametrize(("pool", "leaving", "needed"), [
+    ([exporter("rpi4-0")], {"rpi4-0"}, True),
+    ([exporter("rpi4-0"), exporter("rpi4-1")], {"rpi4-0"}, False),
+    ([exporter("rpi4-0"), dormant()], {"rpi4-0"}, False),
+    ([exporter("rpi4-0"), dormant(terminating=True)], {"rpi4-0"}, True),
+    ([exporter("rpi4-0"), exporter("rpi4-1", enabled=False)], {"rpi4-0"}, True),
+    ([exporter("rpi4-0"), exporter("rpi4-1", terminating=True)], {"rpi4-0"}, True),
+])
+def test_whether_removing_exporters_needs_the_dormant_one_first(pool, leaving, needed):
+    assert plan_module.needs_dormant_exporter(pool, leaving) is needed
+
+
+def test_the_dormant_exporter_is_named_clear_of_taken_names():
+    entry = plan_module.dormant_exporter(exporter_set(), c.PROVISIONER_QEMU_BAREMETAL,
+                                         ["rpi4-dormant-0"])
+    assert entry["name"] == "rpi4-dormant-1"
+    assert entry["annotations"][c.ANNOTATION_DORMANT] == "true"
+    assert entry["annotations"][c.ANNOTATION_PROVISIONER] == c.PROVISIONER_QEMU_BAREMETAL
