@@ -56,7 +56,8 @@ def test_report_keeps_last_entry_and_first_miss_of_a_lost_host():
     first = baremetal_pool.next_report({"hosts": {}}, {
         "lab1": {"unreachable": False, "instances": {"pool-0": {"phase": "Running", "vm": "running"}}},
         "lab2": {"unreachable": False, "instances": {}}}, "2030-01-01T00:00:00Z")
-    assert first["hosts"]["lab1"]["instances"] == {"pool-0": {"phase": "Running", "reason": "", "message": ""}}
+    assert first["hosts"]["lab1"]["instances"] == {
+        "pool-0": {"phase": "Running", "reason": "", "message": "", "uid": ""}}
     second = baremetal_pool.next_report(first, {"lab1": {"unreachable": True}, "lab2": {"instances": {}}},
                                         "2030-01-01T00:00:30Z")
     third = baremetal_pool.next_report(second, {"lab1": {"unreachable": True}, "lab2": {"instances": {}}},
@@ -109,6 +110,25 @@ def test_drained_host_gets_nothing():
     plan = k8s_observe.plan_for(exporter_set, observed)
     assert [c["labels"][HOST] for c in plan["create"]] == ["lab2", "lab2"]
     assert observed["lab"].unprovisioned() == []
+
+
+def test_an_instance_made_for_an_earlier_exporter_of_the_name_is_not_its_backend():
+    """An Exporter deleted by someone else and made again under the same name does not
+    adopt the old instance (still running the old token): it is provisioned afresh."""
+    again = exporter("pool-0", "lab1")
+    again["metadata"]["uid"] = "new-uid"
+    report = {"probedAt": NOW, "hosts": {
+        "lab1": {"seenAt": NOW, "instances": {"pool-0": {"phase": "Running", "uid": "old-uid"}}},
+        "lab2": {"seenAt": NOW, "instances": {}}}}
+    _, observed = objects(report, [again])
+    assert observed["lab"].instances() == {}
+    assert k8s_observe.unprovisioned(observed) == ["pool-0"]
+    # Made for this Exporter (or before UIDs were recorded): it is the backend.
+    for uid in ("new-uid", ""):
+        report["hosts"]["lab1"]["instances"]["pool-0"]["uid"] = uid
+        _, observed = objects(report, [again])
+        assert observed["lab"].instances()["pool-0"]["phase"] == "Running"
+        assert k8s_observe.unprovisioned(observed) == []
 
 
 def test_unprovisioned_and_probe_timing():

@@ -62,7 +62,9 @@ PROBE_INTERVAL_MAX = 60.0
 
 REASON_HOST_UNREACHABLE = "HostUnreachable"
 REASON_HOST_REMOVED = "HostRemoved"
-REPORTED_FIELDS = ("phase", "reason", "message")
+# "uid": the Exporter UID the instance was made for (empty for instances made
+# before it was recorded).
+REPORTED_FIELDS = ("phase", "reason", "message", "uid")
 
 
 def read_report(exporter_set):
@@ -146,6 +148,12 @@ def probe_interval(parameters):
     return min(max(seconds, PROBE_INTERVAL_MIN), PROBE_INTERVAL_MAX)
 
 
+def _made_for(reported, exporter):
+    """Whether a reported instance serves this Exporter, not an earlier one of its name."""
+    uid = reported.get("uid")
+    return not uid or uid == exporter["metadata"].get("uid")
+
+
 class LabView:
     """One set's lab hosts as the last report and the Exporters show them."""
 
@@ -207,7 +215,7 @@ class LabView:
                 }
                 continue
             reported = (entry.get("instances") or {}).get(name)
-            if reported:
+            if reported and _made_for(reported, exporter):
                 instances[name] = dict(reported)
         return instances
 
@@ -283,7 +291,8 @@ class LabView:
             if host is not None and (host in closed or host not in self.host_names):
                 continue
             entry = self._host_entry(host) if host else None
-            if entry is not None and name in (entry.get("instances") or {}):
+            reported = ((entry or {}).get("instances") or {}).get(name)
+            if reported and _made_for(reported, exporter):
                 continue
             names.append(name)
         return sorted(names)

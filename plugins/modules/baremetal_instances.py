@@ -50,6 +50,13 @@ options:
         mode 0600. Never logged nor returned.
     type: dict
     default: {}
+  uids:
+    description:
+      - Exporter UID per Exporter name, for the instances in O(present). Recorded with the
+        instance and reported back as C(uid). An instance made for another UID (an earlier
+        Exporter of the same name) is removed, VM and disk, and made afresh.
+    type: dict
+    default: {}
   present:
     description: Exporters whose instance must run (created and started when missing).
     type: list
@@ -108,7 +115,8 @@ instances:
   description:
     - State of every instance of the set on the host after the run, by Exporter name
       C(phase) (Running, Pending, Failed, Unknown), C(reason), C(message), C(vm) (QMP
-      C(query-status) or C(absent)), C(disk_ctime) (when the disk file was made).
+      C(query-status) or C(absent)), C(disk_ctime) (when the disk file was made) and
+      C(uid) (the Exporter UID the instance was made for, or empty).
   returned: always
   type: dict
 changed_instances:
@@ -251,6 +259,13 @@ class HostInstances:
                 names.append(owner["exporter"])
         return names
 
+    def _owner_uid(self, name):
+        try:
+            with open(os.path.join(self.directory(name), OWNER_FILE)) as owner_file:
+                return json.load(owner_file).get("uid") or ""
+        except (OSError, ValueError):
+            return ""
+
     # -- state ---------------------------------------------------------------
     def service_state(self, name, service):
         return self.supervisor.state(os.path.join(self.directory(name), service),
@@ -260,7 +275,8 @@ class HostInstances:
         directory = self.directory(name)
         disk = os.path.join(directory, qemu_argv.DISK_IMAGE)
         result = {"phase": constants.INSTANCE_UNKNOWN, "reason": "", "message": "", "vm": "absent",
-                  "disk_ctime": os.stat(disk).st_ctime if os.path.exists(disk) else None}
+                  "disk_ctime": os.stat(disk).st_ctime if os.path.exists(disk) else None,
+                  "uid": self._owner_uid(name)}
         if os.path.exists(os.path.join(directory, "retained")):
             result.update(reason="Retained", message="stopped, disk kept")
             return result
@@ -334,6 +350,11 @@ class HostInstances:
             self.module.fail_json(msg=f"{name}: configs and tokens need an entry for it")
         config = dict(config, token=token)
         directory = self.directory(name)
+        uid = self.p["uids"].get(name, "")
+        made_for = self._owner_uid(name)
+        if uid and made_for and made_for != uid:
+            # Made for an earlier Exporter of this name: its VM and disk go with it.
+            self.remove(name)
         changed = False
         if not os.path.isdir(directory):
             changed = True
@@ -342,7 +363,7 @@ class HostInstances:
                 return
             os.makedirs(directory, mode=0o700)
         owner = {"namespace": self.p["namespace"], "exporterset": self.p["exporterset"],
-                 "exporter": name}
+                 "exporter": name, "uid": uid}
         changed |= self._write(os.path.join(directory, OWNER_FILE),
                                json.dumps(owner, sort_keys=True), 0o600)
         config_changed = self._write(os.path.join(directory, baremetal.EXPORTER_CONFIG_FILE),
@@ -371,7 +392,7 @@ class HostInstances:
                 self._create_disk(name)
             self.supervisor.start(os.path.join(directory, service), self.unit(service, name),
                                   baremetal.SERVICE_RESTART_DELAY[service])
-        if changed:
+        if changed and name not in self.changed:
             self.changed.append(name)
 
     def _stop(self, name, services=("exporter", "vm")):
@@ -444,6 +465,7 @@ def main():
             parameters=dict(type="dict", default={}),
             configs=dict(type="dict", default={}),
             tokens=dict(type="dict", default={}, no_log=True),
+            uids=dict(type="dict", default={}),
             present=names,
             reset=names,
             remove=names,

@@ -92,7 +92,8 @@ RETURN = r"""
 hosts:
   description:
     - Per host of C(parameters.hosts) C(name), C(address), C(port), C(user), C(keep) and the
-      names for the action; for provision also C(configs) (ExporterConfigs without token).
+      names for the action; for provision also C(configs) (ExporterConfigs without token)
+      and C(uids) (the Exporter UID of each).
   returned: always
   type: list
   elements: dict
@@ -222,7 +223,7 @@ class Targets:
         parameters = self.p["parameters"]
         work_dir = parameters.get("workDir") or baremetal.DEFAULT_WORK_DIR
         drivers = ((self.p["exporterset"]["spec"].get("template") or {}).get("spec") or {}).get("drivers") or []
-        configs, tokens, ready = {}, {}, []
+        configs, tokens, uids, ready = {}, {}, {}, []
         for name in host_entry["provision"]:
             exporter = by_name[name]
             token = self.token(exporter)
@@ -239,8 +240,9 @@ class Targets:
             del config["token"]
             configs[name] = config
             tokens[name] = token
+            uids[name] = exporter["metadata"].get("uid", "")
             ready.append(name)
-        host_entry.update(provision=ready, configs=configs, tokens=tokens)
+        host_entry.update(provision=ready, configs=configs, tokens=tokens, uids=uids)
 
 
 def main():
