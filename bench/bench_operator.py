@@ -186,7 +186,7 @@ def bench_noop_reconcile(rounds=2000):
     ready = [{"type": t, "status": "True", "reason": "R", "message": "", "lastTransitionTime": stamp}
              for t in ("Registered", "Online")]
     exporters = [
-        {"metadata": {"name": f"pool-{i}", "namespace": "ns", "creationTimestamp": stamp,
+        {"metadata": {"name": f"pool-{i}", "namespace": "ns", "uid": f"uid-{i}", "creationTimestamp": stamp,
                       "labels": {"board": "x", SET_LABEL: "pool"},
                       "annotations": {"virtualtarget.jumpstarter.dev/first-ready": stamp},
                       "ownerReferences": [{"uid": "uid-set", "controller": True, "kind": "ExporterSet",
@@ -195,7 +195,9 @@ def bench_noop_reconcile(rounds=2000):
         for i in range(10)
     ]
     pods = [{"metadata": {"name": f"pool-{i}", "namespace": "ns", "creationTimestamp": stamp,
-                          "labels": {SET_LABEL: "pool", "virtualtarget.jumpstarter.dev/exporter": f"pool-{i}"}},
+                          "labels": {SET_LABEL: "pool", "virtualtarget.jumpstarter.dev/exporter": f"pool-{i}"},
+                          "ownerReferences": [{"uid": f"uid-{i}", "controller": True, "kind": "Exporter",
+                                               "name": f"pool-{i}"}]},
              "status": {"phase": "Running"}} for i in range(10)]
 
     class Cache:
