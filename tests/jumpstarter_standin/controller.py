@@ -30,6 +30,7 @@ import threading
 import time
 from datetime import UTC, datetime, timedelta
 
+import urllib3
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
@@ -236,22 +237,24 @@ class StandInController:
             try:
                 self.reconcile_once()
             except ApiException as exc:
-                if exc.status == 404 and "namespaces" in str(exc.body or ""):
-                    return
-                if exc.status != 409:
-                    self.errors.append(f"{exc.status} {exc.reason}")
-                time.sleep(0.2)
-                self._wake.set()
-            except LookupError as exc:
-                # An object the cache has not shown yet: requeued, as a
-                # reconcile error is, not a defect.
+                # Conflicts, objects that went away, throttling and server
+                # errors are retried, as controller-runtime requeues them; a
+                # request the API server refuses as wrong is a defect.
+                if exc.status not in (404, 409, 429) and exc.status < 500:
+                    self.errors.append(f"{exc.status} {exc.reason}: {str(exc.body)[:300]}")
+                self._retry_soon()
+            except (LookupError, OSError, urllib3.exceptions.HTTPError) as exc:
+                # An object not seen yet, or the API server restarting.
                 log.debug("requeued: %s", exc)
-                time.sleep(0.2)
-                self._wake.set()
+                self._retry_soon()
             except Exception as exc:  # noqa: BLE001 - the loop must survive, like a manager
                 log.exception("stand-in reconcile failed")
                 self.errors.append(repr(exc))
-                time.sleep(0.5)
+                self._retry_soon()
+
+    def _retry_soon(self) -> None:
+        time.sleep(0.3)
+        self._wake.set()
 
     def _next_wait(self) -> float:
         if self._due is None:
