@@ -76,13 +76,14 @@ def operator(testbed, namespace, tmp_path):
 
 
 def settle_pool(standin, available, custom, namespace, name="pool", timeout=90, **expected):
-    """Play the controller until the set reports ``available`` warm exporters
-    and every other status field in ``expected`` (e.g. ``leasedReplicas=1``)."""
+    """Until the set reports ``available`` warm exporters and every other
+    status field in ``expected`` (e.g. ``leasedReplicas=1``). The controller
+    stand-in and the Pods' exporter processes run on their own (the
+    ``standin`` fixture)."""
+    assert standin.controller is not None, "settle_pool needs the running `standin` fixture"
     expected["availableReplicas"] = available
 
     def step():
-        standin.issue_credentials()
-        standin.bring_online_running()
         status = get_set(custom, namespace, name).get("status") or {}
         return status if all(status.get(k) == v for k, v in expected.items()) else None
 

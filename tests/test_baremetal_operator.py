@@ -2,9 +2,10 @@
 process on the test bed, three lab hosts with real sshd (network namespaces),
 real QEMU under TCG and real ``jmp run`` on them.
 
-The Jumpstarter controller's part is played by the stand-in: it issues the
-exporter credentials and reports an Exporter Online while its QEMU and
-exporter services run on its host, offline once they are gone.
+The Jumpstarter controller is the stand-in (the ``standin`` fixture) serving
+gRPC over TLS with a private CA: the ``jmp run`` exporters on the hosts
+register with it using the endpoint, controller CA and token the operator
+wrote into their config, and it matches the leases.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import tempfile
 import time
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import qemu_qmp
-from jumpstarter_standin import JumpstarterStandIn, wait_for
+from jumpstarter_standin import wait_for
 from kubernetes import client
 from pool_helpers import GROUP, condition, get_set, make_class, make_set
 
@@ -27,12 +28,12 @@ RECONNECT_TIMEOUT = 12
 
 
 class Lab:
-    """The set's view of the lab hosts, and the controller's part."""
+    """The set's view of the lab hosts and of the controller."""
 
-    def __init__(self, api, namespace, lab):
-        self.custom = client.CustomObjectsApi(api)
-        self.standin = JumpstarterStandIn(api, namespace)
-        self.namespace = namespace
+    def __init__(self, standin, lab):
+        self.custom = standin.custom
+        self.standin = standin
+        self.namespace = standin.namespace
         self.lab = lab
 
     def placed(self):
@@ -45,22 +46,10 @@ class Lab:
         return bool(self.lab.service_pid(host, self.namespace, name, "vm")
                     and self.lab.service_pid(host, self.namespace, name, "exporter"))
 
-    def play_controller(self):
-        self.standin.issue_credentials()
-        for exporter in self.standin.exporters():
-            name = exporter["metadata"]["name"]
-            host = (exporter["metadata"].get("labels") or {}).get(HOST_LABEL)
-            online = {c["type"]: c["status"] for c in (exporter.get("status") or {}).get("conditions") or []
-                      }.get("Online") == "True"
-            alive = host is not None and self.running(name, host)
-            if alive != online:
-                self.standin.set_online(name, alive)
-
     def settle(self, available, timeout=180, **expected):
         expected["availableReplicas"] = available
 
         def step():
-            self.play_controller()
             status = get_set(self.custom, self.namespace).get("status") or {}
             return status if all(status.get(k) == v for k, v in expected.items()) else None
 
@@ -78,7 +67,7 @@ def patch_set(custom, namespace, spec):
     custom.patch_namespaced_custom_object(*GROUP, namespace, "exportersets", "pool", {"spec": spec})
 
 
-def test_pool_on_lab_hosts(api, namespace, operator, lab_hosts):
+def test_pool_on_lab_hosts(api, namespace, standin, operator, lab_hosts):
     started = time.monotonic()
     custom = client.CustomObjectsApi(api)
     client.CoreV1Api(api).create_namespaced_secret(namespace, client.V1Secret(
@@ -89,7 +78,7 @@ def test_pool_on_lab_hosts(api, namespace, operator, lab_hosts):
                credentialsSecretRef={"name": "lab-ssh"})
     make_set(custom, namespace, board=BOARD, virtualTargetClassName="lab", minAvailableReplicas=4,
              recycleStrategy="InPlaceReuse")
-    lab = Lab(api, namespace, lab_hosts)
+    lab = Lab(standin, lab_hosts)
     proc = operator(provisioners=(PROVISIONER,))
 
     # 0 -> 4 on two hosts with two slots each.
@@ -100,6 +89,8 @@ def test_pool_on_lab_hosts(api, namespace, operator, lab_hosts):
         config = lab_hosts.instance_dir(host, namespace, name) / "exporter.yaml"
         assert oct(config.stat().st_mode & 0o777) == "0o600"
         assert lab.running(name, host)
+        # Its own jmp run, registered with the controller over TLS.
+        assert lab.standin.online(name)
     print(f"0 -> 4 instances: {time.monotonic() - started:.0f}s")
 
     # The 5th does not fit: ScalingLimited names the full hosts.
@@ -116,10 +107,10 @@ def test_pool_on_lab_hosts(api, namespace, operator, lab_hosts):
     disk = lab_hosts.instance_dir(host, namespace, used) / "disk.qcow2"
     disk_before = disk.stat().st_ctime
     vm_before = lab_hosts.service_pid(host, namespace, used, "vm")
-    lab.standin.create_lease("lease-a", {"board": BOARD})
-    lab.standin.assign("lease-a", used)
+    lab.standin.create_lease("lease-a", {"board": BOARD}, exporter=used)
+    assert lab.standin.wait_assigned("lease-a") == used
     lab.settle(3, leasedReplicas=1)
-    lab.standin.release("lease-a", used)
+    lab.standin.release("lease-a")
     vm_after = wait_for(lambda: (pid := lab_hosts.service_pid(host, namespace, used, "vm"))
                         and pid != vm_before and pid, message="a new QEMU for the reused instance")
     assert disk.stat().st_ctime > disk_before
@@ -148,7 +139,7 @@ def test_pool_on_lab_hosts(api, namespace, operator, lab_hosts):
     assert report["hosts"]["lab1"]["unreachableSince"]
     # The status said 5 of 5 before the crash too: wait for the new placement.
     refilled = ["lab2", "lab2", "lab3", "lab3", "lab3"]
-    wait_for(lambda: lab.play_controller() or sorted(lab.placed().values()) == refilled,
+    wait_for(lambda: sorted(lab.placed().values()) == refilled,
              timeout=180, interval=0.5, message=f"replacements placed as {refilled}")
     lab.settle(5, replicas=5)
     assert sorted(lab.placed().values()) == refilled

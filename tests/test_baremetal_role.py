@@ -11,7 +11,7 @@ import time
 
 import pytest
 import yaml
-from jumpstarter_standin import JumpstarterStandIn, wait_for
+from jumpstarter_standin import wait_for
 from kubernetes import client
 
 BIN = os.path.dirname(sys.executable)
@@ -24,11 +24,11 @@ def lab(lab_hosts):
 
 
 class Bed:
-    def __init__(self, testbed, namespace, lab, tmp_path):
+    def __init__(self, testbed, namespace, standin, lab, tmp_path):
         self.api = testbed.api_client().__enter__()
         self.core = client.CoreV1Api(self.api)
         self.custom = client.CustomObjectsApi(self.api)
-        self.standin = JumpstarterStandIn(self.api, namespace)
+        self.standin = standin
         self.namespace = namespace
         self.lab = lab
         self.tmp_path = tmp_path
@@ -49,7 +49,9 @@ class Bed:
                 "apiVersion": "jumpstarter.dev/v1alpha1", "kind": "Exporter",
                 "metadata": {"name": name, "labels": {"virtualtarget.jumpstarter.dev/exporterset": "pool"}},
                 "spec": {"enabled": True}})
-        self.standin.issue_credentials()
+        # The controller issues each its credential.
+        wait_for(lambda: all((e.get("status") or {}).get("credential") for e in self.exporters())
+                 and len(self.exporters()) >= len(names), message="credentials issued")
 
     def exporters(self):
         return self.standin.exporters()
@@ -88,8 +90,8 @@ def phases(results):
             for name, state in result["instances"].items()}
 
 
-def test_provision_reset_remove_and_host_loss(testbed, namespace, lab, tmp_path):
-    bed = Bed(testbed, namespace, lab, tmp_path)
+def test_provision_reset_remove_and_host_loss(testbed, namespace, standin, lab, tmp_path):
+    bed = Bed(testbed, namespace, standin, lab, tmp_path)
     names = ["pool-0", "pool-1", "pool-2", "pool-3"]
     bed.create_exporters(names)
     started = time.monotonic()

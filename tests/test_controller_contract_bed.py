@@ -10,6 +10,7 @@ import json
 import subprocess
 import time
 
+import pytest
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (
     controller_ca,
     k8s_apply,
@@ -160,6 +161,7 @@ def test_the_controller_ca_comes_from_its_configmap(api, namespace, tmp_path):
     assert found["tls_ca"]
 
 
+@pytest.mark.standin(publish_ca=False)
 def test_scale_from_zero_waits_on_the_dormant_exporter_and_needs_the_controller_ca(
         api, namespace, standin, operator, tmp_path):
     """A lease for a set at zero waits Pending (never Unsatisfiable) on the dormant
@@ -201,7 +203,9 @@ def test_scale_from_zero_waits_on_the_dormant_exporter_and_needs_the_controller_
     assert standin.pods() == []
     assert not (standin.lease("lease-a").get("status") or {}).get("ended")
 
-    pem = self_signed_certificate(tmp_path)
+    # The controller's installation publishes its CA: the Pod is made with
+    # it as tls.ca, its exporter registers over TLS, and the lease is served.
+    pem = standin.ca_pem
     core.create_namespaced_config_map(namespace, client.V1ConfigMap(
         metadata=client.V1ObjectMeta(name="jumpstarter-service-ca-cert"), data={"ca.crt": pem}))
     wait_for(lambda: [p for p in standin.pods() if p.metadata.name == "pool-0"], timeout=60,
@@ -212,6 +216,8 @@ def test_scale_from_zero_waits_on_the_dormant_exporter_and_needs_the_controller_
     assert config["exitOnLeaseEnd"] is True
     wait_for(lambda: (condition(get_set(custom, namespace), "Degraded") or {}).get("status") == "False",
              message="Degraded cleared")
+    assert standin.wait_assigned("lease-a") == "pool-0"
+    assert standin.online("pool-0")
 
 
 def reconcile_by_hand(namespace):
@@ -223,6 +229,7 @@ def reconcile_by_hand(namespace):
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
 
 
+@pytest.mark.standin(publish_ca=False)
 def test_the_playbook_by_hand_reads_the_controller_ca_as_the_operator_does(
         api, namespace, standin, testbed, tmp_path):
     custom = client.CustomObjectsApi(api)
@@ -252,10 +259,6 @@ def test_the_playbook_by_hand_reads_the_controller_ca_as_the_operator_does(
 def test_scale_down_to_zero_never_leaves_only_disabled_exporters(api, namespace, standin, operator,
                                                                  tmp_path):
     custom = client.CustomObjectsApi(api)
-    core = client.CoreV1Api(api)
-    core.create_namespaced_config_map(namespace, client.V1ConfigMap(
-        metadata=client.V1ObjectMeta(name="jumpstarter-service-ca-cert"),
-        data={"ca.crt": self_signed_certificate(tmp_path)}))
     make_class(custom, namespace)
     make_set(custom, namespace, minAvailableReplicas=1, scaleDownCooldown="1s")
     operator()

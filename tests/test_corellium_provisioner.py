@@ -16,10 +16,12 @@ import subprocess
 import sys
 import time
 
-from jumpstarter_standin import JumpstarterStandIn, wait_for
+from jumpstarter_standin import wait_for
+from jumpstarter_standin.pytest_plugin import serve_namespace
 from kubernetes import client
 from operator_process import ROOT
 from pool_helpers import GROUP, condition, get_set, make_class, make_set
+from test_molecule_baremetal import scenario_namespace
 
 PROVISIONER = "corellium.jumpstarter.dev"
 CLASS = "corellium-kronos"
@@ -70,11 +72,9 @@ def instances_by_name(fake):
 
 
 def provision(standin, fake, count):
-    """Play the controller until ``count`` instances exist; return them by name."""
+    """Until ``count`` instances exist; return them by name."""
 
     def step():
-        standin.issue_credentials()
-        standin.bring_online_running()
         found = instances_by_name(fake)
         return found if len(found) >= count else None
 
@@ -101,9 +101,8 @@ def assert_token_nowhere(api_client, namespace, token, *texts):
 
 
 def test_wait_for_first_consumer_creates_for_leases_through_a_rate_limit_storm(
-        api, namespace, operator, corellium_fake):
+        api, namespace, standin, operator, corellium_fake):
     custom = client.CustomObjectsApi(api)
-    standin = JumpstarterStandIn(api, namespace)
     corellium_class(api, namespace, corellium_fake, bindingMode="WaitForFirstConsumer")
     # A warm buffer is asked for, but the class binds on first consumer: no buffer.
     corellium_set(api, namespace, minAvailableReplicas=2)
@@ -114,7 +113,6 @@ def test_wait_for_first_consumer_creates_for_leases_through_a_rate_limit_storm(
     # A lease that only another board's set could serve is no demand for this one.
     standin.create_lease("other-board", {"board": "rpi4"})
     time.sleep(1.5)
-    standin.issue_credentials()
     # Only the dormant Exporter, which leases wait on; it has no instance.
     assert [e["metadata"]["name"] for e in standin.exporters()] == ["pool-dormant-0"]
     assert corellium_fake.instances() == [] and corellium_fake.requests == []
@@ -159,17 +157,15 @@ def test_wait_for_first_consumer_creates_for_leases_through_a_rate_limit_storm(
     assert_token_nowhere(api, namespace, corellium_fake.token, proc.log_path.read_text())
 
 
-def test_rejected_token_gives_condition_and_backs_off(api, namespace, operator, corellium_fake):
+def test_rejected_token_gives_condition_and_backs_off(api, namespace, standin, operator, corellium_fake):
     custom = client.CustomObjectsApi(api)
     core = client.CoreV1Api(api)
-    standin = JumpstarterStandIn(api, namespace)
     bad_token = "not-the-corellium-token-4711"
     corellium_class(api, namespace, corellium_fake, token=bad_token)
     corellium_set(api, namespace, minAvailableReplicas=1)
     proc = start_operator(operator)
 
     def degraded():
-        standin.issue_credentials()
         cond = condition(get_set(custom, namespace), "Degraded")
         return cond if cond and cond["reason"] == "CredentialsRejected" else None
 
@@ -201,17 +197,14 @@ def test_rejected_token_gives_condition_and_backs_off(api, namespace, operator, 
     assert_token_nowhere(api, namespace, corellium_fake.token, proc.log_path.read_text())
 
 
-def test_quota_refusal_limits_scaling_with_the_api_message(api, namespace, operator, corellium_fake):
+def test_quota_refusal_limits_scaling_with_the_api_message(api, namespace, standin, operator, corellium_fake):
     custom = client.CustomObjectsApi(api)
-    standin = JumpstarterStandIn(api, namespace)
     corellium_fake.set_quota(corellium_fake.projects[0].id, 1)
     corellium_class(api, namespace, corellium_fake)
     corellium_set(api, namespace, minAvailableReplicas=2)
     start_operator(operator)
 
     def limited():
-        standin.issue_credentials()
-        standin.bring_online_running()
         cond = condition(get_set(custom, namespace), "ScalingLimited")
         return cond if cond and cond["reason"] == "QuotaExceeded" else None
 
@@ -225,9 +218,8 @@ def test_quota_refusal_limits_scaling_with_the_api_message(api, namespace, opera
     assert len(standin.pods()) == 1
 
 
-def test_deleting_sets_deletes_or_retains_instances(api, namespace, operator, corellium_fake):
+def test_deleting_sets_deletes_or_retains_instances(api, namespace, standin, operator, corellium_fake):
     custom = client.CustomObjectsApi(api)
-    standin = JumpstarterStandIn(api, namespace)
     corellium_class(api, namespace, corellium_fake, reclaimPolicy="Delete")
     corellium_class(api, namespace, corellium_fake, token=False, name="corellium-kept",
                     reclaimPolicy="Retain")
@@ -274,10 +266,11 @@ def test_molecule_scenario(testbed, corellium_fake, tmp_path):
         "NO_COLOR": "1",
         "ANSIBLE_NOCOLOR": "1",
     }
-    completed = subprocess.run(
-        [molecule, "test", "--scenario-name", "corellium", "--destroy", "never"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=240,
-    )
+    with serve_namespace(testbed.kubeconfig, scenario_namespace("corellium")):
+        completed = subprocess.run(
+            [molecule, "test", "--scenario-name", "corellium", "--destroy", "never"],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=240,
+        )
     output = completed.stdout + completed.stderr
     (tmp_path / "molecule.log").write_text(output)
     failure = max(output.find("[ERROR]"), 0)

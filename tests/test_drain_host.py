@@ -26,7 +26,7 @@ def drain(namespace, host):
     return json.loads(completed.stdout)["global_custom_stats"]
 
 
-def test_drain_moves_idle_instances_and_waits_for_leases(api, namespace, operator, lab_hosts):
+def test_drain_moves_idle_instances_and_waits_for_leases(api, namespace, standin, operator, lab_hosts):
     custom = client.CustomObjectsApi(api)
     client.CoreV1Api(api).create_namespaced_secret(namespace, client.V1Secret(
         metadata=client.V1ObjectMeta(name="lab-ssh"), data=lab_hosts.secret_data()))
@@ -34,14 +34,14 @@ def test_drain_moves_idle_instances_and_waits_for_leases(api, namespace, operato
                provisioner=PROVISIONER, credentialsSecretRef={"name": "lab-ssh"})
     make_set(custom, namespace, board=BOARD, virtualTargetClassName="lab", minAvailableReplicas=3,
              recycleStrategy="InPlaceReuse")
-    lab = Lab(api, namespace, lab_hosts)
+    lab = Lab(standin, lab_hosts)
     operator(provisioners=(PROVISIONER,))
     lab.settle(3, replicas=3)
     on_lab1 = sorted(n for n, h in lab.placed().items() if h == "lab1")
     assert len(on_lab1) == 1
     leased = on_lab1[0]
-    lab.standin.create_lease("lease-a", {"board": BOARD})
-    lab.standin.assign("lease-a", leased)
+    lab.standin.create_lease("lease-a", {"board": BOARD}, exporter=leased)
+    assert lab.standin.wait_assigned("lease-a") == leased
     lab.settle(3, replicas=4, leasedReplicas=1)
     idle = sorted(n for n, h in lab.placed().items() if h == "lab1" and n != leased)
     assert len(idle) == 1
@@ -60,7 +60,7 @@ def test_drain_moves_idle_instances_and_waits_for_leases(api, namespace, operato
     assert lab.running(leased, "lab1")
 
     # The lease ends: InPlaceReuse would reset it on lab1; it is replaced instead.
-    lab.standin.release("lease-a", leased)
+    lab.standin.release("lease-a")
     wait_for(lambda: leased not in lab.placed(), timeout=60, message="the leased Exporter replaced")
     wait_for(lambda: not lab_hosts.instance_dir("lab1", namespace, leased).exists(),
              timeout=60, message="its instance removed from lab1")

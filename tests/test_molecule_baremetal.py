@@ -4,17 +4,36 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
 
 import pytest
+from jumpstarter_standin.pytest_plugin import serve_namespace
 from labhosts import ROOT
 
 BIN = os.path.dirname(sys.executable)
 
 
+def scenario_namespace(scenario):
+    """The namespace a scenario works in (``molecule_namespace`` in its molecule.yml), if any."""
+    text = (ROOT / "molecule" / scenario / "molecule.yml").read_text()
+    found = re.search(r"^\s*molecule_namespace:\s*(\S+)\s*$", text, re.MULTILINE)
+    return found.group(1) if found else None
+
+
 def molecule_test(scenario, tmp_path):
+    """``molecule test`` of a scenario; one that works in a namespace of the
+    bed gets the Jumpstarter controller serving it, as a cluster would."""
+    namespace = scenario_namespace(scenario)
+    if namespace is None:
+        return _molecule_test(scenario, tmp_path)
+    with serve_namespace(os.environ["KUBECONFIG"], namespace):
+        return _molecule_test(scenario, tmp_path)
+
+
+def _molecule_test(scenario, tmp_path):
     molecule = shutil.which("molecule", path=BIN + os.pathsep + os.environ.get("PATH", ""))
     assert molecule, "molecule is not installed; scripts/bootstrap-python installs it"
     env = {

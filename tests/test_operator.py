@@ -1,7 +1,9 @@
 """The operator against the real test bed: kube-apiserver, etcd, kwok Pods.
 
-The Jumpstarter controller's part (credentials, Registered/Online, lease
-assignment) is played by ``JumpstarterStandIn`` through the same API calls.
+The Jumpstarter controller serving the test's namespace is the stand-in
+(the ``standin`` fixture): it issues credentials, matches leases, and the
+exporter process of every running Pod registers with it over gRPC with the
+config the operator wrote (endpoint, controller CA, token).
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 
-from jumpstarter_standin import JumpstarterStandIn, wait_for
+from jumpstarter_standin import wait_for
 from kubernetes import client
 from operator_process import ROOT
 from pool_helpers import (
@@ -24,10 +26,9 @@ from pool_helpers import (
 )
 
 
-def test_pool_fills_refills_recycles_and_shrinks(api, namespace, operator):
+def test_pool_fills_refills_recycles_and_shrinks(api, namespace, standin, operator):
     custom = client.CustomObjectsApi(api)
     core = client.CoreV1Api(api)
-    standin = JumpstarterStandIn(api, namespace)
     make_class(custom, namespace)
     make_set(custom, namespace)
     proc = operator()
@@ -47,12 +48,13 @@ def test_pool_fills_refills_recycles_and_shrinks(api, namespace, operator):
 
     # A lease takes one: the pool refills to two available.
     standin.create_lease("lease-a", {"board": "qemu-x86"})
-    standin.assign("lease-a", "pool-0")
+    assert standin.wait_assigned("lease-a") == "pool-0"
     status = settle_pool(standin, 2, custom, namespace, leasedReplicas=1, replicas=3)
     assert status["readyReplicas"] == 3
 
-    # The lease ends: ExitAndReplace deletes the used instance.
-    standin.release("lease-a", "pool-0")
+    # The lease ends: ExitAndReplace deletes the used instance, and the
+    # lease stays as history.
+    standin.release("lease-a")
     wait_for(lambda: "pool-0" not in {e["metadata"]["name"] for e in standin.exporters()},
              message="pool-0 recycled")
     wait_for(lambda: "pool-0" not in {p.metadata.name for p in standin.pods()}, message="pool-0 Pod gone")
@@ -61,6 +63,7 @@ def test_pool_fills_refills_recycles_and_shrinks(api, namespace, operator):
     # of two again without a surplus.
     status = settle_pool(standin, 2, custom, namespace, replicas=2, leasedReplicas=0)
     assert "pool-0" not in {e["metadata"]["name"] for e in standin.exporters()}
+    assert standin.lease("lease-a")["status"]["ended"] is True
 
     # A smaller buffer makes one surplus: after the 2 s cooldown it is
     # disabled, then deleted with its Pod and config Secret, and nothing else.
@@ -84,10 +87,9 @@ def test_pool_fills_refills_recycles_and_shrinks(api, namespace, operator):
     assert proc.metric("jumpstarter_exporterset_scale_down_total") >= 1
 
 
-def steady_pool(api, namespace, operator):
+def steady_pool(api, namespace, standin, operator):
     """A class, a set of two and a running operator, settled and idle."""
     custom = client.CustomObjectsApi(api)
-    standin = JumpstarterStandIn(api, namespace)
     make_class(custom, namespace)
     make_set(custom, namespace, maxReplicas=2)
     proc = operator()
@@ -106,8 +108,8 @@ def reconcile_by_hand(namespace):
     return result
 
 
-def test_steady_pool_runs_no_playbook_and_writes_nothing(api, namespace, operator):
-    custom, _, proc = steady_pool(api, namespace, operator)
+def test_steady_pool_runs_no_playbook_and_writes_nothing(api, namespace, standin, operator):
+    custom, _, proc = steady_pool(api, namespace, standin, operator)
     before = get_set(custom, namespace)
     runs_before = proc.metric("jumpstarter_exporterset_playbook_runs_total")
     fast_before = proc.metric("jumpstarter_exporterset_fast_path_total")
@@ -125,10 +127,10 @@ def test_steady_pool_runs_no_playbook_and_writes_nothing(api, namespace, operato
     assert after["status"] == before["status"]
 
 
-def test_playbook_by_hand_agrees_with_fast_path(api, namespace, operator, testbed):
+def test_playbook_by_hand_agrees_with_fast_path(api, namespace, standin, operator, testbed):
     """At steady state the operator does nothing; the playbook run by hand
     plans from the API the same way and so changes nothing either."""
-    custom, standin, proc = steady_pool(api, namespace, operator)
+    custom, standin, proc = steady_pool(api, namespace, standin, operator)
     proc.stop()
     result = reconcile_by_hand(namespace)
     recap = [line for line in result.stdout.splitlines() if line.startswith("localhost")]
@@ -136,14 +138,15 @@ def test_playbook_by_hand_agrees_with_fast_path(api, namespace, operator, testbe
 
     # One exporter goes offline: the by-hand run sees it and records it in the
     # status as the operator would, with its own outcome condition.
-    standin.set_online("pool-1", online=False)
+    standin.kill_pod_exporter("pool-1")
+    standin.wait_online("pool-1", online=False)
     reconcile_by_hand(namespace)
     status = get_set(custom, namespace)["status"]
     assert status["readyReplicas"] == 1
     assert condition(get_set(custom, namespace), "Successful")["status"] == "True"
 
 
-def test_invalid_parameters_get_condition_and_event(api, namespace, operator):
+def test_invalid_parameters_get_condition_and_event(api, namespace, standin, operator):
     custom = client.CustomObjectsApi(api)
     core = client.CoreV1Api(api)
     make_class(custom, namespace)
@@ -164,21 +167,20 @@ def test_invalid_parameters_get_condition_and_event(api, namespace, operator):
     assert "parameters.resources.memory" in events[0].message
     assert events[0].involved_object.name == "pool"
     # Nothing can be made, but leases for the set wait on its dormant Exporter.
-    assert [e["metadata"]["name"] for e in JumpstarterStandIn(api, namespace).exporters()] == ["pool-dormant-0"]
+    assert [e["metadata"]["name"] for e in standin.exporters()] == ["pool-dormant-0"]
 
     # Fixing the class's parameters is a class change: the set re-merges.
     custom.patch_namespaced_custom_object(
         *GROUP, namespace, "exportersets", "pool", {"spec": {"parameters": {"resources": {"memory": "512Mi"}}}}
     )
-    wait_for(lambda: len(JumpstarterStandIn(api, namespace).exporters()) == 2, message="exporters after fix")
+    wait_for(lambda: len(standin.exporters()) == 2, message="exporters after fix")
     cond = wait_for(lambda: (c := condition(get_set(custom, namespace), "Degraded")) and c["status"] == "False"
                     and c, message="Degraded cleared")
     assert cond["reason"] != "InvalidParameters"
 
 
-def test_class_change_reaches_new_pods(api, namespace, operator):
+def test_class_change_reaches_new_pods(api, namespace, standin, operator):
     custom = client.CustomObjectsApi(api)
-    standin = JumpstarterStandIn(api, namespace)
     make_class(custom, namespace)
     make_set(custom, namespace, minAvailableReplicas=1, parameters={"resources": {"memory": "384Mi"}})
     operator()

@@ -7,6 +7,7 @@ import time
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import k8s_status
 from jumpstarter_standin import JumpstarterStandIn, wait_for
+from jumpstarter_standin.pytest_plugin import serve_namespace
 from kubernetes import client
 from operator_process import OperatorProcess
 from pool_helpers import GROUP, SET_LABEL, get_set, make_class, make_set, settle_pool
@@ -30,9 +31,8 @@ def assert_no_orphans(api, namespace, set_name="pool"):
     return names
 
 
-def test_sigkill_during_scale_up_leaves_no_duplicates_or_orphans(testbed, api, namespace, tmp_path):
+def test_sigkill_during_scale_up_leaves_no_duplicates_or_orphans(testbed, api, namespace, standin, tmp_path):
     custom = client.CustomObjectsApi(api)
-    standin = JumpstarterStandIn(api, namespace)
     make_class(custom, namespace)
     make_set(custom, namespace, minAvailableReplicas=6, maxReplicas=8)
     rng = random.Random(20261121)
@@ -41,7 +41,6 @@ def test_sigkill_during_scale_up_leaves_no_duplicates_or_orphans(testbed, api, n
     for _ in range(20):
         proc.start()
         time.sleep(rng.uniform(0.3, 2.5))
-        standin.issue_credentials()
         proc.kill()
         high_water = max(high_water, len(standin.exporters(f"{SET_LABEL}=pool")))
         assert high_water <= 8, "more Exporters than maxReplicas"
@@ -64,21 +63,21 @@ def test_operator_converges_across_an_api_server_restart(testbed_factory, tmp_pa
         custom = client.CustomObjectsApi(api)
         make_class(custom, namespace)
         make_set(custom, namespace, minAvailableReplicas=1)
-        proc = OperatorProcess(str(bed.kubeconfig), namespace, tmp_path).start()
-        try:
-            proc.wait_ready()
-            standin = JumpstarterStandIn(api, namespace)
-            settle_pool(standin, 1, custom, namespace)
-            bed.restart_apiserver()
-            # Demand that arrives after the restart is only seen through a
-            # re-established watch.
-            custom.patch_namespaced_custom_object(*GROUP, namespace, "exportersets", "pool",
-                                                  {"spec": {"minAvailableReplicas": 3}})
-            settle_pool(standin, 3, custom, namespace, timeout=120)
-            assert proc.proc.poll() is None, "the operator must not exit on an API outage"
-            assert_no_orphans(api, namespace)
-        finally:
-            proc.stop()
+        with serve_namespace(bed.kubeconfig, namespace) as standin:
+            proc = OperatorProcess(str(bed.kubeconfig), namespace, tmp_path).start()
+            try:
+                proc.wait_ready()
+                settle_pool(standin, 1, custom, namespace)
+                bed.restart_apiserver()
+                # Demand that arrives after the restart is only seen through a
+                # re-established watch.
+                custom.patch_namespaced_custom_object(*GROUP, namespace, "exportersets", "pool",
+                                                      {"spec": {"minAvailableReplicas": 3}})
+                settle_pool(standin, 3, custom, namespace, timeout=120)
+                assert proc.proc.poll() is None, "the operator must not exit on an API outage"
+                assert_no_orphans(api, namespace)
+            finally:
+                proc.stop()
 
 
 def test_status_write_retries_a_real_conflict(api, namespace, monkeypatch):
@@ -103,9 +102,8 @@ def test_status_write_retries_a_real_conflict(api, namespace, monkeypatch):
     assert written["replicas"] == 0  # ours, written after the conflict, on a fresh read
 
 
-def test_only_the_leader_acts(testbed, api, namespace, tmp_path):
+def test_only_the_leader_acts(testbed, api, namespace, standin, tmp_path):
     custom = client.CustomObjectsApi(api)
-    standin = JumpstarterStandIn(api, namespace)
     make_class(custom, namespace)
     make_set(custom, namespace, minAvailableReplicas=1)
     election = ("--leader-elect", "--leader-election-id", "pool-operator", "--leader-election-namespace", namespace)

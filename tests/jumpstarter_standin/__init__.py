@@ -27,6 +27,17 @@ __all__ = ["JS", "LEASE_ENDED_LABEL", "JumpstarterStandIn", "StandInController",
 
 
 class JumpstarterStandIn:
+    """A user's and an admin's view of the namespace the controller serves.
+
+    The ``standin`` fixture also sets ``controller`` (the reconcile loops),
+    ``grpc`` (the gRPC services, with ``endpoint`` and ``ca_pem``) and
+    ``pod_exporters`` (the exporter processes of kwok's Pods).
+    """
+
+    controller = None
+    grpc = None
+    pod_exporters = None
+
     def __init__(self, api_client: client.ApiClient, namespace: str):
         self.custom = client.CustomObjectsApi(api_client)
         self.core = client.CoreV1Api(api_client)
@@ -48,6 +59,21 @@ class JumpstarterStandIn:
 
     def pods(self, label_selector: str = "virtualtarget.jumpstarter.dev/exporterset") -> list:
         return self.core.list_namespaced_pod(self.namespace, label_selector=label_selector).items
+
+    def online(self, name: str) -> bool:
+        exporter = self.exporter(name)
+        return condition_true(exporter, "Registered") and condition_true(exporter, "Online")
+
+    def wait_online(self, name: str, online: bool = True, timeout: float = 60.0) -> dict:
+        """Until the controller shows ``name`` Registered and Online (or not)."""
+        return wait_for(lambda: self.online(name) == online and self.exporter(name), timeout=timeout,
+                        message=f"exporter {name} {'online' if online else 'offline'}")
+
+    # -- what happens to an exporter process -------------------------------------
+    def kill_pod_exporter(self, pod: str, unregister: bool = True) -> None:
+        """The ``jmp run`` container of Pod ``pod`` exits and stays down (see
+        ``PodExporters.kill``); the Pod itself keeps running."""
+        self.pod_exporters.kill(pod, unregister=unregister)
 
     # -- what a user does ------------------------------------------------------
     def create_lease(self, name: str, match_labels: dict, begin_time: str | None = None,

@@ -153,6 +153,11 @@ def with_controller_reference(refs: list | None, owner_ref: dict) -> list:
     return [*kept, owner_ref]
 
 
+def _namespace_terminating(exc: ApiException) -> bool:
+    """A write refused because the namespace is going away (the end of a test)."""
+    return exc.status == 403 and "being terminated" in str(exc.body or "")
+
+
 class StandInController:
     """The reconcile loops of the Jumpstarter controller for one namespace."""
 
@@ -240,7 +245,7 @@ class StandInController:
                 # Conflicts, objects that went away, throttling and server
                 # errors are retried, as controller-runtime requeues them; a
                 # request the API server refuses as wrong is a defect.
-                if exc.status not in (404, 409, 429) and exc.status < 500:
+                if exc.status not in (404, 409, 429) and exc.status < 500 and not _namespace_terminating(exc):
                     self.errors.append(f"{exc.status} {exc.reason}: {str(exc.body)[:300]}")
                 self._retry_soon()
             except (LookupError, OSError, urllib3.exceptions.HTTPError) as exc:

@@ -25,6 +25,7 @@ import subprocess
 import tempfile
 import time
 import urllib.request
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import pytest
@@ -32,8 +33,11 @@ from kubernetes import client, config
 
 from . import JumpstarterStandIn
 from .controller import StandInController
+from .grpc_services import GrpcStandIn
+from .pod_exporters import PodExporters
 
 REAL_CONTROLLER_ENV = "JVE_REAL_CONTROLLER"
+SERVICE_CA_CONFIGMAP = "jumpstarter-service-ca-cert"
 # Ports the real controller binds whatever it is told.
 REAL_CONTROLLER_PORTS = (8082, 8084, 8085, 8086)
 REAL_CONTROLLER_LOCK = Path(tempfile.gettempdir()) / "jve-real-jumpstarter-controller.lock"
@@ -77,32 +81,82 @@ def pytest_runtest_makereport(item, call):
 
 @pytest.fixture
 def standin(testbed, namespace, request):
-    """A running controller stand-in for ``namespace`` and a user's view of it."""
+    """The Jumpstarter controller serving ``namespace`` for the whole test
+    (the stand-in, or the real binary with ``--real-controller``), and a
+    user's view of it."""
+    marker = request.node.get_closest_marker("standin")
+    options = dict(marker.kwargs) if marker else {}
+    with serve_namespace(testbed.kubeconfig, namespace, real=request.config.getoption("--real-controller"),
+                         node=request.node, **options) as view:
+        yield view
+
+
+@contextmanager
+def serve_namespace(kubeconfig, namespace: str, real: str | None = None, node=None, publish_ca: bool = True):
+    """What a Jumpstarter installation runs for one namespace (made if it does
+    not exist yet): the controller (reconcile loops and gRPC services over TLS
+    with a private CA), the CA published as the ConfigMap
+    ``jumpstarter-service-ca-cert`` as the Jumpstarter operator publishes it
+    (unless ``publish_ca`` is false: a test that publishes it itself, from
+    ``view.grpc.ca_pem``), and the exporter processes of the Pods that kwok
+    runs without containers.
+
+    In a test, ``@pytest.mark.standin(publish_ca=False)`` passes options to
+    the ``standin`` fixture."""
     configuration = client.Configuration()
-    config.load_kube_config(config_file=str(testbed.kubeconfig), client_configuration=configuration)
-    # Five watches and the reconcile loop share the client.
-    configuration.connection_pool_maxsize = 16
+    config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
+    # Six watches, the reconcile loop and the gRPC handlers share the client.
+    configuration.connection_pool_maxsize = 32
     api_client = client.ApiClient(configuration)
-    real = request.config.getoption("--real-controller")
-    if real:
-        controller = RealController(real, testbed.kubeconfig, namespace, api_client)
-        request.node.stash[_LOG_KEY] = controller.log_path
-        try:
-            controller.start()
-        except BaseException:
-            controller.stop()
-            api_client.close()
-            raise
-    else:
-        controller = StandInController(api_client, namespace).start()
     view = JumpstarterStandIn(api_client, namespace)
-    view.controller = controller
+    stack = ExitStack()
+    core = client.CoreV1Api(api_client)
     try:
+        try:
+            core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+        except client.ApiException as exc:
+            if exc.status != 409:
+                raise
+        if real:
+            controller = RealController(real, kubeconfig, namespace, api_client)
+            if node is not None:
+                node.stash[_LOG_KEY] = controller.log_path
+            stack.callback(controller.stop)
+            controller.start()
+            ca_pem = ssl.get_server_certificate(("127.0.0.1", 8082))
+        else:
+            controller = StandInController(api_client, namespace)
+            services = GrpcStandIn(controller)
+            services.start()
+            stack.callback(services.stop)
+            controller.endpoint = services.endpoint
+            view.grpc = services
+            ca_pem = services.ca_pem
+            controller.start()
+            stack.callback(controller.stop)
+        view.controller = controller
+        view.ca_pem = ca_pem
+        if publish_ca:
+            publish_controller_ca(core, namespace, ca_pem)
+        view.pod_exporters = PodExporters(api_client, namespace).start()
+        stack.callback(view.pod_exporters.stop)
         yield view
     finally:
-        controller.stop()
+        stack.close()
         api_client.close()
     assert not controller.errors, f"controller stand-in errors: {controller.errors}"
+
+
+def publish_controller_ca(core: client.CoreV1Api, namespace: str, ca_pem: str) -> None:
+    """The controller's CA where the Jumpstarter operator puts it."""
+    body = client.V1ConfigMap(metadata=client.V1ObjectMeta(name=SERVICE_CA_CONFIGMAP, namespace=namespace),
+                              data={"ca.crt": ca_pem})
+    try:
+        core.create_namespaced_config_map(namespace, body)
+    except client.ApiException as exc:
+        if exc.status != 409:
+            raise
+        core.replace_namespaced_config_map(SERVICE_CA_CONFIGMAP, namespace, body)
 
 
 def _free_port() -> int:
