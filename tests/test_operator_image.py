@@ -1,0 +1,156 @@
+"""The operator image, without an image builder.
+
+No container engine runs on the test machines, so these tests stand in for
+``podman build -f operator/Containerfile .``: the Containerfile's only
+install step is ``operator/install.sh``, which they run into a fresh
+``python -m venv`` and a collections directory under tmp_path, from a clean
+copy of the repository. What the image would hold is then checked there: the
+pinned dependencies, the collection where Ansible finds it, the operator
+importing its pool logic from that installed collection with no PYTHONPATH,
+and the run-time environment the Containerfile sets (every writable path
+under /tmp, a numeric non-root user).
+"""
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from collection_tree import copy_collection
+
+ROOT = Path(__file__).resolve().parents[1]
+CONTAINERFILE = ROOT / "operator" / "Containerfile"
+IMAGE_COLLECTIONS = "/usr/share/ansible/collections"
+FQCN = "jumpstarter.virtual_exporters"
+
+
+def _instructions():
+    """(instruction, arguments) of the Containerfile, continuation lines joined."""
+    logical, current = [], ""
+    for line in CONTAINERFILE.read_text().splitlines():
+        if not current and (not line.strip() or line.lstrip().startswith("#")):
+            continue
+        current += line.rstrip()
+        if current.endswith("\\"):
+            current = current[:-1] + " "
+            continue
+        keyword, _, rest = current.strip().partition(" ")
+        logical.append((keyword.upper(), rest.strip()))
+        current = ""
+    return logical
+
+
+def _image_env():
+    env = {}
+    for keyword, rest in _instructions():
+        if keyword == "ENV":
+            env.update(word.split("=", 1) for word in shlex.split(rest))
+    return env
+
+
+def _pins():
+    pins = {}
+    for line in (ROOT / "requirements.txt").read_text().splitlines():
+        match = re.match(r"^([A-Za-z0-9_.-]+)==([^\s#]+)", line.strip())
+        if match:
+            pins[re.sub(r"[-_.]+", "-", match[1]).lower()] = match[2]
+    return pins
+
+
+def _clean_env(**extra):
+    """The caller's environment without the checkout's Python and Ansible paths."""
+    env = {key: value for key, value in os.environ.items()
+           if not key.startswith("ANSIBLE_") and key not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env.update(extra)
+    return env
+
+
+def test_containerfile_installs_with_the_script_and_runs_as_a_numeric_user():
+    instructions = _instructions()
+    runs = [rest for keyword, rest in instructions if keyword == "RUN"]
+    assert len(runs) == 1 and "/src/operator/install.sh /src " + IMAGE_COLLECTIONS in runs[0]
+    users = [rest for keyword, rest in instructions if keyword == "USER"]
+    assert users[-1].isdigit() and int(users[-1]) != 0
+    # The last USER comes after the install and before the entry point.
+    keywords = [keyword for keyword, _ in instructions]
+    assert len(keywords) - 1 - keywords[::-1].index("USER") > keywords.index("RUN")
+    entrypoint = json.loads(dict(instructions)["ENTRYPOINT"])
+    assert entrypoint[-2:] == ["-m", "exporterset_operator"]
+
+
+def test_image_environment_keeps_every_writable_path_under_tmp():
+    """With a read-only root filesystem only the emptyDir at /tmp is writable:
+    HOME, the temporary directories of Python and Ansible and the runner
+    artifacts all have to live there."""
+    env = _image_env()
+    for key in ("HOME", "TMPDIR", "ANSIBLE_HOME", "ANSIBLE_LOCAL_TEMP", "ANSIBLE_REMOTE_TEMP", "ARTIFACTS_DIR"):
+        assert env[key] == "/tmp" or env[key].startswith("/tmp/"), key
+    assert env["ANSIBLE_COLLECTIONS_PATH"] == IMAGE_COLLECTIONS
+    assert env["PYTHONDONTWRITEBYTECODE"] == "1"
+
+
+@pytest.fixture(scope="module")
+def image(tmp_path_factory):
+    """(python, collections dir, source) after install.sh ran as the image build runs it."""
+    work = tmp_path_factory.mktemp("image")
+    source = copy_collection(work / "src")
+    before = sorted(str(path.relative_to(source)) for path in source.rglob("*"))
+    subprocess.run([sys.executable, "-m", "venv", str(work / "venv")], check=True, capture_output=True)
+    python = work / "venv" / "bin" / "python"
+    collections = work / "collections"
+    result = subprocess.run([str(source / "operator" / "install.sh"), str(source), str(collections)],
+                            env=_clean_env(PYTHON=str(python)), capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    after = sorted(str(path.relative_to(source)) for path in source.rglob("*"))
+    assert after == before, "install.sh wrote into its source"
+    return python, collections
+
+
+def _image_run(image, tmp_path, *argv):
+    """argv in the image's run-time environment, /tmp mapped to tmp_path."""
+    _, collections = image
+    env = {key: value.replace(IMAGE_COLLECTIONS, str(collections)).replace("/tmp", str(tmp_path))
+           for key, value in _image_env().items()}
+    return subprocess.run(argv, env=_clean_env(**env), capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.slow
+def test_the_pinned_dependencies_are_installed(image):
+    python, _ = image
+    listed = subprocess.run([str(python), "-m", "pip", "list", "--format=json"],
+                            check=True, capture_output=True, text=True).stdout
+    installed = {re.sub(r"[-_.]+", "-", entry["name"]).lower(): entry["version"] for entry in json.loads(listed)}
+    assert {name: installed.get(name) for name in _pins()} == _pins()
+    assert installed["jumpstarter-exporterset-operator"]
+
+
+@pytest.mark.slow
+def test_the_operator_imports_its_pool_logic_from_the_installed_collection(image, tmp_path):
+    python, collections = image
+    result = _image_run(image, tmp_path, str(python), "-c",
+                        "import exporterset_operator.__main__ as main; print(main._collection_root())")
+    assert result.returncode == 0, result.stderr
+    root = Path(result.stdout.strip())
+    assert root == collections / "ansible_collections" / "jumpstarter" / "virtual_exporters"
+    # What the operator reads and runs from there.
+    for needed in ("operator/watches.yaml", "playbooks/reconcile.yml", "roles/reconcile/tasks/main.yml"):
+        assert (root / needed).is_file(), needed
+    help_text = _image_run(image, tmp_path, str(python), "-m", "exporterset_operator", "--help")
+    assert help_text.returncode == 0 and "--provisioner" in help_text.stdout
+
+
+@pytest.mark.slow
+def test_ansible_finds_the_collection_and_its_dependencies(image, tmp_path):
+    python, collections = image
+    bin_dir = python.parent
+    listed = _image_run(image, tmp_path, str(bin_dir / "ansible-galaxy"), "collection", "list", FQCN)
+    assert listed.returncode == 0, listed.stderr
+    assert str(collections / "ansible_collections") in listed.stdout and FQCN in listed.stdout
+    for plugin in (f"{FQCN}.exporterset_info", f"{FQCN}.exporter_pods", "kubernetes.core.k8s"):
+        doc = _image_run(image, tmp_path, str(bin_dir / "ansible-doc"), "--json", plugin)
+        assert doc.returncode == 0, doc.stderr
+        assert plugin in json.loads(doc.stdout)
