@@ -557,10 +557,10 @@ class _Services(jumpstarter_pb2_grpc.ControllerServiceServicer, router_pb2_grpc.
             with contextlib.suppress(RpcAbort, ApiException):
                 lease_name = ((exporter.get("status") or {}).get("leaseRef") or {}).get("name")
                 if lease_name:
-                    self._release_as_exporter(exporter, lease_name, strict=False)
+                    self._release_as_exporter(exporter, lease_name)
         return jumpstarter_pb2.ReportStatusResponse()
 
-    def _release_as_exporter(self, exporter: dict, lease_name: str, strict: bool = True) -> None:
+    def _release_as_exporter(self, exporter: dict, lease_name: str) -> None:
         try:
             lease = self._get("leases", lease_name)
         except ApiException as exc:
@@ -1037,6 +1037,9 @@ class _RouterSide:
         self.peer, other.peer = other, self
         other.paired.set()
         self.paired.set()
+        if other.ended.is_set():
+            # The first side went away while it waited: so does this one.
+            self.end()
 
     def end(self) -> None:
         """This stream is over: its response stream ends, and so does the peer's."""
@@ -1125,7 +1128,7 @@ class GrpcStandIn:
         self.directory = Path(tempfile.mkdtemp(prefix=f"standin-grpc-{controller.namespace}-"))
         self.api_client = client.ApiClient(controller.api_client.configuration)
         self.port: int | None = None
-        self.ca_pem: bytes = b""
+        self.ca_pem = ""
         self._server: grpc.Server | None = None
 
     @property
@@ -1143,13 +1146,13 @@ class GrpcStandIn:
     @property
     def ca_b64(self) -> str:
         """The CA as an exporter or client config's ``tls.ca`` takes it."""
-        return base64.b64encode(self.ca_pem).decode()
+        return base64.b64encode(self.ca_pem.encode()).decode()
 
     def start(self) -> GrpcStandIn:
         from corellium_fake.certs import generate
 
         files = generate(self.directory, hosts=("localhost", "127.0.0.1", LAB_HOST_ADDRESS))
-        self.ca_pem = files.ca.read_bytes()
+        self.ca_pem = files.ca.read_text()
         credentials = grpc.ssl_server_credentials([(files.key.read_bytes(), files.cert.read_bytes())])
         server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=self.max_workers, thread_name_prefix="standin-grpc"),
