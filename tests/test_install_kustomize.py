@@ -1,0 +1,320 @@
+"""The kustomize install (config/): it builds, it agrees with the reviewed
+operator_install role, and ``kubectl apply -k config/default`` installs the
+operator on a real API server the way docs/install.md tells a stranger to.
+
+The bed tests use a private bed holding only upstream Jumpstarter's CRDs
+(Exporter, Lease, Client, ExporterAccessPolicy): a Jumpstarter cluster before
+this project is installed. config/default installs the CRDs itself there,
+and uninstalling it (CRDs included) cannot disturb the run's shared bed.
+kwok runs no containers, so the operator processes never start: the tests
+check what the API server and the controllers make of the objects (CRDs
+established, Deployments with their ReplicaSets and scheduled Pods, RBAC
+decisions), not the operator's own readiness.
+"""
+
+import json
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import jinja2
+import pytest
+import yaml
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.parameters import validate_parameters
+from exporterset_operator.metrics import Metrics
+from testbed import BIN_DIR, default_crd_files, namespace_name, upstream_core_crd_files
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = ROOT / "config"
+ROLE = ROOT / "roles" / "operator_install"
+NAMESPACE = "jumpstarter-virtual"
+PROVISIONERS = sorted([constants.PROVISIONER_QEMU, constants.PROVISIONER_QEMU_BAREMETAL,
+                       constants.PROVISIONER_CORELLIUM])
+ACCOUNT = f"system:serviceaccount:{NAMESPACE}:exporterset-operator"
+
+
+def _kustomize(directory: Path) -> list[dict]:
+    built = subprocess.run([str(BIN_DIR / "kubectl"), "kustomize", str(directory)],
+                           capture_output=True, text=True, check=False)
+    assert built.returncode == 0, built.stderr
+    return [doc for doc in yaml.safe_load_all(built.stdout) if doc]
+
+
+def _key(obj: dict) -> tuple:
+    return obj["kind"], obj["metadata"].get("namespace"), obj["metadata"]["name"]
+
+
+def _listed(directory: Path) -> list[dict]:
+    """The objects of a kustomization's resource files, as written."""
+    kustomization = yaml.safe_load((directory / "kustomization.yaml").read_text())
+    return [doc for name in kustomization["resources"]
+            for doc in yaml.safe_load_all((directory / name).read_text()) if doc]
+
+
+def _render_role_template(name: str, **overrides) -> list[dict]:
+    """A template of roles/operator_install as the role renders it with its defaults."""
+    variables = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text()) | overrides
+    environment = jinja2.Environment(trim_blocks=True, undefined=jinja2.StrictUndefined)
+    text = environment.from_string((ROLE / "templates" / name).read_text()).render(**variables)
+    return [doc for doc in yaml.safe_load_all(text) if doc]
+
+
+# -- the kustomizations, built offline ------------------------------------------
+
+
+def test_default_builds_the_crds_rbac_and_one_deployment_per_provisioner():
+    objects = _kustomize(CONFIG / "default")
+    kinds = sorted(obj["kind"] for obj in objects)
+    assert kinds == sorted(["Namespace", "CustomResourceDefinition", "CustomResourceDefinition",
+                            "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
+                            "Deployment", "Deployment", "Deployment"])
+    cluster_scoped = {"Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding"}
+    for obj in objects:
+        assert obj["metadata"].get("namespace") == (None if obj["kind"] in cluster_scoped else NAMESPACE), _key(obj)
+    assert [obj["metadata"]["name"] for obj in objects if obj["kind"] == "Namespace"] == [NAMESPACE]
+
+
+def test_crd_kustomization_holds_exactly_the_crds_the_bed_installs():
+    listed = yaml.safe_load((CONFIG / "crd" / "kustomization.yaml").read_text())["resources"]
+    on_disk = sorted(path.name for path in (CONFIG / "crd").glob("*.yaml") if path.name != "kustomization.yaml")
+    assert sorted(listed) == on_disk
+    bed_files = {path.resolve() for path in default_crd_files()}
+    assert {(CONFIG / "crd" / name).resolve() for name in listed} <= bed_files
+    built = {obj["metadata"]["name"]: obj for obj in _kustomize(CONFIG / "crd")}
+    assert built == {obj["metadata"]["name"]: obj for obj in _listed(CONFIG / "crd")}
+
+
+def test_rbac_is_what_the_operator_install_role_creates():
+    """config/rbac and rbac.yml.j2 (with the role's defaults: cluster-wide,
+    namespace jumpstarter-virtual) hold the same objects, rules included."""
+    role = {_key(obj): obj for obj in _render_role_template("rbac.yml.j2")}
+    kustomize = {_key(obj): obj for obj in _listed(CONFIG / "rbac")}
+    assert kustomize == role
+    # ...and kustomize leaves them as written.
+    assert {_key(obj): obj for obj in _kustomize(CONFIG / "rbac")} == kustomize
+
+
+def _comparable(deployment: dict) -> dict:
+    """A Deployment without how it passes the leader election namespace: the
+    role writes it as an argument, config/manager takes it from the Pod's
+    own namespace (which an overlay may change)."""
+    copy = json.loads(json.dumps(deployment))
+    for container in copy["spec"]["template"]["spec"]["containers"]:
+        container.pop("command", None)
+        container.pop("env", None)
+        container["args"] = [arg for arg in container["args"] if not arg.startswith("--leader-election-namespace=")]
+    return copy
+
+
+def test_manager_deployments_are_what_the_role_creates():
+    role = {_key(obj): _comparable(obj) for obj in _render_role_template("deployment.yml.j2")}
+    kustomize = {_key(obj): _comparable(obj) for obj in _listed(CONFIG / "manager")}
+    assert kustomize == role
+
+
+@pytest.mark.parametrize("provisioner", PROVISIONERS)
+def test_manager_runs_one_locked_down_operator_per_provisioner(provisioner):
+    short = provisioner.split(".")[0]
+    deployments = {obj["metadata"]["name"]: obj for obj in _kustomize(CONFIG / "manager")}
+    pod = deployments[f"exporterset-operator-{short}"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["command"] == ["python3", "-m", "exporterset_operator"]
+    assert {f"--provisioner={provisioner}", "--leader-elect", f"--leader-election-id=exporterset-operator-{short}",
+            "--metrics-bind-address=0.0.0.0:8080"} <= set(container["args"])
+    assert [arg for arg in container["args"] if arg.startswith("--provisioner")] == [f"--provisioner={provisioner}"]
+    env = {entry["name"]: entry for entry in container["env"]}
+    assert env["LEADER_ELECTION_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+    assert container["ports"] == [{"name": "metrics", "containerPort": 8080}]
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert container["securityContext"] == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                                             "capabilities": {"drop": ["ALL"]}}
+    assert container["volumeMounts"] == [{"name": "tmp", "mountPath": "/tmp"}]
+    assert [volume["name"] for volume in pod["volumes"] if "emptyDir" in volume] == ["tmp"]
+    assert pod["serviceAccountName"] == "exporterset-operator"
+
+
+def test_prometheus_component_scrapes_every_operator_pod(tmp_path):
+    """config/prometheus stays out of config/default (ServiceMonitor needs the
+    Prometheus Operator's CRD); an overlay adds it, in the overlay's namespace."""
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", "namespace": "monitored",
+        "resources": [os.path.relpath(CONFIG / "default", overlay)],
+        "components": [os.path.relpath(CONFIG / "prometheus", overlay)],
+    }))
+    objects = _kustomize(overlay)
+    by_kind = {}
+    for obj in objects:
+        by_kind.setdefault(obj["kind"], []).append(obj)
+    (service,) = by_kind["Service"]
+    (monitor,) = by_kind["ServiceMonitor"]
+    assert service["metadata"]["namespace"] == monitor["metadata"]["namespace"] == "monitored"
+    for deployment in by_kind["Deployment"]:
+        labels = deployment["spec"]["template"]["metadata"]["labels"]
+        assert service["spec"]["selector"].items() <= labels.items()
+        ports = {port["name"] for container in deployment["spec"]["template"]["spec"]["containers"]
+                 for port in container["ports"]}
+        assert {port["targetPort"] for port in service["spec"]["ports"]} <= ports
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert [endpoint["port"] for endpoint in monitor["spec"]["endpoints"]] == ["metrics"]
+    assert "ServiceMonitor" not in {obj["kind"] for obj in _kustomize(CONFIG / "default")}
+
+
+def _metric_series_names() -> set[str]:
+    names = set()
+    for family in Metrics().registry.collect():
+        suffixes = {"counter": ["_total"], "histogram": ["_bucket", "_sum", "_count"]}.get(family.type, [""])
+        names.update(family.name + suffix for suffix in suffixes)
+    return names
+
+
+def test_dashboard_queries_only_metrics_the_operator_exports():
+    dashboard = json.loads((CONFIG / "dashboards" / "pool.json").read_text())
+    expressions = [target["expr"] for panel in dashboard["panels"] for target in panel.get("targets", [])]
+    expressions += [variable["query"]["query"] for variable in dashboard["templating"]["list"]
+                    if isinstance(variable.get("query"), dict)]
+    used = {name for expr in expressions for name in re.findall(r"jumpstarter_exporterset_\w+", expr)}
+    exported = _metric_series_names()
+    assert used - exported == set()
+    # Every family is on some panel.
+    families = {re.sub(r"_(total|bucket|sum|count)$", "", name) for name in exported}
+    assert families - {re.sub(r"_(total|bucket|sum|count)$", "", name) for name in used} == set()
+    ids = [panel["id"] for panel in dashboard["panels"]]
+    assert len(ids) == len(set(ids))
+
+
+def _samples() -> dict[str, list[dict]]:
+    return {path.name: [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+            for path in sorted((CONFIG / "samples").glob("*.yaml"))}
+
+
+def test_samples_hold_a_valid_class_and_set_per_provisioner():
+    provisioners = []
+    for name, documents in _samples().items():
+        (klass,) = [doc for doc in documents if doc["kind"] == "VirtualTargetClass"]
+        (exporterset,) = [doc for doc in documents if doc["kind"] == "ExporterSet"]
+        provisioner = klass["spec"]["provisioner"]
+        provisioners.append(provisioner)
+        assert name == provisioner.split(".")[0] + ".yaml"
+        assert validate_parameters(provisioner, klass["spec"].get("parameters")) == {"errors": [], "warnings": []}
+        assert exporterset["spec"]["virtualTargetClassName"] == klass["metadata"]["name"]
+        selector = exporterset["spec"]["selector"]["matchLabels"]
+        assert selector.items() <= exporterset["spec"]["template"]["metadata"]["labels"].items()
+        for document in documents:
+            assert "namespace" not in document["metadata"], "samples go into the namespace given to kubectl"
+    assert sorted(provisioners) == PROVISIONERS
+
+
+# -- on a real API server ---------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cluster(testbed_factory):
+    """A Jumpstarter cluster without this project, then config/default applied
+    to it (server side); `kubectl delete -k config/default` afterwards."""
+    bed = testbed_factory("kustomize", crd_files=upstream_core_crd_files())
+    assert bed.kubectl("get", "crd", "exportersets.virtualtarget.jumpstarter.dev", check=False).returncode != 0
+    started = time.monotonic()
+    bed.kubectl("apply", "--server-side", "-k", str(CONFIG / "default"))
+    bed.apply_seconds = time.monotonic() - started
+    yield bed
+    bed.kubectl("delete", "-k", str(CONFIG / "default"), "--wait=true", "--timeout=120s")
+    for crd in ("exportersets", "virtualtargetclasses"):
+        gone = bed.kubectl("get", "crd", f"{crd}.virtualtarget.jumpstarter.dev", check=False)
+        assert gone.returncode != 0 and "NotFound" in gone.stderr
+
+
+def _get(bed, *args) -> dict:
+    return json.loads(bed.kubectl("get", "-o", "json", *args).stdout)
+
+
+def _eventually(check, timeout=60.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return check()
+        except AssertionError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
+@pytest.mark.testbed
+def test_apply_installs_established_crds_and_every_object(cluster):
+    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
+                    "crd/exportersets.virtualtarget.jumpstarter.dev",
+                    "crd/virtualtargetclasses.virtualtarget.jumpstarter.dev")
+    live = _get(cluster, "-k", str(CONFIG / "default"))["items"]
+    assert sorted(_key(obj) for obj in live) == sorted(_key(obj) for obj in _kustomize(CONFIG / "default"))
+    # A second apply changes nothing and is accepted as well (an upgrade in place).
+    again = cluster.kubectl("apply", "--server-side", "-k", str(CONFIG / "default"))
+    assert "serverside-applied" in again.stdout
+
+
+@pytest.mark.testbed
+def test_every_deployment_gets_scheduled_pods(cluster):
+    def scheduled():
+        deployments = _get(cluster, "deployments", "-n", NAMESPACE)["items"]
+        assert sorted(d["metadata"]["name"] for d in deployments) == sorted(
+            f"exporterset-operator-{p.split('.')[0]}" for p in PROVISIONERS)
+        replica_sets = _get(cluster, "replicasets", "-n", NAMESPACE)["items"]
+        owners = {rs["metadata"]["ownerReferences"][0]["name"] for rs in replica_sets}
+        assert owners == {d["metadata"]["name"] for d in deployments}
+        pods = _get(cluster, "pods", "-n", NAMESPACE, "-l", "app.kubernetes.io/name=exporterset-operator")["items"]
+        assert len(pods) == 2 * len(deployments)
+        assert all(pod["spec"].get("nodeName") for pod in pods)
+        return pods
+
+    pods = _eventually(scheduled)
+    for pod in pods:
+        assert pod["spec"]["serviceAccountName"] == "exporterset-operator"
+        assert pod["spec"]["containers"][0]["env"][0]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+
+
+@pytest.mark.testbed
+@pytest.mark.parametrize(("verb", "resource", "allowed"), [
+    ("patch", "exportersets.virtualtarget.jumpstarter.dev/status", "yes"),
+    ("create", "exporters.jumpstarter.dev", "yes"),
+    ("delete", "secrets", "yes"),
+    ("list", "configmaps", "no"),
+    ("delete", "exportersets.virtualtarget.jumpstarter.dev", "no"),
+    ("create", "leases.jumpstarter.dev", "no"),
+])
+def test_the_service_account_may_do_what_the_operator_needs(cluster, verb, resource, allowed):
+    def decided():
+        answer = cluster.kubectl("auth", "can-i", verb, resource, "-n", "some-team", f"--as={ACCOUNT}", check=False)
+        assert answer.stdout.strip() == allowed
+    _eventually(decided, timeout=20)
+
+
+@pytest.mark.testbed
+def test_leader_election_leases_only_in_the_operator_namespace(cluster):
+    def decided():
+        for namespace, allowed in ((NAMESPACE, "yes"), ("default", "no")):
+            answer = cluster.kubectl("auth", "can-i", "update", "leases.coordination.k8s.io", "-n", namespace,
+                                     f"--as={ACCOUNT}", check=False)
+            assert answer.stdout.strip() == allowed, namespace
+    _eventually(decided, timeout=20)
+
+
+@pytest.mark.testbed
+def test_samples_apply_in_a_team_namespace(cluster, request):
+    namespace = namespace_name(request.node.name)
+    cluster.kubectl("create", "namespace", namespace)
+    try:
+        applied = cluster.kubectl("apply", "--server-side", "-n", namespace, "-f", str(CONFIG / "samples"))
+        assert applied.stdout.count("serverside-applied") == 2 * len(PROVISIONERS)
+        classes = _get(cluster, "vtc", "-n", namespace)["items"]
+        sets = _get(cluster, "exset", "-n", namespace)["items"]
+        assert sorted(c["spec"]["provisioner"] for c in classes) == PROVISIONERS
+        # The CRD's defaults were filled in by the API server.
+        assert all(s["spec"]["recycleStrategy"] == "ExitAndReplace" for s in sets)
+        assert len(sets) == len(PROVISIONERS)
+    finally:
+        cluster.kubectl("delete", "namespace", namespace, "--wait=false")
