@@ -138,15 +138,19 @@ def test_manager_runs_one_locked_down_operator_per_provisioner(provisioner):
     assert pod["serviceAccountName"] == "exporterset-operator"
 
 
-def test_prometheus_component_scrapes_every_operator_pod(tmp_path):
-    """config/prometheus stays out of config/default (ServiceMonitor needs the
-    Prometheus Operator's CRD); an overlay adds it, in the overlay's namespace."""
+def test_an_overlay_chooses_namespace_image_and_monitoring(tmp_path):
+    """The overlay of docs/install.md. config/prometheus stays out of
+    config/default (ServiceMonitor needs the Prometheus Operator's CRD); an
+    overlay adds it, and it lands in the overlay's namespace, with a Service
+    over every operator Pod."""
     overlay = tmp_path / "overlay"
     overlay.mkdir()
     (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
         "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", "namespace": "monitored",
         "resources": [os.path.relpath(CONFIG / "default", overlay)],
         "components": [os.path.relpath(CONFIG / "prometheus", overlay)],
+        "images": [{"name": "quay.io/jumpstarter-dev/exporterset-operator",
+                    "newName": "registry.example.com/jumpstarter/exporterset-operator", "newTag": "dev"}],
     }))
     objects = _kustomize(overlay)
     by_kind = {}
@@ -155,7 +159,12 @@ def test_prometheus_component_scrapes_every_operator_pod(tmp_path):
     (service,) = by_kind["Service"]
     (monitor,) = by_kind["ServiceMonitor"]
     assert service["metadata"]["namespace"] == monitor["metadata"]["namespace"] == "monitored"
+    assert {obj["metadata"]["namespace"] for obj in objects if "namespace" in obj["metadata"]} == {"monitored"}
+    assert [subject["namespace"] for binding in by_kind["ClusterRoleBinding"] + by_kind["RoleBinding"]
+            for subject in binding["subjects"]] == ["monitored", "monitored"]
     for deployment in by_kind["Deployment"]:
+        assert [container["image"] for container in deployment["spec"]["template"]["spec"]["containers"]] == [
+            "registry.example.com/jumpstarter/exporterset-operator:dev"]
         labels = deployment["spec"]["template"]["metadata"]["labels"]
         assert service["spec"]["selector"].items() <= labels.items()
         ports = {port["name"] for container in deployment["spec"]["template"]["spec"]["containers"]
