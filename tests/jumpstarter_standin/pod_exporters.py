@@ -106,7 +106,12 @@ class ExporterProcess:
         else:
             roots = base64.b64decode(tls["ca"]) if tls.get("ca") else None
             credentials = grpc.ssl_channel_credentials(root_certificates=roots)
-        metadata = (("authorization", f"Bearer {config.get('token') or ''}"),)
+        # What jmp sends with every call: its token and who it says it is.
+        identity = config.get("metadata") or {}
+        metadata = (("authorization", f"Bearer {config.get('token') or ''}"),
+                    ("jumpstarter-kind", "Exporter"),
+                    ("jumpstarter-namespace", identity.get("namespace") or ""),
+                    ("jumpstarter-name", identity.get("name") or ""))
         reports = [
             jumpstarter_pb2.DriverInstanceReport(uuid=f"{self.pod_uid}-{index}", labels={"jumpstarter.dev/name": name})
             for index, name in enumerate(sorted(config.get("export") or {}))
