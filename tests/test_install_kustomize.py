@@ -199,8 +199,13 @@ def test_dashboard_queries_only_metrics_the_operator_exports():
 
 
 def _samples() -> dict[str, list[dict]]:
-    return {path.name: [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
-            for path in sorted((CONFIG / "samples").glob("*.yaml"))}
+    """{directory name: its objects}; one object per file (yamllint's rule)."""
+    samples = {}
+    for directory in sorted(path for path in (CONFIG / "samples").iterdir() if path.is_dir()):
+        for path in sorted(directory.glob("*.yaml")):
+            (document,) = [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+            samples.setdefault(directory.name, []).append(document)
+    return samples
 
 
 def test_samples_hold_a_valid_class_and_set_per_provisioner():
@@ -210,7 +215,7 @@ def test_samples_hold_a_valid_class_and_set_per_provisioner():
         (exporterset,) = [doc for doc in documents if doc["kind"] == "ExporterSet"]
         provisioner = klass["spec"]["provisioner"]
         provisioners.append(provisioner)
-        assert name == provisioner.split(".")[0] + ".yaml"
+        assert name == provisioner.split(".")[0]
         assert validate_parameters(provisioner, klass["spec"].get("parameters")) == {"errors": [], "warnings": []}
         assert exporterset["spec"]["virtualTargetClassName"] == klass["metadata"]["name"]
         selector = exporterset["spec"]["selector"]["matchLabels"]
@@ -317,7 +322,7 @@ def test_samples_apply_in_a_team_namespace(cluster, request):
     namespace = namespace_name(request.node.name)
     cluster.kubectl("create", "namespace", namespace)
     try:
-        applied = cluster.kubectl("apply", "--server-side", "-n", namespace, "-f", str(CONFIG / "samples"))
+        applied = cluster.kubectl("apply", "--server-side", "-n", namespace, "-R", "-f", str(CONFIG / "samples"))
         assert applied.stdout.count("serverside-applied") == 2 * len(PROVISIONERS)
         classes = _get(cluster, "vtc", "-n", namespace)["items"]
         sets = _get(cluster, "exset", "-n", namespace)["items"]
