@@ -1,10 +1,12 @@
 """A warm pool on this machine, live: the test bed's control plane, the
 operator, a sample QEMU class and set, and a table of the pool as it fills.
 
-The Jumpstarter controller's part (exporter credentials, Registered/Online
-once an exporter's Pod runs, lease assignment) is played by the test
-stand-in, through the same API calls the controller makes: the controller's
-Go module cannot be fetched on these machines.
+The Jumpstarter controller serving the namespace is the test stand-in
+(``tests/jumpstarter_standin/``; the controller's Go module cannot be fetched
+on these machines): its reconcile loops issue the credentials and assign
+leases on their own, it serves its gRPC services over TLS and publishes its
+CA, and it plays the ``jmp run`` process of every running exporter Pod (kwok
+runs no containers), which registers with the config the operator wrote.
 
     scripts/demo [--available 2] [--max 6] [--seconds N]
 
@@ -14,6 +16,7 @@ Ctrl-C stops everything it started.
 from __future__ import annotations
 
 import argparse
+import shutil
 import signal
 import subprocess
 import sys
@@ -23,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from jumpstarter_standin import JumpstarterStandIn  # noqa: E402
+from jumpstarter_standin.pytest_plugin import serve_namespace  # noqa: E402
 from kubernetes import client  # noqa: E402
 from operator_process import OperatorProcess  # noqa: E402
 from pool_helpers import get_set, make_class, make_set  # noqa: E402
@@ -54,33 +57,33 @@ def main() -> int:
     subprocess.run([str(ROOT / "scripts" / "testbed"), "build"], check=True)
     say("starting etcd, kube-apiserver, controller-manager, scheduler and kwok")
     bed = TestBed(state / "bed")
+    # Every run starts from a fresh bed: the controller stand-in's CA,
+    # endpoint and token keys are new each run, so Exporters configured for
+    # an earlier run's controller could never register with this one.
+    if bed.is_running():
+        bed.stop_processes()
+    shutil.rmtree(bed.state_dir, ignore_errors=True)
     bed.up()
     stop = {"now": False}
     signal.signal(signal.SIGINT, lambda *_: stop.update(now=True))
     signal.signal(signal.SIGTERM, lambda *_: stop.update(now=True))
     operator = None
     try:
-        with bed.api_client() as api:
-            core = client.CoreV1Api(api)
-            if NAMESPACE not in {n.metadata.name for n in core.list_namespace().items}:
-                core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NAMESPACE)))
+        say("starting the Jumpstarter controller stand-in for namespace demo")
+        with bed.api_client() as api, serve_namespace(bed.kubeconfig, NAMESPACE) as standin:
             custom = client.CustomObjectsApi(api)
-            existing = custom.list_namespaced_custom_object(
-                "virtualtarget.jumpstarter.dev", "v1alpha1", NAMESPACE, "exportersets")["items"]
-            if not existing:
-                make_class(custom, NAMESPACE)
-                make_set(custom, NAMESPACE, minAvailableReplicas=args.available, maxReplicas=args.max,
-                         scaleDownCooldown="30s")
+            make_class(custom, NAMESPACE)
+            make_set(custom, NAMESPACE, minAvailableReplicas=args.available, maxReplicas=args.max,
+                     scaleDownCooldown="30s")
             say("starting the operator (provisioner qemu.jumpstarter.dev)")
             operator = OperatorProcess(str(bed.kubeconfig), NAMESPACE, state).start()
             operator.wait_ready()
             say(f"operator log: {operator.log_path}")
-            standin = JumpstarterStandIn(api, NAMESPACE)
-            say("to use it from another shell (the demo assigns leases as the controller would):")
+            say("to use it from another shell (the controller stand-in assigns leases as the controller does):")
             for key, value in bed.env.items():
                 print(f"  export {key}={value}")
             print("  kubectl -n demo get exportersets,exporters,pods")
-            print("  # a lease the controller would assign takes one warm exporter; the pool refills:")
+            print("  # a lease the controller assigns takes one warm exporter; the pool refills:")
             print("  kubectl -n demo create -f - <<< '{\"apiVersion\": \"jumpstarter.dev/v1alpha1\", "
                   "\"kind\": \"Lease\", \"metadata\": {\"name\": \"mine\"}, \"spec\": {\"clientRef\": "
                   "{\"name\": \"me\"}, \"duration\": \"1h\", \"selector\": {\"matchLabels\": "
@@ -89,11 +92,15 @@ def main() -> int:
             started = time.monotonic()
             last = ""
             status = {}
+            reported: set[tuple[str, str]] = set()
             while not stop["now"]:
-                standin.issue_credentials()
-                standin.bring_online_running()
-                for lease, exporter in standin.assign_pending():
-                    say(f"lease {lease} assigned to {exporter}")
+                for lease in standin.leases():
+                    lease_status = lease.get("status") or {}
+                    exporter = (lease_status.get("exporterRef") or {}).get("name")
+                    key = (lease["metadata"]["uid"], exporter)
+                    if exporter and key not in reported:
+                        reported.add(key)
+                        say(f"lease {lease['metadata']['name']} assigned to {exporter}")
                 status = get_set(custom, NAMESPACE).get("status") or {}
                 line = row(status)
                 if line != last:
@@ -102,12 +109,15 @@ def main() -> int:
                 if args.seconds and time.monotonic() - started > args.seconds:
                     break
                 time.sleep(1)
+            # The operator stops before the controller it talks to.
+            operator.stop()
+            operator = None
             return 0 if status.get("availableReplicas", 0) >= args.available else 1
     finally:
         say("stopping")
         if operator is not None:
             operator.stop()
-        bed.down()
+        bed.down(remove=True)
 
 
 if __name__ == "__main__":
