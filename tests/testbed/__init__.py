@@ -91,14 +91,18 @@ def _sweep_orphans(current: Path) -> None:
     for run_dir in RUNS_DIR.iterdir():
         if run_dir == current or not run_dir.is_dir():
             continue
-        with _locked(run_dir / "lock"):
-            if _read_users(run_dir):
-                continue
-            for state in run_dir.iterdir():
-                if (state / "bed.json").exists():
-                    TestBed(state).stop_processes()
-            if time.time() - (run_dir / "lock").stat().st_mtime > STALE_RUN_SECONDS:
-                shutil.rmtree(run_dir, ignore_errors=True)
+        try:
+            with _locked(run_dir / "lock"):
+                if _read_users(run_dir):
+                    continue
+                for state in run_dir.iterdir():
+                    if (state / "bed.json").exists():
+                        TestBed(state).stop_processes()
+                if time.time() - (run_dir / "lock").stat().st_mtime > STALE_RUN_SECONDS:
+                    shutil.rmtree(run_dir, ignore_errors=True)
+        except FileNotFoundError:
+            # Another run finished and removed its directory meanwhile.
+            continue
 
 
 @contextmanager
