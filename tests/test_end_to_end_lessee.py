@@ -1,0 +1,158 @@
+"""The whole story, as a user and a lab admin live it, on the test bed.
+
+A ``qemu-baremetal`` set at zero, a real ``jmp`` client, the controller
+stand-in serving gRPC over TLS with a private CA (the ``standin`` fixture),
+the real operator, and real ``jmp run`` exporters with real QEMU on the lab
+hosts. The user asks for a target with ``jmp shell``; the lease waits
+Pending (never Unsatisfiable) on the set's dormant Exporter; the pending
+lease makes the operator bring up an instance on a lab host, whose exporter
+registers over TLS with the config the operator wrote; the lease becomes
+Ready; the command runs through the router on the exporter; the lease is
+released; the instance is recycled and the set goes back to zero; the lease
+stays as history. Then once more: the instance made for the second lease
+reuses the first one's name under a new UID and still registers.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+
+from jumpstarter_standin import LEASE_ENDED_LABEL, condition_true, wait_for
+from kubernetes import client
+from pool_helpers import SET_LABEL, make_class, make_set
+from test_baremetal_operator import BOARD, PROVISIONER, Lab
+
+JMP = os.path.join(os.path.dirname(sys.executable), "jmp")
+USER = "e2e-user"
+
+
+class LeaseLog:
+    """Every state a Lease of the user went through, as seen by a watch-like poll."""
+
+    def __init__(self, standin):
+        self.standin = standin
+        self.seen: dict[str, list[dict]] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def __enter__(self) -> LeaseLog:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _poll(self) -> None:
+        while not self._stop.wait(0.2):
+            for lease in self.standin.leases():
+                status = lease.get("status") or {}
+                states = self.seen.setdefault(lease["metadata"]["name"], [])
+                summary = {"ended": bool(status.get("ended")),
+                           "exporter": (status.get("exporterRef") or {}).get("name"),
+                           "conditions": {c["type"]: (c["status"], c.get("reason"))
+                                          for c in status.get("conditions") or ()}}
+                if not states or states[-1] != summary:
+                    states.append(summary)
+
+
+def make_client(standin, name):
+    standin.custom.create_namespaced_custom_object(
+        "jumpstarter.dev", "v1alpha1", standin.namespace, "clients",
+        {"apiVersion": "jumpstarter.dev/v1alpha1", "kind": "Client", "metadata": {"name": name}, "spec": {}})
+
+
+def jmp_shell(config, home, *command, timeout=420):
+    """``jmp shell`` as the user runs it: waits for a lease, runs ``command``
+    through the exporter, releases the lease on the way out."""
+    env = {**os.environ, "HOME": str(home), "JMP_CLIENT_CONFIG_HOME": str(home), "NO_COLOR": "1"}
+    return subprocess.run(
+        [JMP, "shell", "--client-config", str(config), "--selector", f"board={BOARD}",
+         "--duration", "30m", "--acquisition-timeout", "400", "--", *command],
+        env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def live_exporters(standin):
+    return {e["metadata"]["name"]: e for e in standin.exporters(f"{SET_LABEL}=pool")
+            if not e["metadata"].get("deletionTimestamp")}
+
+
+def one_lease(standin, known):
+    """The lease the user's ``jmp shell`` made, once it exists."""
+    def created():
+        new = [lease for lease in standin.leases() if lease["metadata"]["name"] not in known]
+        return new[0]["metadata"]["name"] if new else None
+    return wait_for(created, timeout=60, message="the user's lease")
+
+
+def test_a_lessee_gets_a_lab_host_target_from_a_set_at_zero(api, namespace, standin, operator, lab_hosts,
+                                                            tmp_path):
+    custom = client.CustomObjectsApi(api)
+    client.CoreV1Api(api).create_namespaced_secret(namespace, client.V1Secret(
+        metadata=client.V1ObjectMeta(name="lab-ssh"), data=lab_hosts.secret_data()))
+    make_class(custom, namespace, name="lab", parameters=lab_hosts.parameters({"lab3": 1}),
+               provisioner=PROVISIONER, credentialsSecretRef={"name": "lab-ssh"})
+    make_set(custom, namespace, board=BOARD, virtualTargetClassName="lab", minReplicas=0,
+             minAvailableReplicas=0, maxReplicas=1, scaleDownCooldown="1s")
+    lab = Lab(standin, lab_hosts)
+    operator(provisioners=(PROVISIONER,))
+    wait_for(lambda: list(live_exporters(standin)) == ["pool-dormant-0"], message="the set at zero")
+    make_client(standin, USER)
+    config = standin.grpc.write_client_config(tmp_path / "client.yaml", USER)
+
+    uids = []
+    history = []
+    with LeaseLog(standin) as log:
+        for attempt in range(2):
+            started = time.monotonic()
+            outcome = {}
+            shell = threading.Thread(target=lambda outcome=outcome: outcome.update(
+                result=jmp_shell(config, tmp_path, "j", "--help")), daemon=True)
+            shell.start()
+            lease = one_lease(standin, set(history))
+            history.append(lease)
+
+            # The lease waits on the dormant Exporter and makes the set grow.
+            def instance_up():
+                exporters = live_exporters(standin)
+                return "pool-0" in exporters and exporters["pool-0"]
+            exporter = wait_for(instance_up, timeout=120, message="pool-0 made for the pending lease")
+            uids.append(exporter["metadata"]["uid"])
+            # Registered over TLS by its own jmp run on the lab host, with
+            # the endpoint, CA and token the operator wrote.
+            standin.wait_online("pool-0", timeout=240)
+            assert lab.running("pool-0", "lab3")
+            assert standin.wait_assigned(lease, timeout=60) == "pool-0"
+
+            shell.join(timeout=420)
+            result = outcome["result"]
+            assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+            # `j --help` is answered by the drivers the exporter serves.
+            assert "qemu" in result.stdout, result.stdout
+            print(f"lease {attempt}: jmp shell done after {time.monotonic() - started:.0f}s")
+
+            # Released on the way out; ExitAndReplace recycles the instance and
+            # the set, asked for nothing, goes back to zero.
+            ended = wait_for(lambda lease=lease: (obj := standin.lease(lease))["status"].get("ended") and obj,
+                             timeout=60, message=f"lease {lease} ended")
+            assert LEASE_ENDED_LABEL in ended["metadata"]["labels"]
+            assert not condition_true(ended, "Ready")
+            wait_for(lambda: list(live_exporters(standin)) == ["pool-dormant-0"], timeout=120,
+                     message="back at zero")
+            wait_for(lambda: not lab_hosts.instance_dir("lab3", namespace, "pool-0").exists(), timeout=60,
+                     message="the recycled instance removed from lab3")
+
+    # The second instance reused the first one's name with a new identity.
+    assert len(set(uids)) == 2
+    # Both leases are history: ended, kept, and never Unsatisfiable or Invalid.
+    assert sorted(lease["metadata"]["name"] for lease in standin.leases()) == sorted(history)
+    for lease in history:
+        states = log.seen[lease]
+        assert all("Unsatisfiable" not in s["conditions"] and "Invalid" not in s["conditions"]
+                   for s in states), states
+        assert any(s["conditions"].get("Pending", ("", ""))[1] == "Offline" for s in states), states
+        assert states[-1]["ended"]
