@@ -1,18 +1,28 @@
 """Operator benchmark on a private test bed; prints its figures and writes JSON.
 
     source scripts/common.sh && link_collection && export PATH=$VENV_DIR/bin:$PATH
-    python bench/bench_operator.py [--events 30] [--fill 50] [--json bench/results/operator.json]
+    python bench/bench_operator.py [--events 30] [--fill 50] [--rss-sets 100] [--rss-per-set 10]
+        [--json bench/results/operator.json]
+
+Every namespace it makes is served by the Jumpstarter controller stand-in
+(``serve_namespace`` of ``tests/jumpstarter_standin/``), as a test's is: its
+reconcile loops issue credentials and assign leases on their own, and the
+exporter process of every running Pod registers with it over gRPC with the
+config the operator wrote. It talks to the API server as its own user, so
+the audit log tells its requests from the operator's.
 
 Figures:
 - event → first create: a lease takes the last warm exporter; time until the
-  replacement Exporter is seen through a watch (p50/p95 over --events);
+  replacement Exporter is seen through a watch (p50/p95 over --events); the
+  controller then assigns the lease before the next event;
 - fill: an empty set asks for --fill warm exporters; time until all exist and
-  until all are available (credentials and readiness played by the stand-in);
+  until all are available (credentials from the controller, Online once the
+  Pods' exporter processes register);
 - burst: 20 pending leases with nothing available; time until 20 new Exporters exist;
 - shrink: 20 idle → 2 with a 5 s cooldown; time until 2 remain;
 - no-op reconcile: CPU time of a reconcile that has nothing to do, measured
   in process on the operator's own code over a pool of 10;
-- RSS of the operator with 100 sets × 10 Exporters;
+- RSS of the operator with 100 sets × 10 Exporters, all available;
 - API writes per steady-state reconcile, from the API server's audit log.
 """
 
@@ -31,11 +41,19 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from jumpstarter_standin import JumpstarterStandIn, wait_for  # noqa: E402
+from jumpstarter_standin import wait_for  # noqa: E402
+from jumpstarter_standin.pytest_plugin import serve_namespace  # noqa: E402
 from kubernetes import client  # noqa: E402
 from operator_process import OperatorProcess  # noqa: E402
 from pool_helpers import GROUP, SET_LABEL, make_class, make_set, settle_pool  # noqa: E402
-from testbed import TestBed  # noqa: E402
+from testbed import TestBed, issue_certificate  # noqa: E402
+
+# The user the controller stand-in authenticates as (see controller_kubeconfig).
+CONTROLLER_USER = "jumpstarter-controller"
+# The set's dormant Exporter (no backend, never Online) exists only while the
+# set has no other enabled Exporter, so that the controller keeps a lease for
+# the set pending instead of ending it: not a member of the pool.
+DORMANT = "virtualtarget.jumpstarter.dev/dormant"
 
 
 def percentile(values, fraction):
@@ -43,9 +61,21 @@ def percentile(values, fraction):
     return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
 
 
-def new_namespace(api, name):
-    client.CoreV1Api(api).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
-    return name
+def pool_members(standin, name="pool"):
+    """The set's Exporters, its dormant one left out."""
+    return [e for e in standin.exporters(f"{SET_LABEL}={name}")
+            if DORMANT not in (e["metadata"].get("annotations") or {})]
+
+
+def controller_kubeconfig(bed, workdir):
+    """A kubeconfig for the controller stand-in, with its own client
+    certificate: its requests carry its own user in the audit log, as a
+    deployed controller's carry its service account."""
+    certificate, key = issue_certificate(bed.pki_dir, workdir, CONTROLLER_USER,
+                                         f"/O=system:masters/CN={CONTROLLER_USER}", "client.ext", days=2)
+    path = workdir / f"{CONTROLLER_USER}.kubeconfig"
+    bed.write_kubeconfig(path, CONTROLLER_USER, certificate, key)
+    return path
 
 
 class ExporterWatch:
@@ -84,85 +114,93 @@ def plan_now(api, namespace, name="pool"):
             "plan": {k: v for k, v in plan.items() if k not in ("parameters", "images")}}
 
 
-def bench_event_to_create(bed, api, workdir, events):
-    namespace = new_namespace(api, "bench-latency")
+def bench_event_to_create(bed, api, workdir, controller, events):
+    namespace = "bench-latency"
     custom = client.CustomObjectsApi(api)
-    standin = JumpstarterStandIn(api, namespace)
-    make_class(custom, namespace)
-    make_set(custom, namespace, minAvailableReplicas=1, maxReplicas=0)
-    proc = OperatorProcess(str(bed.kubeconfig), namespace, workdir).start()
-    proc.wait_ready()
-    exporters = ExporterWatch(api, namespace)
-    latencies = []
-    try:
-        for index in range(events):
-            settle_pool(standin, 1, custom, namespace, leasedReplicas=index, timeout=120)
-            available = next(
-                e["metadata"]["name"] for e in standin.exporters(f"{SET_LABEL}=pool")
-                if not (e.get("status") or {}).get("leaseRef")
-            )
-            known = set(exporters.seen)
-            # The pending lease is the event: it is demand for the set before
-            # the controller even assigns it.
-            started = time.monotonic()
-            standin.create_lease(f"lease-{index}", {"board": "qemu-x86"})
-            new = wait_for(lambda known=known: set(exporters.seen) - known, timeout=60, interval=0.005,
-                           message=f"replacement exporter for lease {index}")
-            latencies.append(exporters.seen[min(new)] - started)
-            standin.assign(f"lease-{index}", available)
-    except AssertionError:
-        print(proc.log_tail(40), file=sys.stderr)
-        print(json.dumps(plan_now(api, namespace), indent=1, default=str)[:6000], file=sys.stderr)
-        raise
-    finally:
-        exporters.stop()
-        proc.stop()
+    with serve_namespace(controller, namespace) as standin:
+        make_class(custom, namespace)
+        make_set(custom, namespace, minAvailableReplicas=1, maxReplicas=0)
+        proc = OperatorProcess(str(bed.kubeconfig), namespace, workdir).start()
+        proc.wait_ready()
+        exporters = ExporterWatch(api, namespace)
+        latencies = []
+        try:
+            for index in range(events):
+                settle_pool(standin, 1, custom, namespace, leasedReplicas=index, timeout=120)
+                known = set(exporters.seen)
+                lease = f"lease-{index}"
+                # The pending lease is the event: it is demand for the set
+                # before the controller even assigns it.
+                started = time.monotonic()
+                standin.create_lease(lease, {"board": "qemu-x86"})
+                new = wait_for(lambda known=known: set(exporters.seen) - known, timeout=60, interval=0.005,
+                               message=f"replacement exporter for lease {index}")
+                latencies.append(exporters.seen[min(new)] - started)
+                # The controller gives the lease the warm exporter on its own.
+                standin.wait_assigned(lease, timeout=120)
+        except AssertionError:
+            print(proc.log_tail(40), file=sys.stderr)
+            print(json.dumps(plan_now(api, namespace), indent=1, default=str)[:6000], file=sys.stderr)
+            raise
+        finally:
+            exporters.stop()
+            proc.stop()
     return {"events": len(latencies), "p50_s": percentile(latencies, 0.5), "p95_s": percentile(latencies, 0.95),
             "max_s": max(latencies)}
 
 
-def bench_fill_burst_shrink(bed, api, workdir, fill):
+def bench_fill_burst_shrink(bed, api, workdir, controller, fill):
     results = {}
-    namespace = new_namespace(api, "bench-fill")
+    namespace = "bench-fill"
     custom = client.CustomObjectsApi(api)
-    standin = JumpstarterStandIn(api, namespace)
-    make_class(custom, namespace)
-    proc = OperatorProcess(str(bed.kubeconfig), namespace, workdir).start()
-    proc.wait_ready()
-    try:
-        started = time.monotonic()
-        make_set(custom, namespace, minAvailableReplicas=fill, maxReplicas=0, scaleDownCooldown="5s")
-        wait_for(lambda: len(standin.exporters(f"{SET_LABEL}=pool")) >= fill, timeout=600, interval=0.05,
-                 message=f"{fill} exporters")
-        results["fill_exist_s"] = time.monotonic() - started
-        settle_pool(standin, fill, custom, namespace, timeout=900)
-        results["fill_available_s"] = time.monotonic() - started
+    with serve_namespace(controller, namespace) as standin:
+        make_class(custom, namespace)
+        proc = OperatorProcess(str(bed.kubeconfig), namespace, workdir).start()
+        proc.wait_ready()
+        try:
+            started = time.monotonic()
+            make_set(custom, namespace, minAvailableReplicas=fill, maxReplicas=0, scaleDownCooldown="5s")
+            wait_for(lambda: len(pool_members(standin)) >= fill, timeout=600, interval=0.05,
+                     message=f"{fill} exporters")
+            results["fill_exist_s"] = time.monotonic() - started
+            settle_pool(standin, fill, custom, namespace, timeout=900)
+            results["fill_available_s"] = time.monotonic() - started
 
-        # Shrink to a buffer of 20 first (not timed), then the burst.
-        custom.patch_namespaced_custom_object(*GROUP, namespace, "exportersets", "pool",
-                                              {"spec": {"minAvailableReplicas": 0, "minReplicas": 0}})
-        wait_for(lambda: not standin.exporters(f"{SET_LABEL}=pool"), timeout=600, message="empty pool")
-        before = {e["metadata"]["name"] for e in standin.exporters()}
-        started = time.monotonic()
-        for index in range(20):
-            standin.create_lease(f"burst-{index}", {"board": "qemu-x86"})
-        wait_for(lambda: len({e["metadata"]["name"] for e in standin.exporters()} - before) >= 20,
-                 timeout=300, interval=0.05, message="20 exporters for the burst")
-        results["burst_20_created_s"] = time.monotonic() - started
+            # Empty the pool first (not timed), then the burst.
+            custom.patch_namespaced_custom_object(*GROUP, namespace, "exportersets", "pool",
+                                                  {"spec": {"minAvailableReplicas": 0, "minReplicas": 0}})
+            wait_for(lambda: not pool_members(standin), timeout=600, message="empty pool")
+            before = {e["metadata"]["name"] for e in standin.exporters()}
+            started = time.monotonic()
+            burst = [f"burst-{index}" for index in range(20)]
+            for lease in burst:
+                standin.create_lease(lease, {"board": "qemu-x86"})
+            wait_for(lambda: len({e["metadata"]["name"] for e in pool_members(standin)} - before) >= 20,
+                     timeout=300, interval=0.05, message="20 exporters for the burst")
+            results["burst_20_created_s"] = time.monotonic() - started
 
-        # 20 idle → 2 after the 5 s cooldown: drop the leases' demand.
-        settle_pool(standin, 20, custom, namespace, timeout=600)
-        custom.patch_namespaced_custom_object(*GROUP, namespace, "exportersets", "pool",
-                                              {"spec": {"minAvailableReplicas": 2}})
-        for index in range(20):
-            custom.delete_namespaced_custom_object("jumpstarter.dev", "v1alpha1", namespace, "leases",
-                                                   f"burst-{index}")
-        started = time.monotonic()
-        wait_for(lambda: len(standin.exporters(f"{SET_LABEL}=pool")) == 2, timeout=300, interval=0.05,
-                 message="2 remaining")
-        results["shrink_20_to_2_s_including_5s_cooldown"] = time.monotonic() - started
-    finally:
-        proc.stop()
+            # The controller gives every burst lease an exporter as it comes
+            # online (not timed); their end drops the demand, and the used
+            # exporters are replaced.
+            for lease in burst:
+                standin.wait_assigned(lease, timeout=600)
+            for lease in burst:
+                standin.release(lease)
+            # 20 idle → 2 after the 5 s cooldown.
+            custom.patch_namespaced_custom_object(*GROUP, namespace, "exportersets", "pool",
+                                                  {"spec": {"minAvailableReplicas": 20}})
+            settle_pool(standin, 20, custom, namespace, timeout=600, replicas=20, leasedReplicas=0)
+            started = time.monotonic()
+            custom.patch_namespaced_custom_object(*GROUP, namespace, "exportersets", "pool",
+                                                  {"spec": {"minAvailableReplicas": 2}})
+            wait_for(lambda: len(pool_members(standin)) == 2, timeout=300, interval=0.05,
+                     message="2 remaining")
+            results["shrink_20_to_2_s_including_5s_cooldown"] = time.monotonic() - started
+        except AssertionError:
+            print(proc.log_tail(40), file=sys.stderr)
+            raise
+        finally:
+            proc.stop()
     return results
 
 
@@ -231,10 +269,14 @@ def bench_noop_reconcile(rounds=2000):
     return {"noop_reconcile_cpu_ms": (time.process_time() - started) / rounds * 1000}
 
 
-def bench_rss_and_writes(bed, api, workdir, sets=100, per_set=10):
-    namespace = new_namespace(api, "bench-rss")
+def bench_rss_and_writes(bed, api, workdir, controller, sets=100, per_set=10):
+    namespace = "bench-rss"
+    with serve_namespace(controller, namespace) as standin:
+        return _rss_and_writes(bed, api, workdir, standin, namespace, sets, per_set)
+
+
+def _rss_and_writes(bed, api, workdir, standin, namespace, sets, per_set):
     custom = client.CustomObjectsApi(api)
-    standin = JumpstarterStandIn(api, namespace)
     make_class(custom, namespace)
     for index in range(sets):
         make_set(custom, namespace, name=f"set-{index:03d}", board=f"b{index}",
@@ -242,8 +284,15 @@ def bench_rss_and_writes(bed, api, workdir, sets=100, per_set=10):
     proc = OperatorProcess(str(bed.kubeconfig), namespace, workdir).start()
     try:
         proc.wait_ready()
-        wait_for(lambda: len(standin.exporters()) >= sets * per_set, timeout=900, interval=1,
-                 message=f"{sets * per_set} exporters")
+        wait_for(lambda: sum(DORMANT not in (e["metadata"].get("annotations") or {}) for e in standin.exporters())
+                 >= sets * per_set, timeout=900, interval=1, message=f"{sets * per_set} exporters")
+
+        # Every set full of available exporters: nothing left to change.
+        def settled():
+            items = custom.list_namespaced_custom_object(*GROUP, namespace, "exportersets")["items"]
+            return sum((i.get("status") or {}).get("availableReplicas", 0) for i in items) == sets * per_set
+
+        wait_for(settled, timeout=1800, interval=1, message=f"{sets * per_set} available exporters")
         # Let the queue drain and the status writes settle.
         wait_for(lambda: proc.metric("jumpstarter_exporterset_workqueue_depth") == 0, timeout=300,
                  message="idle queue")
@@ -269,12 +318,14 @@ def bench_rss_and_writes(bed, api, workdir, sets=100, per_set=10):
                 agent = entry.get("userAgent", "")
                 if "kubectl" in agent or "OpenAPI-Generator" not in agent:
                     continue
+                if entry.get("user", {}).get("username") == CONTROLLER_USER:
+                    continue  # the Jumpstarter controller's (lastSeen heartbeats and the like)
                 if entry.get("objectRef", {}).get("resource") == "exportersets" and \
                         entry.get("objectRef", {}).get("subresource") is None and entry.get("verb") == "patch":
                     continue  # the benchmark's own label patches
                 writes += 1
         reconciles = proc.metric("jumpstarter_exporterset_reconciles_total") - reconciles_before
-        return {"rss_mib_100_sets_x_10": rss_kib / 1024, "steady_reconciles": reconciles,
+        return {f"rss_mib_{sets}_sets_x_{per_set}": rss_kib / 1024, "steady_reconciles": reconciles,
                 "api_writes_per_steady_reconcile": writes / max(reconciles, 1),
                 "audit_log": audit.exists()}
     finally:
@@ -285,6 +336,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--events", type=int, default=30)
     parser.add_argument("--fill", type=int, default=50)
+    parser.add_argument("--rss-sets", type=int, default=100, help="sets for the RSS and steady-writes figures")
+    parser.add_argument("--rss-per-set", type=int, default=10, help="exporters per set for those figures")
     parser.add_argument("--json", default=str(ROOT / "bench" / "results" / "operator.json"))
     args = parser.parse_args()
 
@@ -294,12 +347,14 @@ def main():
         bed = TestBed(Path(tmp) / "bed", audit=True)
         bed.up()
         try:
+            controller = controller_kubeconfig(bed, Path(tmp))
             with bed.api_client() as api:
-                figures["event_to_create"] = bench_event_to_create(bed, api, Path(tmp), args.events)
+                figures["event_to_create"] = bench_event_to_create(bed, api, Path(tmp), controller, args.events)
                 print(f"event → create: {figures['event_to_create']}", flush=True)
-                figures["pool"] = bench_fill_burst_shrink(bed, api, Path(tmp), args.fill)
+                figures["pool"] = bench_fill_burst_shrink(bed, api, Path(tmp), controller, args.fill)
                 print(f"fill/burst/shrink: {figures['pool']}", flush=True)
-                figures["scale"] = bench_rss_and_writes(bed, api, Path(tmp))
+                figures["scale"] = bench_rss_and_writes(bed, api, Path(tmp), controller, args.rss_sets,
+                                                        args.rss_per_set)
                 print(f"RSS and steady writes: {figures['scale']}", flush=True)
         finally:
             bed.down(remove=True)
