@@ -28,21 +28,28 @@ audit log tells their requests apart):
   with ``pip install --no-deps --target DIR``. It binds localhost:8888 (its
   proxy; the address is fixed in its reconciler) and localhost:5050.
 
-What the Jumpstarter controller does is played by one loop, the same for
-every controller: credentials (``tests/jumpstarter_standin.py``), Online for
-every Exporter whose Pod (found by its controlling owner reference) is
-Running, ``Pending`` on every unassigned Lease, and assignment of a pending
-Lease to any available Exporter its selector matches.
+The Jumpstarter controller is the test stand-in (``serve_namespace`` of
+``tests/jumpstarter_standin/``), serving every namespace the same way
+whichever controller is under test: its reconcile loops issue the
+credentials and match leases on their own, in the real controller's order
+(the first free online Exporter by name); it serves its gRPC services over
+TLS with a private CA and publishes that CA as the
+``jumpstarter-service-ca-cert`` ConfigMap; and it plays the ``jmp run``
+process of every Running exporter Pod (kwok runs no containers), which
+registers with the ExporterConfig its Pod mounts, so an Exporter is Online
+once that process is up. It talks to the API server as the bed's admin, so
+its requests never count for the controller under test.
 
 Figures per controller and repetition:
 - fill: an empty set asks for 50 warm exporters; time until 50 exist and
   until 50 are ready (Online);
 - steady: API requests by verb per minute while the filled pool is idle;
 - burst: 20 pending leases with nothing available; time until 20 new
-  Exporters exist and until all 20 leases are assigned;
+  Exporters exist and until the Jumpstarter controller assigned all 20;
 - shrink: the 20 released (floor 2, cooldown 20 s); time until 2 remain;
-- event → first action: a lease takes the only warm exporter; time until the
-  replacement Exporter is seen through a watch (p50/p95 over --events);
+- event → first action: a lease for the only warm exporter is created (the
+  Jumpstarter controller assigns it); time until the replacement Exporter is
+  seen through a watch (p50/p95 over --events);
 - CPU seconds and peak RSS of the controller's process tree over the run
   (from /proc), and the load average while it ran.
 """
@@ -65,8 +72,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import yaml
-from bench_operator import ExporterWatch, new_namespace, percentile
+from bench_operator import DORMANT, ExporterWatch, percentile
 from jumpstarter_standin import JS, JumpstarterStandIn, wait_for
+from jumpstarter_standin.pytest_plugin import serve_namespace
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 from operator_process import ROOT, OperatorProcess, free_port
@@ -78,7 +86,6 @@ FILL = 50
 BURST = 20
 SHRINK_FLOOR = 2
 COOLDOWN = "20s"
-CA_CONFIGMAP = "jumpstarter-service-ca-cert"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 
@@ -298,7 +305,7 @@ class TreeSampler:
         }
 
 
-# -- the Jumpstarter controller's part ---------------------------------------
+# -- what the Jumpstarter controller shows ------------------------------------
 
 
 def _condition_true(obj: dict, kind: str) -> bool:
@@ -306,98 +313,30 @@ def _condition_true(obj: dict, kind: str) -> bool:
 
 
 def is_available(exporter: dict) -> bool:
+    """What the controller would give the next lease: registered, online,
+    enabled, not leased, not going away."""
     return (
-        _condition_true(exporter, "Online")
+        _condition_true(exporter, "Registered")
+        and _condition_true(exporter, "Online")
         and (exporter.get("spec") or {}).get("enabled") is not False
         and not (exporter.get("status") or {}).get("leaseRef")
         and not exporter["metadata"].get("deletionTimestamp")
     )
 
 
-class JumpstarterPlay:
-    """Plays the Jumpstarter controller in a loop, identically for every
-    controller under test. Hold ``lock`` to act between two rounds."""
-
-    def __init__(self, standin: JumpstarterStandIn, interval: float = 0.2):
-        self.standin = standin
-        self.lock = threading.Lock()
-        self.errors: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(interval,), daemon=True)
-        self._thread.start()
-
-    def round(self) -> None:
-        standin = self.standin
-        standin.issue_credentials()
-        running = {
-            self._pod_owner(pod)
-            for pod in standin.core.list_namespaced_pod(standin.namespace).items
-            if pod.status and pod.status.phase == "Running" and not pod.metadata.deletion_timestamp
-        }
-        exporters = standin.exporters()
-        for exporter in exporters:
-            name = exporter["metadata"]["name"]
-            if name in running and not _condition_true(exporter, "Online"):
-                standin.set_online(name)
-        exporters = standin.exporters()
-        available = [e for e in exporters if is_available(e)]
-        leases = standin.custom.list_namespaced_custom_object(*JS, standin.namespace, "leases")["items"]
-        for lease in leases:
-            status = lease.get("status") or {}
-            if status.get("ended") or (status.get("exporterRef") or {}).get("name"):
-                continue
-            wanted = (lease["spec"].get("selector") or {}).get("matchLabels") or {}
-            match = next((e for e in available if wanted.items() <= (e["metadata"].get("labels") or {}).items()), None)
-            if match:
-                available.remove(match)
-                standin.assign(lease["metadata"]["name"], match["metadata"]["name"])
-            elif not _condition_true(lease, "Pending"):
-                standin._patch_status(
-                    "leases",
-                    lease["metadata"]["name"],
-                    {
-                        "ended": False,
-                        "conditions": [
-                            {
-                                "type": "Pending",
-                                "status": "True",
-                                "reason": "NoExporter",
-                                "message": "",
-                                "lastTransitionTime": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                            }
-                        ],
-                    },
-                )
-
-    @staticmethod
-    def _pod_owner(pod) -> str | None:
-        return next(
-            (ref.name for ref in pod.metadata.owner_references or [] if ref.controller and ref.kind == "Exporter"), None
-        )
-
-    def _run(self, interval):
-        while not self._stop.wait(interval):
-            with self.lock:
-                try:
-                    self.round()
-                except ApiException as exc:  # a conflict or a vanished object: next round
-                    self.errors.append(f"{exc.status} {exc.reason}")
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()
-
-
 # -- scenarios ---------------------------------------------------------------
 
 
 def set_members(standin: JumpstarterStandIn, exporter_set: dict) -> list[dict]:
-    """Exporters the set controls (by owner reference, which every controller sets)."""
+    """Exporters the set controls (by owner reference, which every controller
+    sets), without ours' dormant Exporter: it has no backend and exists only
+    while the set has no other, so that a lease waits instead of ending."""
     uid = exporter_set["metadata"]["uid"]
     return [
         e
         for e in standin.exporters()
         if any(ref.get("uid") == uid and ref.get("controller") for ref in e["metadata"].get("ownerReferences") or [])
+        and DORMANT not in (e["metadata"].get("annotations") or {})
     ]
 
 
@@ -455,7 +394,7 @@ def scenario_steady(bed, user, figures, seconds):
     figures["steady_requests_per_min_total"] = sum(figures["steady_requests_per_min"].values())
 
 
-def scenario_burst_and_shrink(standin, play, custom, namespace, figures, timeout, event_timeout):
+def scenario_burst_and_shrink(standin, custom, namespace, figures, timeout, event_timeout):
     burst = make_set(
         custom,
         namespace,
@@ -506,15 +445,15 @@ def scenario_burst_and_shrink(standin, play, custom, namespace, figures, timeout
     custom.patch_namespaced_custom_object(
         *GROUP, namespace, "exportersets", "burst", {"spec": {"minReplicas": SHRINK_FLOOR}}
     )
-    # Timed from the last release (all idle); the controllers' surplus clocks
-    # start at the first, so the release time is recorded beside it.
-    with play.lock:
-        releasing = time.monotonic()
-        for lease, exporter in assigned().items():
-            standin.release(lease, exporter)
-            custom.delete_namespaced_custom_object(*JS, namespace, "leases", lease)
-        started = time.monotonic()
-        figures["shrink_release_s"] = started - releasing
+    # Timed from the last release (all asked to end, as `jmp delete lease`
+    # does; the Jumpstarter controller ends them); the controllers' surplus
+    # clocks start at the first, so the release time is recorded beside it.
+    releasing = time.monotonic()
+    for lease in assigned():
+        standin.release(lease)
+        custom.delete_namespaced_custom_object(*JS, namespace, "leases", lease)
+    started = time.monotonic()
+    figures["shrink_release_s"] = started - releasing
     try:
         wait_for(
             lambda: len(set_members(standin, burst)) == SHRINK_FLOOR,
@@ -528,7 +467,7 @@ def scenario_burst_and_shrink(standin, play, custom, namespace, figures, timeout
         raise
 
 
-def scenario_latency(standin, play, custom, namespace, figures, events, timeout):
+def scenario_latency(standin, custom, namespace, figures, events, timeout):
     lat = make_set(
         custom,
         namespace,
@@ -543,19 +482,18 @@ def scenario_latency(standin, play, custom, namespace, figures, events, timeout)
     latencies = []
     try:
         for index in range(events):
-            available = wait_for(
+            wait_for(
                 lambda: [e for e in set_members(standin, lat) if is_available(e)],
                 timeout=timeout,
                 interval=0.05,
                 message="a warm exporter",
             )
-            with play.lock:
-                known = set(watch.seen)
-                lease = f"lat-{index}"
-                standin.create_lease(lease, {"board": "lat"})
-                # The event is the assignment's first write (the Exporter's leaseRef).
-                started = time.monotonic()
-                standin.assign(lease, available[0]["metadata"]["name"])
+            known = set(watch.seen)
+            lease = f"lat-{index}"
+            # The event is the lease; the Jumpstarter controller assigns it to
+            # the warm exporter on its own.
+            started = time.monotonic()
+            standin.create_lease(lease, {"board": "lat"})
             new = wait_for(
                 lambda known=known: set(watch.seen) - known,
                 timeout=timeout,
@@ -563,6 +501,7 @@ def scenario_latency(standin, play, custom, namespace, figures, events, timeout)
                 message="replacement exporter",
             )
             latencies.append(min(watch.seen[name] for name in new) - started)
+            standin.wait_assigned(lease, timeout=timeout)
     finally:
         watch.stop()
     figures["event_to_create_p50_s"] = percentile(latencies, 0.5)
@@ -575,21 +514,18 @@ def drop_namespace(custom, core, namespace):
         custom.patch_namespaced_custom_object(
             *GROUP, namespace, "exportersets", item["metadata"]["name"], {"metadata": {"finalizers": None}}
         )
-    core.delete_namespace(namespace)
+    try:
+        core.delete_namespace(namespace)
+    except ApiException as exc:
+        if exc.status != 404:  # never made: the run failed before
+            raise
 
 
 def run_one(bed, api, kind, identity, rep, workdir, args) -> dict:
     kubeconfig, user = identity
-    namespace = new_namespace(api, f"peers-{kind.name}-{rep}")
+    namespace = f"peers-{kind.name}-{rep}"
     custom = client.CustomObjectsApi(api)
     core = client.CoreV1Api(api)
-    make_class(custom, namespace)
-    ca = (bed.pki_dir / "ca.crt").read_text()
-    core.create_namespaced_config_map(
-        namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name=CA_CONFIGMAP), data={"ca.crt": ca})
-    )
-    standin = JumpstarterStandIn(api, namespace)
-    controller = kind(kubeconfig, namespace, workdir)
     figures: dict = {
         "controller": kind.name,
         "repetition": rep,
@@ -598,24 +534,43 @@ def run_one(bed, api, kind, identity, rep, workdir, args) -> dict:
         "started": datetime.now(UTC).isoformat(timespec="seconds"),
         "errors": {},
     }
+    served = False
+    try:
+        # The Jumpstarter controller for the namespace, the same for every
+        # controller under test; it makes the namespace and publishes its CA.
+        with serve_namespace(bed.kubeconfig, namespace) as standin:
+            run_scenarios(bed, standin, kind, kubeconfig, user, namespace, workdir, args, figures)
+            figures["jumpstarter_controller_passes"] = standin.controller.passes
+            served = True
+    except AssertionError as exc:
+        if not served:
+            raise
+        # The stand-in's own defects (refused requests), found when it stops.
+        figures["errors"]["jumpstarter_controller"] = str(exc)[:500]
+    finally:
+        drop_namespace(custom, core, namespace)
+    return figures
+
+
+def run_scenarios(bed, standin: JumpstarterStandIn, kind, kubeconfig, user, namespace, workdir, args, figures):
+    custom = client.CustomObjectsApi(standin.custom.api_client)
+    make_class(custom, namespace)
+    controller = kind(kubeconfig, namespace, workdir)
     audit = open(bed.audit_log)  # noqa: SIM115 (closed below, after the run)
     audit.seek(0, os.SEEK_END)
     begin = datetime.now(UTC)
     controller.start()
     sampler = TreeSampler(controller.proc.pid)
-    play = JumpstarterPlay(standin)
     steps = [
         ("fill", lambda: scenario_fill(standin, custom, namespace, figures, args.event_timeout)),
         ("steady", lambda: scenario_steady(bed, user, figures, args.steady_seconds)),
         (
             "burst_shrink",
-            lambda: scenario_burst_and_shrink(
-                standin, play, custom, namespace, figures, args.timeout, args.event_timeout
-            ),
+            lambda: scenario_burst_and_shrink(standin, custom, namespace, figures, args.timeout, args.event_timeout),
         ),
         (
             "latency",
-            lambda: scenario_latency(standin, play, custom, namespace, figures, args.events, args.event_timeout),
+            lambda: scenario_latency(standin, custom, namespace, figures, args.events, args.event_timeout),
         ),
     ]
     try:
@@ -629,9 +584,8 @@ def run_one(bed, api, kind, identity, rep, workdir, args) -> dict:
             except AssertionError as exc:
                 figures["errors"][step] = str(exc)[:500]
                 figures["errors"][f"{step}_log_tail"] = controller.log_tail(15)
-            print(f"  {kind.name} #{rep} {step}: {time.monotonic() - began:.1f} s", flush=True)
+            print(f"  {kind.name} #{figures['repetition']} {step}: {time.monotonic() - began:.1f} s", flush=True)
     finally:
-        play.stop()
         sampler.sample()
         controller.stop()
         figures.update(sampler.stop())
@@ -639,9 +593,6 @@ def run_one(bed, api, kind, identity, rep, workdir, args) -> dict:
             figures["requests_over_run"] = audited_requests(audit, user, begin, datetime.now(UTC))
         figures["requests_over_run_total"] = sum(figures["requests_over_run"].values())
         figures["duration_s"] = (datetime.now(UTC) - begin).total_seconds()
-        figures["jumpstarter_play_api_errors"] = len(play.errors)
-        drop_namespace(custom, core, namespace)
-    return figures
 
 
 # -- summary -----------------------------------------------------------------
