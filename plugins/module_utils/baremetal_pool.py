@@ -32,11 +32,11 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils impo
     baremetal,
     constants,
     placement,
+    set_overrides,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.exporter_state import (
     read_exporter,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.merge import deep_merge
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.parameters import (
     RECONNECT_TIMEOUT_BOUNDS,
 )
@@ -157,10 +157,13 @@ def _made_for(reported, exporter):
 class LabView:
     """One set's lab hosts as the last report and the Exporters show them."""
 
-    def __init__(self, exporter_set, virtual_target_class, owned, placed_exporters, now):
-        class_spec = (virtual_target_class or {}).get("spec") or {}
-        self.parameters = deep_merge(class_spec.get("parameters"),
-                                     (exporter_set.get("spec") or {}).get("parameters"))
+    def __init__(self, exporter_set, virtual_target_class, owned, placed_exporters, now,
+                 parameters=None):
+        # The set over its class, the hosts as the class allows them
+        # (set_overrides): a set never adds or redirects a host.
+        if parameters is None:
+            parameters = set_overrides.resolve(virtual_target_class, exporter_set)["parameters"]
+        self.parameters = parameters
         self.hosts = [h for h in self.parameters.get("hosts") or () if isinstance(h, dict)]
         self.host_names = {h.get("name") for h in self.hosts}
         self.report = read_report(exporter_set)

@@ -56,6 +56,10 @@ ANNOTATION_PROVISIONER = GROUP + "/provisioner"
 # Jumpstarter controller's endpoint, as "name" or "name/key", in the set's
 # namespace (an annotation because the upstream CRD prunes unknown spec fields).
 ANNOTATION_CONTROLLER_CA_CONFIGMAP = GROUP + "/controller-ca-configmap"
+# VirtualTargetClass annotation: values a set may give to fields that receive
+# or direct the class's credentials, "field=value|value; field=value"
+# (set_overrides.py); without it a set cannot change those fields.
+ANNOTATION_SET_OVERRIDABLE = GROUP + "/set-overridable"
 # Where the Jumpstarter controller publishes its CA unless a class says otherwise.
 DEFAULT_CONTROLLER_CA_CONFIGMAP = "jumpstarter-service-ca-cert"
 DEFAULT_CONTROLLER_CA_KEY = "ca.crt"
@@ -75,6 +79,7 @@ CONDITION_SCALING_LIMITED = "ScalingLimited"
 
 REASON_CLASS_NOT_FOUND = "ClassNotFound"
 REASON_INVALID_PARAMETERS = "InvalidParameters"
+REASON_CREDENTIAL_REDIRECT = "CredentialRedirect"
 REASON_REPLICA_FAILURE = "ReplicaFailure"
 REASON_MAX_REPLICAS_REACHED = "MaxReplicasReached"
 REASON_NO_FREE_SLOTS = "NoFreeSlots"

@@ -14,13 +14,10 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils impo
     baremetal_pool,
     constants,
     k8s_objects,
+    set_overrides,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.demand import (
     attribute_lease_demand,
-)
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.merge import (
-    deep_merge,
-    merge_images,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.plan import scale_plan
 
@@ -58,10 +55,14 @@ def observe(exporter_set, namespace_objects, now):
     leases = namespace_objects["Lease"]
     demand = attribute_lease_demand(namespace_objects["ExporterSet"], leases, exporters, now)
     pending_names = set(demand.get(name, []))
+    # The set over its class without credential redirects: what every
+    # provisioner entry point gets as merged_parameters and merged_images.
+    resolved = set_overrides.resolve(vclass, exporter_set) if vclass is not None else None
     lab = None
     if ((vclass or {}).get("spec") or {}).get("provisioner") == constants.PROVISIONER_QEMU_BAREMETAL:
         placed = [e for e in exporters if _labels(e).get(constants.LABEL_HOST)]
-        lab = baremetal_pool.LabView(exporter_set, vclass, owned, placed, now)
+        lab = baremetal_pool.LabView(exporter_set, vclass, owned, placed, now,
+                                     parameters=resolved["parameters"])
     return {
         "class": vclass,
         "owned": owned,
@@ -70,6 +71,7 @@ def observe(exporter_set, namespace_objects, now):
         "taken_names": sorted(e["metadata"]["name"] for e in exporters),
         "refusal": backend_refusal.read(exporter_set),
         "lab": lab,
+        "resolved": resolved,
         "now": now,
         "controller_ca": None,
     }
@@ -145,8 +147,11 @@ def _credentialed_without_backend(observed):
     While the backend's refusal holds, nothing can be made: the plan requeues
     the set for the moment it may be asked again. Lab hosts say themselves
     what runs on them (``baremetal_pool``). The dormant Exporter never has a
-    backend.
+    backend. A set that tries to redirect the class's credentials
+    (``set_overrides``) gets no backend at all.
     """
+    if (observed.get("resolved") or {}).get("violations"):
+        return []
     if observed.get("lab") is not None:
         return observed["lab"].unprovisioned()
     if provisioner_of(observed) not in constants.POD_PROVISIONERS:
@@ -182,7 +187,7 @@ def probe_playbook(observed):
 def playbook_variables(exporter_set, observed, plan, teardown=False):
     """The Ansible Operator SDK's variables for the set, plus what was observed."""
     vclass = observed["class"] or {}
-    class_spec = vclass.get("spec") or {}
+    resolved = observed.get("resolved") or set_overrides.resolve(vclass, exporter_set)
     meta = exporter_set["metadata"]
     spec = exporter_set.get("spec") or {}
     variables = k8s_objects.snake_case_spec(spec)
@@ -201,8 +206,8 @@ def playbook_variables(exporter_set, observed, plan, teardown=False):
                 if constants.ANNOTATION_DORMANT not in (e["metadata"].get("annotations") or {})
             ],
             "controller_tls_ca": (observed.get("controller_ca") or {}).get("tls_ca", ""),
-            "merged_parameters": deep_merge(class_spec.get("parameters"), spec.get("parameters")),
-            "merged_images": merge_images(class_spec.get("images"), spec.get("images")),
+            "merged_parameters": resolved["parameters"],
+            "merged_images": resolved["images"],
         }
     )
     return variables

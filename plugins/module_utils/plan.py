@@ -28,12 +28,11 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.expo
     find_condition,
     read_exporter,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.merge import (
-    deep_merge,
-    merge_images,
-)
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.parameters import (
     validate_parameters,
+)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.set_overrides import (
+    resolve,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.status import (
     counters_from_tally,
@@ -206,8 +205,11 @@ def scale_plan(exporter_set, virtual_target_class, exporters, pending_leases, no
 
     class_spec = virtual_target_class.get("spec") or {}
     provisioner = class_spec.get("provisioner")
-    parameters = deep_merge(class_spec.get("parameters"), spec.get("parameters"))
-    images = merge_images(class_spec.get("images"), spec.get("images"))
+    # The set over its class, with every field that receives or directs the
+    # class's credentials as the class has it; the set's attempts to change
+    # them are violations, and nothing is created while there are any.
+    resolved = resolve(virtual_target_class, exporter_set)
+    parameters, images, redirects = resolved["parameters"], resolved["images"], resolved["violations"]
     validation = validate_parameters(provisioner, parameters)
     errors = list(validation["errors"])
     try:
@@ -305,7 +307,7 @@ def scale_plan(exporter_set, virtual_target_class, exporters, pending_leases, no
         limits.apply(capacity.get("limit", 0), capacity.get("reason") or c.REASON_NO_FREE_SLOTS,
                      capacity.get("message") or "backend has no free capacity")
     limits.apply(options["burst"], None, None)
-    if errors:
+    if errors or redirects:
         limits.apply(0, None, None)
     backoff_wait = failures.backoff_remaining(options)
     if backoff_wait > 0:
@@ -332,7 +334,10 @@ def scale_plan(exporter_set, virtual_target_class, exporters, pending_leases, no
     if ca_unavailable:
         builder.requeue_at(CONTROLLER_CA_RETRY)
     degraded = _condition(c.CONDITION_DEGRADED, False, "AsExpected", "")
-    if errors:
+    if redirects:
+        degraded = _condition(c.CONDITION_DEGRADED, True, c.REASON_CREDENTIAL_REDIRECT,
+                              "; ".join(redirects + errors))
+    elif errors:
         degraded = _condition(c.CONDITION_DEGRADED, True, c.REASON_INVALID_PARAMETERS,
                               "; ".join(errors))
     elif ca_unavailable:
@@ -359,7 +364,8 @@ def scale_plan(exporter_set, virtual_target_class, exporters, pending_leases, no
         scaling_limited,
     ]
     return _finish(exporter_set, counters, now, builder, target, conditions,
-                   parameters=parameters, images=images, warnings=validation["warnings"])
+                   parameters=parameters, images=images,
+                   warnings=validation["warnings"] + resolved["warnings"])
 
 
 def _clamp(value, lower, upper):

@@ -79,12 +79,12 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils impo
     k8s_objects,
     k8s_status,
     plan,
+    set_overrides,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.exporter_state import (
     read_exporter,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s_client import api_client
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.merge import deep_merge
 
 
 def _lists_host(parameters, host):
@@ -176,8 +176,8 @@ def main():
             "virtual_target_class": vclass,
             "owned_exporters": set_exporters,
             "dormant": dormant,
-            "merged_parameters": deep_merge((vclass.get("spec") or {}).get("parameters"),
-                                            (exporter_set.get("spec") or {}).get("parameters")),
+            # The hosts as the class has them: a set never redirects one.
+            "merged_parameters": set_overrides.resolve(vclass, exporter_set)["parameters"],
             "remove": sorted(remove),
             "leased": sorted(leased),
         })
