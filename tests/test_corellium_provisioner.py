@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 
+from corellium_fake.server import Delays, FakeCorellium
 from jumpstarter_standin import wait_for
 from jumpstarter_standin.pytest_plugin import serve_namespace
 from kubernetes import client
@@ -30,6 +31,7 @@ CA_CONFIGMAP = "corellium-ca"
 DEVICE = {"flavor": "kronos", "os": "1.1.1", "build": "Critical Application Monitor (Baremetal)"}
 CORELLIUM_DRIVER = {"name": "corellium", "type": "jumpstarter_driver_corellium.driver.Corellium"}
 REFUSAL_ANNOTATION = "virtualtarget.jumpstarter.dev/backend-refusal"
+OVERRIDABLE_ANNOTATION = "virtualtarget.jumpstarter.dev/set-overridable"
 
 
 def corellium_class(api_client, namespace, fake, token=None, name=CLASS, **spec):
@@ -216,6 +218,85 @@ def test_quota_refusal_limits_scaling_with_the_api_message(api, namespace, stand
     time.sleep(2)
     assert len(standin.exporters()) == 2
     assert len(standin.pods()) == 1
+
+
+def redirect_refused(api_client, namespace, field):
+    """Until the set is Degraded/CredentialRedirect naming ``field``, with its Warning Event."""
+    custom = client.CustomObjectsApi(api_client)
+    core = client.CoreV1Api(api_client)
+
+    def degraded():
+        cond = condition(get_set(custom, namespace), "Degraded")
+        return cond if cond and cond["reason"] == "CredentialRedirect" else None
+
+    cond = wait_for(degraded, message="Degraded/CredentialRedirect")
+    assert cond["status"] == "True" and cond["message"].startswith(f"{field}: set by the class only")
+    events = wait_for(lambda: [e for e in core.list_namespaced_event(namespace).items
+                               if e.reason == "CredentialRedirect"], message="Event")
+    assert events[0].type == "Warning" and field in events[0].message
+    assert events[0].involved_object.name == "pool"
+
+
+def test_a_set_cannot_send_the_token_to_another_api_host(api, namespace, standin, operator, corellium_fake):
+    custom = client.CustomObjectsApi(api)
+    core = client.CoreV1Api(api)
+    with FakeCorellium(token=corellium_fake.token, delays=Delays()) as elsewhere:
+        corellium_class(api, namespace, corellium_fake)
+        # The class's CA bundle trusts both servers, and both take the token:
+        # only the rule keeps the token from the set's host.
+        bundle = open(corellium_fake.ca_path).read() + open(elsewhere.ca_path).read()
+        core.patch_namespaced_config_map(CA_CONFIGMAP, namespace, {"data": {"ca-bundle.crt": bundle}})
+        corellium_set(api, namespace, minAvailableReplicas=1,
+                      parameters={"api": {"host": elsewhere.host}})
+        proc = start_operator(operator)
+
+        redirect_refused(api, namespace, "spec.parameters.api.host")
+        time.sleep(2)
+        assert elsewhere.requests == [] and corellium_fake.requests == []
+        assert standin.pods() == []
+        # Nothing but the dormant Exporter, which has no backend.
+        assert [e["metadata"]["name"] for e in standin.exporters()] == ["pool-dormant-0"]
+
+        # Without the override the set is served from the class's host.
+        custom.patch_namespaced_custom_object(*GROUP, namespace, "exportersets", "pool",
+                                              {"spec": {"parameters": None}})
+        made = provision(standin, corellium_fake, 1)
+        assert list(made) == ["pool-0"]
+        wait_for(lambda: condition(get_set(custom, namespace), "Degraded")["status"] == "False",
+                 message="Degraded cleared")
+        pod = wait_for(lambda: (p := standin.pods()) and p[0], message="exporter Pod")
+        env = {e.name: e.value for e in pod.spec.containers[0].env}
+        assert env["CORELLIUM_API_HOST"] == corellium_fake.host
+        assert elsewhere.requests == []
+        assert_token_nowhere(api, namespace, corellium_fake.token, proc.log_path.read_text())
+
+
+def test_a_set_cannot_give_the_token_to_another_exporter_image(
+        api, namespace, standin, operator, corellium_fake):
+    custom = client.CustomObjectsApi(api)
+    allowed = "quay.io/example/jumpstarter-corellium:1"
+    corellium_class(api, namespace, corellium_fake)
+    custom.patch_namespaced_custom_object(*GROUP, namespace, "virtualtargetclasses", CLASS, {
+        "metadata": {"annotations": {OVERRIDABLE_ANNOTATION: f"images.exporter={allowed}"}}})
+    evil = "registry.example/collects-tokens:1"
+    corellium_set(api, namespace, minAvailableReplicas=1, images={"exporter": {"image": evil}})
+    start_operator(operator)
+
+    redirect_refused(api, namespace, "spec.images.exporter")
+    time.sleep(2)
+    # No instance, and no Pod at all: none with the set's image gets the token.
+    assert corellium_fake.requests == [] and corellium_fake.instances() == []
+    assert standin.pods() == []
+
+    # An image the class allows is taken.
+    custom.patch_namespaced_custom_object(*GROUP, namespace, "exportersets", "pool",
+                                          {"spec": {"images": {"exporter": {"image": allowed}}}})
+    assert list(provision(standin, corellium_fake, 1)) == ["pool-0"]
+    pod = wait_for(lambda: (p := standin.pods()) and p[0], message="exporter Pod")
+    assert pod.spec.containers[0].image == allowed
+    wait_for(lambda: condition(get_set(custom, namespace), "Degraded")["status"] == "False",
+             message="Degraded cleared")
+    assert all(p.spec.containers[0].image != evil for p in standin.pods())
 
 
 def test_deleting_sets_deletes_or_retains_instances(api, namespace, standin, operator, corellium_fake):
