@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -70,6 +71,16 @@ class OperatorProcess:
             time.sleep(0.2)
         raise AssertionError(f"operator not ready after {timeout}s:\n{self.log_tail()}")
 
+    def probe(self, path: str) -> tuple[int, str] | None:
+        """``(status, body)`` of ``/healthz`` or ``/readyz``; None while nothing answers."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=2) as resp:
+                return resp.status, resp.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
+        except OSError:
+            return None
+
     def metrics(self) -> str:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as resp:
             return resp.read().decode()
@@ -81,6 +92,13 @@ class OperatorProcess:
             if line.startswith(prefix + " ") or (not labels and line.startswith(name + "{")):
                 total += float(line.rsplit(" ", 1)[1])
         return total
+
+    def leads(self) -> bool:
+        """What the process says of itself: ``jumpstarter_exporterset_leader``."""
+        try:
+            return self.metric("jumpstarter_exporterset_leader") == 1
+        except OSError:
+            return False
 
     def kill(self) -> None:
         if self.proc and self.proc.poll() is None:

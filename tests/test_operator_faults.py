@@ -110,18 +110,24 @@ def test_only_the_leader_acts(testbed, api, namespace, standin, tmp_path):
     first = OperatorProcess(str(testbed.kubeconfig), namespace, tmp_path, *election).start()
     second = OperatorProcess(str(testbed.kubeconfig), namespace, tmp_path, *election).start()
     try:
-        leader = wait_for(lambda: next((p for p in (first, second) if _ready(p)), None), message="a leader")
+        # Both serve /readyz once their caches are synced, leader or not: a
+        # Deployment's rolling update waits on exactly that.
+        first.wait_ready()
+        second.wait_ready()
+        leader = wait_for(lambda: next((p for p in (first, second) if p.leads()), None), message="a leader")
         follower = second if leader is first else first
         settle_pool(standin, 1, custom, namespace)
         assert follower.metric("jumpstarter_exporterset_reconciles_total") == 0
-        assert not _ready(follower)
+        assert not follower.leads()
+        assert follower.probe("/readyz") == (200, "ok")
+        assert follower.probe("/healthz") == (200, "ok")
         lease = client.CoordinationV1Api(api).read_namespaced_lease("pool-operator", namespace)
         assert lease.spec.holder_identity.endswith(f"_{leader.proc.pid}")
 
         # The leader dies; the follower takes over once the lease expires and
         # serves new demand.
         leader.kill()
-        wait_for(lambda: _ready(follower), timeout=60, message="follower takes over")
+        wait_for(lambda: follower.leads(), timeout=60, message="follower takes over")
         custom.patch_namespaced_custom_object(*GROUP, namespace, "exportersets", "pool",
                                               {"spec": {"minAvailableReplicas": 2}})
         settle_pool(standin, 2, custom, namespace)
@@ -130,12 +136,3 @@ def test_only_the_leader_acts(testbed, api, namespace, standin, tmp_path):
         first.stop()
         second.stop()
 
-
-def _ready(proc: OperatorProcess) -> bool:
-    import urllib.request
-
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{proc.port}/readyz", timeout=1) as resp:
-            return resp.status == 200
-    except OSError:
-        return False

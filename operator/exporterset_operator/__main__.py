@@ -14,6 +14,9 @@ from pathlib import Path
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s_client import (
     api_client as load_client,
 )
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.timeutil import (
+    parse_duration,
+)
 from kubernetes import client
 
 from . import cgroup, logs
@@ -35,6 +38,20 @@ def _collection_root() -> Path:
     return Path(k8s_observe.__file__).resolve().parents[2]
 
 
+def duration(value: str) -> float:
+    """Seconds, plain ("600") or as a Go duration ("10m")."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            seconds = parse_duration(value)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    if seconds < 0:
+        raise argparse.ArgumentTypeError(f"negative duration: {value!r}")
+    return seconds
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     env = os.environ.get
     parser = argparse.ArgumentParser(prog="exporterset-operator", description=__doc__)
@@ -54,6 +71,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--metrics-bind-address", default=env("METRICS_BIND_ADDRESS", "0.0.0.0:8080"),
                         help="address of /metrics, /healthz and /readyz")
+    parser.add_argument(
+        "--stuck-reconcile-timeout", type=duration, default=env("STUCK_RECONCILE_TIMEOUT", "10m"),
+        help="/healthz fails while one reconcile has run longer than this (default 10m; 0: never)",
+    )
+    parser.add_argument(
+        "--watch-silence-timeout", type=duration, default=env("WATCH_SILENCE_TIMEOUT", "15m"),
+        help="/healthz fails when an informer has not heard from the API server for this long "
+        "(default 15m, three watch timeouts; 0: never)",
+    )
     parser.add_argument("--leader-elect", action="store_true", default=env("LEADER_ELECT") == "true")
     parser.add_argument("--leader-election-id", default=env("LEADER_ELECTION_ID"))
     parser.add_argument("--leader-election-namespace", default=env("LEADER_ELECTION_NAMESPACE"))
@@ -105,11 +131,16 @@ def main(argv: list[str] | None = None) -> int:
     controller = Controller(
         api_client, make_reconciler, metrics, workers=workers, namespace=args.namespace,
         resync_period=watch.reconcile_period,
+        stuck_reconcile_timeout=args.stuck_reconcile_timeout,
+        watch_silence_timeout=args.watch_silence_timeout,
     )
-    leading = threading.Event()
+    log.info("starting", extra={"provisioners": args.provisioners, "workers": workers,
+                                "namespace": args.namespace or "*"})
+    # Every replica keeps its caches warm, leader or not: it is ready once
+    # they are synced, and a follower that takes over starts from them.
+    controller.start_informers()
     host, _, port = args.metrics_bind_address.rpartition(":")
-    serve(host or "0.0.0.0", int(port), metrics, healthy=lambda: True,
-          ready=lambda: controller.synced() and (leading.is_set() or not args.leader_elect))
+    serve(host or "0.0.0.0", int(port), metrics, healthy=controller.liveness, ready=controller.readiness)
 
     stopped = threading.Event()
 
@@ -122,19 +153,18 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, shutdown)
 
     def lead():
-        log.info("starting", extra={"provisioners": args.provisioners, "workers": workers,
-                                    "namespace": args.namespace or "*"})
-        controller.start_informers()
+        log.info("leading: reconciling once the caches are synced")
+        metrics.leader.set(1)
         controller.wait_synced()
-        leading.set()
         controller.start_workers()
 
     if args.leader_elect:
         from kubernetes.leaderelection import electionconfig, leaderelection
-        from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
+
+        from .election import ResilientLeaseLock
 
         identity = f"{socket.gethostname()}_{os.getpid()}"
-        lock = LeaseLock(
+        lock = ResilientLeaseLock(
             args.leader_election_id or "exporterset-operator-" + "-".join(
                 p.split(".")[0] for p in sorted(args.provisioners)),
             args.leader_election_namespace or args.namespace or "default",
@@ -149,7 +179,9 @@ def main(argv: list[str] | None = None) -> int:
             electionconfig.Config(lock, lease_duration=15, renew_deadline=10, retry_period=2,
                                   onstarted_leading=lead, onstopped_leading=lost)
         )
-        threading.Thread(target=election.run, name="leader-election", daemon=True).start()
+        elector = threading.Thread(target=election.run, name="leader-election", daemon=True)
+        elector.start()
+        controller.keep_alive(elector)
     else:
         lead()
     stopped.wait()

@@ -1,5 +1,5 @@
 """Wires the informers, the event → ExporterSet mapping, the work queue and
-the workers together."""
+the workers together, and says whether they are ready and alive."""
 
 from __future__ import annotations
 
@@ -44,20 +44,32 @@ class Controller:
         workers: int,
         namespace: str | None = None,
         resync_period: float = 300.0,
+        stuck_reconcile_timeout: float = 600.0,
+        watch_silence_timeout: float = 900.0,
+        clock=time.monotonic,
     ):
         self.api_client = api_client
         self.metrics = metrics
         self.workers = workers
         self.resync_period = resync_period
+        self.stuck_reconcile_timeout = stuck_reconcile_timeout
+        self.watch_silence_timeout = watch_silence_timeout
+        self.clock = clock
         self.queue = WorkQueue()
         self.caches: dict[str, Informer] = {}
         for resource in RESOURCES:
-            informer = Informer(resource, api_client, namespace=namespace)
+            informer = Informer(resource, api_client, namespace=namespace, clock=clock)
             informer.handlers.append(self._handler_for(resource.kind))
             self.caches[resource.kind] = informer
         self.reconciler: Reconciler = reconciler_factory(self.caches)
         self._stop = threading.Event()
+        # Threads that must live as long as the process: the informers from
+        # start_informers(), the workers and the resync from start_workers(),
+        # and whatever else the caller adds (the leader election).
         self._threads: list[threading.Thread] = []
+        # Worker thread name -> (key, when its reconcile started).
+        self._in_flight: dict[str, tuple[tuple[str, str], float]] = {}
+        self._in_flight_lock = threading.Lock()
 
     # -- event mapping ---------------------------------------------------------
     def _handler_for(self, kind: str):
@@ -123,8 +135,46 @@ class Controller:
         for informer in self.caches.values():
             self._threads.append(informer.start())
 
+    def keep_alive(self, thread: threading.Thread) -> None:
+        """Count ``thread`` dying as the process being unhealthy."""
+        self._threads.append(thread)
+
     def synced(self) -> bool:
         return all(informer.synced.is_set() for informer in self.caches.values())
+
+    # -- probes --------------------------------------------------------------------
+    def readiness(self) -> list[str]:
+        """Why the process cannot serve yet (empty: it can). Leadership does
+        not matter: a synced follower is a ready standby."""
+        unsynced = [kind for kind, informer in self.caches.items() if not informer.synced.is_set()]
+        return [f"caches not synced: {', '.join(unsynced)}"] if unsynced else []
+
+    def liveness(self) -> list[str]:
+        """Why the process is stuck (empty: it is not): a thread that must run
+        has died, a worker has been in one reconcile for longer than
+        ``stuck_reconcile_timeout``, or an informer has not heard from the API
+        server for longer than ``watch_silence_timeout``. A bound of 0 turns
+        its check off."""
+        if self._stop.is_set():
+            return []
+        problems = [f"thread {thread.name} has died" for thread in self._threads if not thread.is_alive()]
+        now = self.clock()
+        if self.stuck_reconcile_timeout:
+            with self._in_flight_lock:
+                in_flight = sorted(self._in_flight.items())
+            for worker, ((namespace, name), started) in in_flight:
+                if now - started > self.stuck_reconcile_timeout:
+                    problems.append(
+                        f"{worker} has been reconciling {namespace}/{name} for {now - started:.0f}s "
+                        f"(bound {self.stuck_reconcile_timeout:g}s)")
+        if self.watch_silence_timeout:
+            for kind, informer in self.caches.items():
+                silent = now - informer.last_contact
+                if silent > self.watch_silence_timeout:
+                    problems.append(
+                        f"{kind} informer has not heard from the API server for {silent:.0f}s "
+                        f"(bound {self.watch_silence_timeout:g}s)")
+        return problems
 
     def wait_synced(self, timeout: float | None = None) -> bool:
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -150,11 +200,14 @@ class Controller:
                 self.queue.add((meta["namespace"], meta["name"]))
 
     def _work(self) -> None:
+        worker = threading.current_thread().name
         while not self._stop.is_set():
             key = self.queue.get()
             if key is None:
                 return
             started = time.monotonic()
+            with self._in_flight_lock:
+                self._in_flight[worker] = (key, self.clock())
             path = "error"
             try:
                 result = self.reconciler.reconcile(key)
@@ -187,6 +240,8 @@ class Controller:
                 log.debug("reconciled", extra={"namespace": key[0], "exporterset": key[1],
                                                "path": path, "seconds": round(elapsed, 4)})
                 self.queue.done(key)
+                with self._in_flight_lock:
+                    self._in_flight.pop(worker, None)
 
     def stop(self) -> None:
         self._stop.set()

@@ -12,6 +12,7 @@ import json
 import logging
 import random
 import threading
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -65,6 +66,7 @@ class Informer:
     backoff_base: float = 0.5
     backoff_cap: float = 30.0
     watch_timeout: int = 300
+    clock: Callable[[], float] = time.monotonic
 
     def __post_init__(self) -> None:
         self._store: dict[ObjectKey, dict] = {}
@@ -74,6 +76,17 @@ class Informer:
         self._watch: watch.Watch | None = None
         self._rng = random.Random()
         self.relists = 0
+        # When the API server last answered this informer: a successful list,
+        # any watch event (bookmarks included), or a watch it ended on its own
+        # timeout. Starts at creation, so a process that never gets through
+        # counts as silent from then.
+        self.last_contact = self.clock()
+
+    def heard(self) -> None:
+        self.last_contact = self.clock()
+
+    def silent_for(self) -> float:
+        return self.clock() - self.last_contact
 
     # -- cache reads ---------------------------------------------------------
     def get(self, namespace: str, name: str) -> dict | None:
@@ -122,6 +135,7 @@ class Informer:
             old = self._store
             self._store = fresh
         self.relists += 1
+        self.heard()
         for key, obj in fresh.items():
             previous = old.get(key)
             if previous is None:
@@ -172,6 +186,7 @@ class Informer:
                     **kwargs,
                 ):
                     failures = 0
+                    self.heard()
                     event_type = event["type"]
                     obj = event["object"]
                     if event_type == "BOOKMARK":
@@ -183,6 +198,10 @@ class Informer:
                     self._apply(event_type, obj)
                     if self._stop.is_set():
                         break
+                else:
+                    # The server closed the watch at timeout_seconds: it is
+                    # there, just quiet.
+                    self.heard()
             except ApiException as exc:
                 if exc.status == 410:
                     log.info("watch expired; relisting", extra={"kind": self.resource.kind})

@@ -77,6 +77,11 @@ class Metrics:
                 ("leasedReplicas", "leased_replicas", "Owned Exporters serving a lease."),
             )
         }
+        self.leader = Gauge(
+            "jumpstarter_exporterset_leader",
+            "1 while this process leads (or runs without leader election) and reconciles, else 0.",
+            registry=r,
+        )
         self.pending_demand = Gauge(
             "jumpstarter_exporterset_pending_demand",
             "Pending leases attributed to the set.",
@@ -104,19 +109,22 @@ def serve(
     address: str,
     port: int,
     metrics: Metrics,
-    healthy: Callable[[], bool],
-    ready: Callable[[], bool],
+    healthy: Callable[[], list[str]],
+    ready: Callable[[], list[str]],
 ) -> ThreadingHTTPServer:
+    """``healthy`` and ``ready`` return what is wrong; nothing means 200 "ok",
+    anything means 503 with one problem a line."""
+
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
             if self.path == "/metrics":
                 self._send(200, metrics.exposition(), CONTENT_TYPE_LATEST)
-            elif self.path == "/healthz":
-                ok = healthy()
-                self._send(200 if ok else 503, b"ok" if ok else b"unhealthy")
-            elif self.path == "/readyz":
-                ok = ready()
-                self._send(200 if ok else 503, b"ok" if ok else b"not ready")
+            elif self.path in ("/healthz", "/readyz"):
+                problems = (healthy if self.path == "/healthz" else ready)()
+                if problems:
+                    self._send(503, "\n".join(problems).encode() + b"\n")
+                else:
+                    self._send(200, b"ok")
             else:
                 self._send(404, b"not found")
 

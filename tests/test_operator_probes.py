@@ -1,0 +1,206 @@
+"""/readyz and /healthz of the real operator process on the test bed: what a
+kubelet sees, a rolling update of two replicas, a reconcile that hangs."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from pathlib import Path
+
+import yaml
+from jumpstarter_standin import wait_for
+from kubernetes import client
+from operator_process import ROOT, OperatorProcess
+from pool_helpers import GROUP, make_class, make_set, settle_pool
+
+ELECTION = ("--leader-elect", "--leader-election-id", "pool-operator")
+KINDS = "ExporterSet, VirtualTargetClass, Exporter, Lease, Pod, Secret"
+
+
+class GatedProxy:
+    """A TCP port in front of the API server that refuses connections until
+    ``open()``: bound but not listening, so a connect is refused at once."""
+
+    def __init__(self, upstream: tuple[str, int]) -> None:
+        self.upstream = upstream
+        self.listener = socket.socket()
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.listener.bind(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self._sockets: list[socket.socket] = []
+
+    def open(self) -> None:
+        self.listener.listen(64)
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                downstream, _ = self.listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self.upstream)
+            self._sockets += [downstream, upstream]
+            for source, sink in ((downstream, upstream), (upstream, downstream)):
+                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
+
+    @staticmethod
+    def _pump(source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (source, sink):
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self.listener.close()
+        for sock in self._sockets:
+            sock.close()
+
+
+def _probe_is(proc: OperatorProcess, path: str, status: int, contains: str = ""):
+    def check():
+        assert proc.proc.poll() is None, f"operator exited:\n{proc.log_tail()}"
+        answer = proc.probe(path)
+        return answer if answer and answer[0] == status and contains in answer[1] else None
+
+    return check
+
+
+def test_not_ready_before_the_caches_sync_then_ready_without_leading(testbed, namespace, tmp_path):
+    """Before its first list the process answers 503 and names every cache;
+    its watches, silent for longer than the bound, fail /healthz. Once the
+    API server can be reached it is ready and healthy."""
+    server = json.loads(testbed.kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
+    host, port = server.removeprefix("https://").rsplit(":", 1)
+    proxy = GatedProxy((host, int(port)))
+    kubeconfig = json.loads(testbed.kubeconfig.read_text())
+    kubeconfig["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{proxy.port}"
+    gated = tmp_path / "gated-kubeconfig"
+    gated.write_text(json.dumps(kubeconfig))
+    proc = OperatorProcess(str(gated), namespace, tmp_path, *ELECTION, "--leader-election-namespace", namespace,
+                           "--watch-silence-timeout", "2")
+    try:
+        proc.start()
+        status, body = wait_for(lambda: proc.probe("/readyz"), timeout=60, message="/readyz answers")
+        assert (status, body) == (503, f"caches not synced: {KINDS}\n")
+        status, body = wait_for(_probe_is(proc, "/healthz", 503), timeout=30, message="/healthz fails")
+        assert "ExporterSet informer has not heard from the API server for" in body
+        assert proc.probe("/readyz") == (503, f"caches not synced: {KINDS}\n")
+
+        proxy.open()
+        wait_for(_probe_is(proc, "/readyz", 200), timeout=90, message="/readyz ready once synced")
+        wait_for(_probe_is(proc, "/healthz", 200), timeout=30, message="/healthz healthy again")
+    finally:
+        proc.stop()
+        proxy.close()
+        print(f"--- operator log ---\n{proc.log_tail(40)}")
+
+
+def test_a_rolling_update_of_two_replicas_completes(testbed, api, namespace, standin, tmp_path):
+    """A Deployment of 2 replicas, RollingUpdate with maxSurge 1 and
+    maxUnavailable 0, as the kubelet gates it: a new Pod must be ready before
+    an old one is stopped. The new Pods are followers while an old one leads;
+    were only the leader ready, the first new Pod would never be and the
+    rollout would stall."""
+    custom = client.CustomObjectsApi(api)
+    make_class(custom, namespace)
+    make_set(custom, namespace, minAvailableReplicas=1)
+    election = (*ELECTION, "--leader-election-namespace", namespace)
+
+    def replica():
+        return OperatorProcess(str(testbed.kubeconfig), namespace, tmp_path, *election).start()
+
+    old = [replica(), replica()]
+    new: list[OperatorProcess] = []
+    try:
+        for proc in old:
+            proc.wait_ready()
+        settle_pool(standin, 1, custom, namespace)
+        assert sum(proc.leads() for proc in old) == 1
+
+        started = time.monotonic()
+        for index, retiring in enumerate(old):
+            surge = replica()
+            new.append(surge)
+            surge.wait_ready(timeout=60)
+            print(f"new replica {index} ready after {time.monotonic() - started:.1f}s "
+                  f"(leading: {surge.leads()})")
+            retiring.stop()
+        rollout = time.monotonic() - started
+        print(f"rollout of 2 replicas took {rollout:.1f}s")
+
+        # The new replicas take over: one leads once the old lease expires,
+        # and serves new demand; the other only stands by.
+        leader = wait_for(lambda: next((p for p in new if p.leads()), None), timeout=60, message="a new leader")
+        print(f"a new replica leads {time.monotonic() - started:.1f}s after the rollout began")
+        custom.patch_namespaced_custom_object(*GROUP, namespace, "exportersets", "pool",
+                                              {"spec": {"minAvailableReplicas": 2}})
+        settle_pool(standin, 2, custom, namespace, timeout=120)
+        follower = next(p for p in new if p is not leader)
+        assert leader.metric("jumpstarter_exporterset_reconciles_total") > 0
+        assert follower.metric("jumpstarter_exporterset_reconciles_total") == 0
+        assert [p.leads() for p in new].count(True) == 1
+        for proc in new:
+            assert proc.probe("/readyz") == (200, "ok")
+            assert proc.probe("/healthz") == (200, "ok")
+    finally:
+        for proc in old + new:
+            proc.stop()
+
+
+HOLD_PLAYBOOK = """\
+- name: Hold the reconcile until the test releases it
+  hosts: localhost
+  connection: local
+  gather_facts: false
+  tasks:
+    - name: Wait for the release file
+      ansible.builtin.wait_for:
+        path: {release}
+        timeout: 600
+
+- name: Then reconcile as always
+  ansible.builtin.import_playbook: {reconcile}
+"""
+
+
+def test_healthz_fails_while_a_reconcile_hangs_and_recovers(testbed, api, namespace, standin, tmp_path):
+    """The reconcile playbook (named by watches.yaml) hangs until released:
+    past --stuck-reconcile-timeout /healthz names the worker and the set;
+    once the playbook ends and the pool settles, it is healthy again."""
+    release = tmp_path / "release"
+    playbook = tmp_path / "hold.yml"
+    playbook.write_text(HOLD_PLAYBOOK.format(release=release, reconcile=ROOT / "playbooks" / "reconcile.yml"))
+    watches = yaml.safe_load((ROOT / "operator" / "watches.yaml").read_text())
+    watches[0]["playbook"] = str(playbook)
+    watches_file = tmp_path / "watches.yaml"
+    watches_file.write_text(yaml.safe_dump(watches))
+
+    custom = client.CustomObjectsApi(api)
+    make_class(custom, namespace)
+    make_set(custom, namespace, minAvailableReplicas=1)
+    proc = OperatorProcess(str(testbed.kubeconfig), namespace, tmp_path, "--watches-file", str(watches_file),
+                           "--stuck-reconcile-timeout", "3").start()
+    try:
+        proc.wait_ready()
+        assert proc.probe("/healthz") == (200, "ok")
+        _, body = wait_for(_probe_is(proc, "/healthz", 503), timeout=120, message="/healthz fails on the hang")
+        assert f"has been reconciling {namespace}/pool for" in body and "(bound 3s)" in body
+        # Still serving: only a kubelet acts on /healthz.
+        assert proc.probe("/readyz") == (200, "ok")
+
+        Path(release).touch()
+        settle_pool(standin, 1, custom, namespace, timeout=180)
+        wait_for(_probe_is(proc, "/healthz", 200), timeout=60, message="/healthz healthy again")
+    finally:
+        proc.stop()
+        print(f"--- operator log ---\n{proc.log_tail(40)}")
