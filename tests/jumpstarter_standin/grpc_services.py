@@ -1067,35 +1067,20 @@ class _RouterSide:
             self.end()
 
 
-# Two services share method names (GetLease, ListLeases): the ClientService's
-# are bound on a view whose methods are the client API's.
-class _ClientServiceView(client_pb2_grpc.ClientServiceServicer):
-    def __init__(self, services: _Services):
-        self._s = services
+# Two services share method names (GetLease, ListLeases): the ClientService is
+# served by a view whose methods are the client API's, bound to _Services.
+_CLIENT_SERVICE_METHODS = {
+    "GetExporter": "GetExporter", "ListExporters": "ListExporters", "GetLease": "GetLeaseClient",
+    "ListLeases": "ListLeasesClient", "CreateLease": "CreateLease", "UpdateLease": "UpdateLease",
+    "DeleteLease": "DeleteLease", "RotateToken": "RotateToken",
+}
 
-    def GetExporter(self, request, context):
-        return self._s.GetExporter(request, context)
 
-    def ListExporters(self, request, context):
-        return self._s.ListExporters(request, context)
-
-    def GetLease(self, request, context):
-        return self._s.GetLeaseClient(request, context)
-
-    def ListLeases(self, request, context):
-        return self._s.ListLeasesClient(request, context)
-
-    def CreateLease(self, request, context):
-        return self._s.CreateLease(request, context)
-
-    def UpdateLease(self, request, context):
-        return self._s.UpdateLease(request, context)
-
-    def DeleteLease(self, request, context):
-        return self._s.DeleteLease(request, context)
-
-    def RotateToken(self, request, context):
-        return self._s.RotateToken(request, context)
+def _client_service_view(services: _Services) -> client_pb2_grpc.ClientServiceServicer:
+    view = client_pb2_grpc.ClientServiceServicer()
+    for method, target in _CLIENT_SERVICE_METHODS.items():
+        setattr(view, method, getattr(services, target))
+    return view
 
 
 # -- the server ------------------------------------------------------------------------
@@ -1164,7 +1149,7 @@ class GrpcStandIn:
             ])
         services = _Services(self)
         jumpstarter_pb2_grpc.add_ControllerServiceServicer_to_server(services, server)
-        client_pb2_grpc.add_ClientServiceServicer_to_server(_ClientServiceView(services), server)
+        client_pb2_grpc.add_ClientServiceServicer_to_server(_client_service_view(services), server)
         router_pb2_grpc.add_RouterServiceServicer_to_server(services, server)
         self.port = server.add_secure_port("0.0.0.0:0", credentials)
         server.start()
