@@ -153,6 +153,29 @@ def with_controller_reference(refs: list | None, owner_ref: dict) -> list:
     return [*kept, owner_ref]
 
 
+def wake_on_events(stop: threading.Event, wake: threading.Event, list_func, *args, on_event=None,
+                   **kwargs) -> None:
+    """Until ``stop`` is set, watch what ``list_func`` lists and set ``wake``
+    on every event (after ``on_event``, if given); a broken watch is
+    restarted, as informers do."""
+    while not stop.is_set():
+        stream = watch.Watch()
+        try:
+            for event in stream.stream(list_func, *args, timeout_seconds=30, **kwargs):
+                if on_event is not None:
+                    on_event(event)
+                wake.set()
+                if stop.is_set():
+                    break
+        except Exception as exc:  # noqa: BLE001 - a broken watch is restarted, as informers do
+            if stop.is_set():
+                return
+            log.debug("watch restarted: %s", exc)
+            time.sleep(0.5)
+        finally:
+            stream.stop()
+
+
 def _namespace_terminating(exc: ApiException) -> bool:
     """A write refused because the namespace is going away (the end of a test)."""
     return exc.status == 403 and "being terminated" in str(exc.body or "")
@@ -216,22 +239,7 @@ class StandInController:
         self._watch(self.core.list_namespaced_secret, self.namespace, on_event=on_event)
 
     def _watch(self, list_func, *args, on_event=None) -> None:
-        while not self._stop.is_set():
-            stream = watch.Watch()
-            try:
-                for event in stream.stream(list_func, *args, timeout_seconds=30):
-                    if on_event is not None:
-                        on_event(event)
-                    self._wake.set()
-                    if self._stop.is_set():
-                        break
-            except Exception as exc:  # noqa: BLE001 - a broken watch is restarted, as informers do
-                if self._stop.is_set():
-                    return
-                log.debug("watch restarted: %s", exc)
-                time.sleep(0.5)
-            finally:
-                stream.stop()
+        wake_on_events(self._stop, self._wake, list_func, *args, on_event=on_event)
 
     def _loop(self) -> None:
         while not self._stop.is_set():

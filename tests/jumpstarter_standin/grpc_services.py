@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -121,33 +122,32 @@ def _k8s_error(exc: ApiException) -> RpcAbort:
     return _unknown(message)
 
 
+@contextlib.contextmanager
+def _as_rpc_status(context):
+    """An RpcAbort (or an API error) raised by a handler becomes the call's
+    status, as returning an error from a Go handler does."""
+    try:
+        yield
+    except RpcAbort as exc:
+        context.abort(exc.code, exc.message)
+    except ApiException as exc:
+        error = _k8s_error(exc)
+        context.abort(error.code, error.message)
+
+
 def _rpc(method):
-    """Turn an RpcAbort (or an API error) raised by a unary handler into the
-    call's status, as returning an error from a Go handler does."""
+    @functools.wraps(method)
     def wrapper(self, request, context):
-        try:
+        with _as_rpc_status(context):
             return method(self, request, context)
-        except RpcAbort as exc:
-            context.abort(exc.code, exc.message)
-        except ApiException as exc:
-            error = _k8s_error(exc)
-            context.abort(error.code, error.message)
-    wrapper.__name__ = method.__name__
-    wrapper.__doc__ = method.__doc__
     return wrapper
 
 
 def _rpc_stream(method):
+    @functools.wraps(method)
     def wrapper(self, request, context):
-        try:
+        with _as_rpc_status(context):
             yield from method(self, request, context)
-        except RpcAbort as exc:
-            context.abort(exc.code, exc.message)
-        except ApiException as exc:
-            error = _k8s_error(exc)
-            context.abort(error.code, error.message)
-    wrapper.__name__ = method.__name__
-    wrapper.__doc__ = method.__doc__
     return wrapper
 
 
@@ -820,15 +820,20 @@ class _Services(jumpstarter_pb2_grpc.ControllerServiceServicer, router_pb2_grpc.
         namespace = parse_namespace(request.parent)
         self._client_in(context, namespace)
         _selector_string(parse_label_selector(request.filter))  # refused as the real one refuses it
-        kwargs = {"label_selector": request.filter} if request.filter else {}
+        items, next_page = self._list_page(namespace, "exporters", request, request.filter)
+        return client_pb2.ListExportersResponse(exporters=[exporter_to_pb(e) for e in items],
+                                                next_page_token=next_page)
+
+    def _list_page(self, namespace: str, plural: str, request, label_selector: str) -> tuple[list, str]:
+        """One page of a list request (``page_size``, ``page_token``): its
+        items and the token of the next page."""
+        kwargs = {"label_selector": label_selector} if label_selector else {}
         if request.page_size:
             kwargs["limit"] = request.page_size
         if request.page_token:
             kwargs["_continue"] = request.page_token
-        listed = self.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, "exporters", **kwargs)
-        return client_pb2.ListExportersResponse(
-            exporters=[exporter_to_pb(e) for e in listed["items"]],
-            next_page_token=(listed.get("metadata") or {}).get("continue") or "")
+        listed = self.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, plural, **kwargs)
+        return listed["items"], (listed.get("metadata") or {}).get("continue") or ""
 
     @_rpc
     def ListLeasesClient(self, request, context):
@@ -844,14 +849,8 @@ class _Services(jumpstarter_pb2_grpc.ControllerServiceServicer, router_pb2_grpc.
             selectors.append(_selector_string(prefixed))
         if not request.HasField("only_active") or request.only_active:
             selectors.append(f"!{LEASE_ENDED_LABEL}")
-        kwargs = {"label_selector": ",".join(selectors)} if selectors else {}
-        if request.page_size:
-            kwargs["limit"] = request.page_size
-        if request.page_token:
-            kwargs["_continue"] = request.page_token
-        listed = self.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, "leases", **kwargs)
-        return client_pb2.ListLeasesResponse(leases=[lease_to_pb(x) for x in listed["items"]],
-                                             next_page_token=(listed.get("metadata") or {}).get("continue") or "")
+        items, next_page = self._list_page(namespace, "leases", request, ",".join(selectors))
+        return client_pb2.ListLeasesResponse(leases=[lease_to_pb(x) for x in items], next_page_token=next_page)
 
     @_rpc
     def GetLeaseClient(self, request, context):

@@ -30,8 +30,10 @@ import time
 import grpc
 import yaml
 from jumpstarter_protocol.jumpstarter.v1 import common_pb2, jumpstarter_pb2, jumpstarter_pb2_grpc
-from kubernetes import client, watch
+from kubernetes import client
 from kubernetes.client.rest import ApiException
+
+from .controller import wake_on_events
 
 log = logging.getLogger(__name__)
 
@@ -66,8 +68,6 @@ class ExporterProcess:
         self.stop_event = threading.Event()
         self.unregister_on_stop = True
         self.thread = threading.Thread(target=self._run, daemon=True, name=f"pod-exporter-{self.pod_name}")
-        self.registrations = 0
-        self.refusals: list[str] = []
 
     def start(self) -> ExporterProcess:
         self.thread.start()
@@ -89,8 +89,7 @@ class ExporterProcess:
                 clean = self._serve(config)
             except grpc.RpcError as exc:
                 # The process exits on an RPC failure; its container restarts.
-                self.refusals.append(f"{exc.code().name}: {exc.details()}")
-                log.debug("exporter of Pod %s: %s", self.pod_name, exc)
+                log.debug("exporter of Pod %s: %s: %s", self.pod_name, exc.code().name, exc.details())
                 clean = False
             except Exception:  # noqa: BLE001 - a crashed process is restarted, as a container is
                 log.exception("exporter of Pod %s crashed", self.pod_name)
@@ -120,7 +119,6 @@ class ExporterProcess:
             stub = jumpstarter_pb2_grpc.ControllerServiceStub(channel)
             stub.Register(jumpstarter_pb2.RegisterRequest(labels={}, reports=reports),
                           metadata=metadata, timeout=RPC_TIMEOUT)
-            self.registrations += 1
             self._report(stub, metadata, common_pb2.EXPORTER_STATUS_AVAILABLE, "Exporter registered and available")
             stream = stub.Status(jumpstarter_pb2.StatusRequest(), metadata=metadata)
             stopper = threading.Thread(target=self._cancel_on_stop, args=(stream,), daemon=True)
@@ -202,10 +200,6 @@ class PodExporters:
                 self.held[pod_name] = process.pod_uid
                 process.stop(unregister=unregister)
 
-    def process(self, pod_name: str) -> ExporterProcess | None:
-        with self._lock:
-            return self.processes.get(pod_name)
-
     def read_config(self, pod_name: str, pod_uid: str) -> dict | None:
         """The ExporterConfig file the Pod's container would read, if it can."""
         try:
@@ -236,19 +230,8 @@ class PodExporters:
 
     # -- the Pods ------------------------------------------------------------------
     def _watch(self) -> None:
-        while not self._stop.is_set():
-            stream = watch.Watch()
-            try:
-                for _ in stream.stream(self.core.list_namespaced_pod, self.namespace,
-                                       label_selector=EXPORTER_LABEL, timeout_seconds=30):
-                    self._wake.set()
-                    if self._stop.is_set():
-                        break
-            except Exception as exc:  # noqa: BLE001 - a broken watch is restarted, as informers do
-                log.debug("pod watch restarted: %s", exc)
-                time.sleep(0.5)
-            finally:
-                stream.stop()
+        wake_on_events(self._stop, self._wake, self.core.list_namespaced_pod, self.namespace,
+                       label_selector=EXPORTER_LABEL)
 
     def _loop(self) -> None:
         while not self._stop.is_set():

@@ -126,10 +126,10 @@ def serve_namespace(kubeconfig, namespace: str, real: str | None = None, node=No
             ca_pem = ssl.get_server_certificate(("127.0.0.1", 8082))
         else:
             controller = StandInController(api_client, namespace)
+            # Serving makes its endpoint the controller's (Exporters' status.endpoint).
             services = GrpcStandIn(controller)
             services.start()
             stack.callback(services.stop)
-            controller.endpoint = services.endpoint
             view.grpc = services
             ca_pem = services.ca_pem
             controller.start()
