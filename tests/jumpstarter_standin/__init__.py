@@ -61,13 +61,14 @@ class JumpstarterStandIn:
         return self.core.list_namespaced_pod(self.namespace, label_selector=label_selector).items
 
     def online(self, name: str) -> bool:
-        exporter = self.exporter(name)
-        return condition_true(exporter, "Registered") and condition_true(exporter, "Online")
+        return _registered_and_online(self.exporter(name))
 
     def wait_online(self, name: str, online: bool = True, timeout: float = 60.0) -> dict:
         """Until the controller shows ``name`` Registered and Online (or not)."""
-        return wait_for(lambda: self.online(name) == online and self.exporter(name), timeout=timeout,
-                        message=f"exporter {name} {'online' if online else 'offline'}")
+        def seen():
+            exporter = self.exporter(name)
+            return _registered_and_online(exporter) == online and exporter
+        return wait_for(seen, timeout=timeout, message=f"exporter {name} {'online' if online else 'offline'}")
 
     # -- what happens to an exporter process -------------------------------------
     def kill_pod_exporter(self, pod: str, unregister: bool = True) -> None:
@@ -111,6 +112,10 @@ class JumpstarterStandIn:
                 raise AssertionError(f"lease {lease} ended unassigned: {status.get('conditions')}")
             return condition_true(obj, "Ready") and status["exporterRef"]["name"]
         return wait_for(assigned, timeout=timeout, message=f"lease {lease} Ready")
+
+
+def _registered_and_online(exporter: dict) -> bool:
+    return condition_true(exporter, "Registered") and condition_true(exporter, "Online")
 
 
 def wait_for(predicate, timeout: float = 60.0, interval: float = 0.25, message: str = "condition"):
