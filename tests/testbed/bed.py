@@ -22,6 +22,8 @@ import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from .jumpstarter_crds import write_core_crds
+
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 CACHE_DIR = Path(
     os.environ.get("JVE_CACHE_DIR")
@@ -29,11 +31,14 @@ CACHE_DIR = Path(
 )
 BIN_DIR = CACHE_DIR / "bin"
 DEFAULT_STATE_DIR = Path(os.environ.get("JVE_TESTBED_DIR") or CACHE_DIR / "testbed")
-# The upstream Jumpstarter CRDs are shared material next to the checkout;
-# they are installed from there, never copied into the repository.
+# Upstream's own files, beside the checkout when ../shared is there: used
+# only to compare ours with them and to try upstream's ExporterSet schema.
 UPSTREAM_CRD_DIR = Path(
     os.environ.get("JVE_UPSTREAM_CRD_DIR") or PROJECT_ROOT.parent / "shared/anchors/jumpstarter/crds"
 )
+# The Jumpstarter core CRDs the bed installs are written by the project
+# (tests/testbed/jumpstarter_crds.py) into the cache.
+CORE_CRD_DIR = CACHE_DIR / "jumpstarter-crds"
 UPSTREAM_CORE_CRDS = tuple(
     f"jumpstarter.dev_{plural}.yaml" for plural in ("exporters", "leases", "clients", "exporteraccesspolicies")
 )
@@ -52,7 +57,7 @@ STARTUP_TIMEOUT = 90.0
 def upstream_core_crd_files() -> list[Path]:
     """Upstream Exporter/Lease/Client/ExporterAccessPolicy: a Jumpstarter
     cluster before this project is installed."""
-    return [UPSTREAM_CRD_DIR / name for name in UPSTREAM_CORE_CRDS]
+    return write_core_crds(CORE_CRD_DIR)
 
 
 def default_crd_files() -> list[Path]:
@@ -64,7 +69,12 @@ def default_crd_files() -> list[Path]:
 def upstream_crd_files() -> list[Path]:
     """Every upstream Jumpstarter CRD the project interoperates with,
     including upstream's own ExporterSet/VirtualTargetClass."""
-    return [UPSTREAM_CRD_DIR / name for name in UPSTREAM_CORE_CRDS + UPSTREAM_VIRTUALTARGET_CRDS]
+    return upstream_core_crd_files() + [UPSTREAM_CRD_DIR / name for name in UPSTREAM_VIRTUALTARGET_CRDS]
+
+
+def upstream_release_crd_files() -> list[Path]:
+    """Upstream's own files for the core CRDs (only where ../shared is)."""
+    return [UPSTREAM_CRD_DIR / name for name in UPSTREAM_CORE_CRDS]
 
 
 class TestBedError(RuntimeError):
