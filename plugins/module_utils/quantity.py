@@ -1,30 +1,17 @@
 """Kubernetes resource quantities ("4Gi", "500m", "1.5G", "1e3")."""
 
 import re
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 
-_QUANTITY = re.compile(
-    r"^(?P<number>[+-]?(?:\d+(?:\.\d*)?|\.\d+))"
-    r"(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?\d+)?$"
-)
-_SUFFIX_FACTOR = {
-    None: Decimal(1),
-    "Ki": Decimal(2) ** 10,
-    "Mi": Decimal(2) ** 20,
-    "Gi": Decimal(2) ** 30,
-    "Ti": Decimal(2) ** 40,
-    "Pi": Decimal(2) ** 50,
-    "Ei": Decimal(2) ** 60,
-    "n": Decimal("1e-9"),
-    "u": Decimal("1e-6"),
-    "m": Decimal("1e-3"),
-    "k": Decimal("1e3"),
-    "M": Decimal("1e6"),
-    "G": Decimal("1e9"),
-    "T": Decimal("1e12"),
-    "P": Decimal("1e15"),
-    "E": Decimal("1e18"),
-}
+try:
+    from kubernetes.utils import parse_quantity as _kubernetes_parse_quantity
+except ImportError:  # pragma: no cover - reported by the caller's module
+    _kubernetes_parse_quantity = None
+
+# The API server's grammar. The client library's parser does the arithmetic
+# but also takes what the server refuses ("NaN", "1_000", " 1 "), so a value
+# must match this first.
+_QUANTITY = re.compile(r"^[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?\d+)?$")
 
 
 def parse_quantity(value):
@@ -38,19 +25,11 @@ def parse_quantity(value):
         return Decimal(value)
     if isinstance(value, float):
         return Decimal(str(value))
-    if not isinstance(value, str):
+    if not isinstance(value, str) or not _QUANTITY.match(value.strip()):
         raise ValueError(f"not a quantity: {value!r}")
-    match = _QUANTITY.match(value.strip())
-    if not match:
-        raise ValueError(f"not a quantity: {value!r}")
-    suffix = match.group("suffix")
-    try:
-        number = Decimal(match.group("number"))
-    except InvalidOperation as error:
-        raise ValueError(f"not a quantity: {value!r}") from error
-    if suffix and suffix[0] in "eE":
-        return number.scaleb(int(suffix[1:]))
-    return number * _SUFFIX_FACTOR[suffix]
+    if _kubernetes_parse_quantity is None:
+        raise ValueError("the kubernetes Python client is required to read quantities")
+    return _kubernetes_parse_quantity(value.strip())
 
 
 def is_quantity(value):
