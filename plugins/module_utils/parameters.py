@@ -24,7 +24,10 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.time
 
 ROOT = "parameters"
 MACHINE_TYPES_BY_ARCH = {"x86_64": ("q35", "pc"), "aarch64": ("virt",)}
+DEFAULT_ARCH = "x86_64"
 MIN_MEMORY_BYTES = 64 * 2**20
+DEFAULT_MEMORY = "1Gi"
+DEFAULT_CPU = 1
 RECONNECT_TIMEOUT_BOUNDS = (1.0, 3600.0)
 
 _DNS_NAME = re.compile(
@@ -70,11 +73,17 @@ def _image_ref(description):
 
 _QEMU_PROPERTIES = {
     "arch": Field(
-        "string", "Guest architecture.", default="x86_64", enum=tuple(MACHINE_TYPES_BY_ARCH)
+        "string",
+        "Guest architecture. Without it, the machine type decides (virt: aarch64, q35 or pc: "
+        "x86_64), then the hosts' arch when they all give the same one (qemu-baremetal), "
+        "then x86_64.",
+        default="from machineType, else x86_64",
+        enum=tuple(MACHINE_TYPES_BY_ARCH),
     ),
     "machineType": Field(
         "string",
-        "QEMU machine type; q35 or pc for x86_64, virt for aarch64.",
+        "QEMU machine type; q35 or pc for x86_64, virt for aarch64 (default: q35 or virt, "
+        "after the arch).",
         enum=("q35", "pc", "virt"),
     ),
     "cpuModel": Field("string", "QEMU -cpu model, e.g. max or host."),
@@ -93,10 +102,10 @@ _QEMU_PROPERTIES = {
     "resources": Field(
         "object",
         "Resources of one virtual target.",
-        required=True,
         properties={
-            "cpu": Field("cpu", "Virtual CPUs (integer >= 1, or a quantity such as 2).", default=1),
-            "memory": Field("quantity", "Guest memory, at least 64Mi.", required=True),
+            "cpu": Field("cpu", "Virtual CPUs (integer >= 1, or a quantity such as 2).",
+                         default=DEFAULT_CPU),
+            "memory": Field("quantity", "Guest memory, at least 64Mi.", default=DEFAULT_MEMORY),
             "storage": Field("quantity", "Size of the writable disk."),
         },
     ),
@@ -372,17 +381,46 @@ _TYPE_CHECKS = {
 # lists every problem; each rule skips values whose type is already reported.
 
 
+def guest_arch(parameters):
+    """The guest architecture of merged QEMU parameters.
+
+    ``arch`` when given; else the one the machine type belongs to (virt:
+    aarch64, q35 or pc: x86_64); else the arch every lab host that gives one
+    agrees on (qemu-baremetal); else x86_64. An unknown value is returned as
+    it is, for the caller to report.
+    """
+    arch = parameters.get("arch")
+    if arch:
+        return arch
+    machine = parameters.get("machineType")
+    for candidate, machines in MACHINE_TYPES_BY_ARCH.items():
+        if machine in machines:
+            return candidate
+    hosts = parameters.get("hosts")
+    host_arches = {
+        host.get("arch") for host in (hosts if isinstance(hosts, list) else ())
+        if isinstance(host, dict) and host.get("arch") in MACHINE_TYPES_BY_ARCH
+    }
+    if len(host_arches) == 1:
+        return host_arches.pop()
+    return DEFAULT_ARCH
+
+
+def guest_memory(parameters):
+    """``resources.memory`` of merged QEMU parameters, or the default (1Gi)."""
+    resources = parameters.get("resources")
+    memory = resources.get("memory") if isinstance(resources, dict) else None
+    return DEFAULT_MEMORY if memory is None else memory
+
+
 def _machine_type_fits_arch(parameters, errors):
-    arch = parameters.get("arch") or _QEMU_PROPERTIES["arch"].default
+    arch = guest_arch(parameters)
     machine = parameters.get("machineType")
     if arch not in MACHINE_TYPES_BY_ARCH or machine not in _QEMU_PROPERTIES["machineType"].enum:
         return
     if machine not in MACHINE_TYPES_BY_ARCH[arch]:
         allowed = ", ".join(MACHINE_TYPES_BY_ARCH[arch])
-        errors.append(
-            f"{ROOT}.machineType: {machine!r} does not fit arch {arch} (use {allowed}"
-            f"{'' if 'arch' in parameters else ', or set parameters.arch'})"
-        )
+        errors.append(f"{ROOT}.machineType: {machine!r} does not fit arch {arch} (use {allowed})")
 
 
 def _memory_at_least_minimum(parameters, errors):

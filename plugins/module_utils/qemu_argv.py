@@ -20,6 +20,10 @@ server):
 Pure: no I/O, standard library and the collection's quantity parser only.
 """
 
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.parameters import (
+    guest_arch,
+    guest_memory,
+)
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.quantity import (
     parse_quantity,
     quantity_to_bytes,
@@ -47,7 +51,6 @@ _ARCH = {
     "x86_64": {"binary": "qemu-system-x86_64", "machine": "q35", "console": "ttyS0"},
     "aarch64": {"binary": "qemu-system-aarch64", "machine": "virt", "console": "ttyAMA0"},
 }
-DEFAULT_ARCH = "x86_64"
 # "max" enables every feature the accelerator can emulate; under KVM the
 # host CPU is passed through.
 _CPU_MODEL = {ACCEL_KVM: "host", ACCEL_TCG: "max"}
@@ -66,7 +69,8 @@ def _option_value(value):
 
 
 def arch_of(parameters):
-    arch = parameters.get("arch") or DEFAULT_ARCH
+    """The guest arch (``parameters.guest_arch``: given, or inferred from the machine type)."""
+    arch = guest_arch(parameters)
     if arch not in _ARCH:
         raise ValueError(f"parameters.arch: unsupported architecture {arch!r}")
     return arch
@@ -80,11 +84,8 @@ def vcpu_count(parameters):
 
 
 def memory_mib(parameters):
-    """Guest memory in MiB (rounded up) from ``resources.memory``."""
-    memory = (parameters.get("resources") or {}).get("memory")
-    if memory is None:
-        raise ValueError("parameters.resources.memory is required")
-    return -(-quantity_to_bytes(memory) // _MIB)
+    """Guest memory in MiB (rounded up) from ``resources.memory`` (default 1Gi)."""
+    return -(-quantity_to_bytes(guest_memory(parameters)) // _MIB)
 
 
 def storage_bytes(parameters):

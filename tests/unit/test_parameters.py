@@ -1,7 +1,11 @@
 import pytest
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import qemu_argv
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.parameters import (
+    DEFAULT_MEMORY,
     PROVISIONER_SCHEMAS,
     describe_parameters,
+    guest_arch,
+    guest_memory,
     validate_parameters,
 )
 
@@ -45,17 +49,15 @@ def test_valid_parameters(provisioner, parameters):
          'parameters.resources.memory: "8Gx" is not a quantity'),
         (QEMU, {"resources": {"memory": "32Mi"}},
          'parameters.resources.memory: "32Mi" is below the minimum 64Mi'),
-        (QEMU, {}, "parameters.resources: required"),
-        (QEMU, {"resources": {}}, "parameters.resources.memory: required"),
+        (QEMU, {"resources": "4Gi"}, "parameters.resources: '4Gi' is not an object"),
         (QEMU, {"resources": {"memory": "1Gi", "cpu": 0}},
          "parameters.resources.cpu: 0 must be a whole number of CPUs >= 1"),
         (QEMU, {"resources": {"memory": "1Gi", "cpu": "500m"}},
          'parameters.resources.cpu: "500m" must be a whole number of CPUs >= 1'),
         (QEMU, {"arch": "riscv64", "resources": {"memory": "1Gi"}},
          "parameters.arch: 'riscv64' is not one of x86_64, aarch64"),
-        (QEMU, {"machineType": "virt", "resources": {"memory": "1Gi"}},
-         "parameters.machineType: 'virt' does not fit arch x86_64 (use q35, pc, or set "
-         "parameters.arch)"),
+        (QEMU, {"arch": "x86_64", "machineType": "virt"},
+         "parameters.machineType: 'virt' does not fit arch x86_64 (use q35, pc)"),
         (QEMU, {"arch": "aarch64", "machineType": "q35", "resources": {"memory": "1Gi"}},
          "parameters.machineType: 'q35' does not fit arch aarch64 (use virt)"),
         (QEMU, {"kvm": "yes", "resources": {"memory": "1Gi"}},
@@ -105,7 +107,7 @@ def test_one_error_names_its_path(provisioner, parameters, error):
 
 
 def test_all_errors_are_listed_at_once():
-    result = validate_parameters(QEMU, {"machineType": "virt",
+    result = validate_parameters(QEMU, {"arch": "x86_64", "machineType": "virt",
                                         "resources": {"memory": "8Gx", "cpu": -1}})
     assert len(result["errors"]) == 3
     assert {e.split(":")[0] for e in result["errors"]} == {
@@ -145,3 +147,39 @@ def test_describe_parameters_covers_nested_lists():
 def test_describe_unknown_provisioner():
     with pytest.raises(KeyError):
         describe_parameters("nope")
+
+
+@pytest.mark.parametrize(
+    ("parameters", "arch"),
+    [
+        ({}, "x86_64"),
+        ({"machineType": "virt"}, "aarch64"),
+        ({"machineType": "q35"}, "x86_64"),
+        ({"machineType": "pc"}, "x86_64"),
+        ({"arch": "aarch64"}, "aarch64"),
+        ({"arch": "x86_64", "machineType": "virt"}, "x86_64"),  # given wins; validation objects
+        ({"hosts": [{"name": "a", "arch": "aarch64"}, {"name": "b", "arch": "aarch64"}]}, "aarch64"),
+        ({"hosts": [{"name": "a", "arch": "aarch64"}, {"name": "b", "arch": "x86_64"}]}, "x86_64"),
+        ({"machineType": "q35", "hosts": [{"name": "a", "arch": "aarch64"}]}, "x86_64"),
+    ],
+)
+def test_guest_arch_is_given_or_inferred(parameters, arch):
+    assert guest_arch(parameters) == arch
+    assert qemu_argv.arch_of(parameters) == arch
+
+
+def test_machine_type_alone_fits_the_arch_it_implies():
+    for machine in ("virt", "q35", "pc"):
+        assert validate_parameters(QEMU, {"machineType": machine})["errors"] == []
+
+
+def test_resources_default_when_absent():
+    for provisioner, parameters in ((QEMU, {}), (BAREMETAL, {"hosts": [{"name": "a", "slots": 1}]})):
+        assert validate_parameters(provisioner, parameters) == {"errors": [], "warnings": []}
+    assert guest_memory({}) == DEFAULT_MEMORY == "1Gi"
+    assert qemu_argv.memory_mib({}) == 1024
+    assert qemu_argv.memory_mib({"resources": {"cpu": 2}}) == 1024
+    assert qemu_argv.memory_mib({"resources": {"memory": "2Gi"}}) == 2048
+    argv = qemu_argv.qemu_argv({"machineType": "virt"}, run_dir="/run/x", name="x")
+    assert argv[0] == "qemu-system-aarch64"
+    assert argv[argv.index("-m") + 1].startswith("1024")

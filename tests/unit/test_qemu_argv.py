@@ -156,9 +156,8 @@ def test_memory_is_mib_rounded_up(memory, mib):
     assert only(argv, "-m") == mib
 
 
-def test_memory_is_required():
-    with pytest.raises(ValueError, match="resources.memory"):
-        qemu_argv({"resources": {"cpu": 1}}, run_dir=RUN_DIR, name="x")
+def test_memory_defaults_to_1gi():
+    assert only(qemu_argv({"resources": {"cpu": 1}}, run_dir=RUN_DIR, name="x"), "-m") == "1024"
 
 
 @pytest.mark.parametrize(
