@@ -7,8 +7,10 @@ lab hosts."""
 
 import json
 import os
+import stat
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import ansible_runner
@@ -208,13 +210,16 @@ def test_configure_playbook_uses_only_documented_module_options():
 
 # --- every job runs as AWX runs it -----------------------------------------
 
-def _run_job(template, tmp_path, inventory, answers, **runner_options):
+def _run_job(template, tmp_path, inventory, answers, credential_env=None, expect="successful", **runner_options):
     """ansible-runner with the project checked out and the survey's answers
-    as extra vars, as an AWX job; returns the runner."""
+    as extra vars, as an AWX job; returns the runner. ``credential_env`` is
+    what the job's credential injects (default: the bed's kubeconfig)."""
     extravars = {**default_answers(template["survey"]), **answers}
     asked = {question["variable"] for question in template["survey"]}
     assert set(answers) <= asked, "the test answers only questions the survey asks"
-    (tmp_path / "runner").mkdir()
+    (tmp_path / "runner").mkdir(exist_ok=True)
+    if credential_env is None:
+        credential_env = {"KUBECONFIG": os.environ.get("KUBECONFIG", "")}
     runner = ansible_runner.run(
         private_data_dir=str(tmp_path / "runner"),
         project_dir=str(ROOT),
@@ -223,9 +228,9 @@ def _run_job(template, tmp_path, inventory, answers, **runner_options):
         extravars=extravars,
         envvars={
             "ANSIBLE_COLLECTIONS_PATH": os.environ["ANSIBLE_COLLECTIONS_PATH"],
-            "KUBECONFIG": os.environ.get("KUBECONFIG", ""),
             "ANSIBLE_PYTHON_INTERPRETER": sys.executable,
             "ANSIBLE_LOCALHOST_WARNING": "false",
+            **credential_env,
         },
         quiet=True,
         timeout=600,
@@ -233,7 +238,7 @@ def _run_job(template, tmp_path, inventory, answers, **runner_options):
     )
     failed = [event["event_data"].get("res") for event in runner.events
               if event.get("event") in ("runner_on_failed", "runner_on_unreachable")]
-    assert runner.status == "successful", (runner.status, failed, runner.stdout.read()[-4000:])
+    assert runner.status == expect, (runner.status, failed, runner.stdout.read()[-4000:])
     return runner
 
 
@@ -313,6 +318,112 @@ def test_drain_host_job(api, namespace, lab_hosts, tmp_path):
     })
     host = sorted(lab_hosts.hosts)[1]
     _run_job(BY_PLAYBOOK["drain_host"], tmp_path, _cluster_inventory(tmp_path),
-             {"lab_host": host, "namespace": namespace})
+             {"lab_host": host, "drain_namespace": namespace})
     drained = custom.get_namespaced_custom_object(*GROUP, namespace, "virtualtargetclasses", "lab-x86")
     assert host in drained["metadata"]["annotations"]["virtualtarget.jumpstarter.dev/drained-hosts"]
+
+
+# --- the jobs with only AWX's Kubernetes bearer token credential -----------
+
+# What the job's token may do: everything on the objects of its namespace,
+# nothing outside it (no cluster-scoped read, no kubeconfig).
+JOB_RULES = [client.V1PolicyRule(api_groups=["virtualtarget.jumpstarter.dev", "jumpstarter.dev", ""],
+                                 resources=["*"], verbs=["*"])]
+
+
+def _service_account_token(api, namespace, name="awx-job"):
+    """A ServiceAccount allowed JOB_RULES in ``namespace`` and a TokenRequest token for it."""
+    core, rbac = client.CoreV1Api(api), client.RbacAuthorizationV1Api(api)
+    core.create_namespaced_service_account(namespace, client.V1ServiceAccount(
+        metadata=client.V1ObjectMeta(name=name)))
+    rbac.create_namespaced_role(namespace, client.V1Role(metadata=client.V1ObjectMeta(name=name), rules=JOB_RULES))
+    rbac.create_namespaced_role_binding(namespace, client.V1RoleBinding(
+        metadata=client.V1ObjectMeta(name=name),
+        role_ref=client.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="Role", name=name),
+        subjects=[client.RbacV1Subject(kind="ServiceAccount", name=name, namespace=namespace)]))
+    request = core.create_namespaced_service_account_token(name, namespace, client.AuthenticationV1TokenRequest(
+        spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=3600)))
+    return request.status.token
+
+
+def _bearer_token_credential(testbed, tmp_path, token):
+    """The environment AWX's "OpenShift or Kubernetes API Bearer Token"
+    credential type injects (awx/main/models/credential/injectors.py,
+    kubernetes_bearer_token) with verify_ssl on and the CA certificate given:
+    the CA goes into a 0600 file of the job's private data directory."""
+    runner_dir = tmp_path / "runner"
+    runner_dir.mkdir(exist_ok=True)
+    descriptor, ca_path = tempfile.mkstemp(dir=runner_dir)
+    with os.fdopen(descriptor, "w") as ca_file:
+        os.chmod(ca_path, stat.S_IRUSR | stat.S_IWUSR)
+        ca_file.write((testbed.pki_dir / "ca.crt").read_text())
+    return {"K8S_AUTH_HOST": testbed.server, "K8S_AUTH_API_KEY": token,
+            "K8S_AUTH_VERIFY_SSL": "True", "K8S_AUTH_SSL_CA_CERT": ca_path}
+
+
+@pytest.fixture
+def no_kubeconfig(monkeypatch, tmp_path):
+    """The job's process has no kubeconfig at all: none in the environment,
+    an empty home."""
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    home = tmp_path / "home"
+    home.mkdir()
+    return {"HOME": str(home)}
+
+
+@pytest.mark.testbed
+@pytest.mark.slow
+def test_reconcile_job_with_bearer_token_credential(testbed, api, namespace, tmp_path, no_kubeconfig):
+    _qemu_class_and_set(client.CustomObjectsApi(api), namespace)
+    token = _service_account_token(api, namespace)
+    _run_job(BY_PLAYBOOK["reconcile"], tmp_path, _cluster_inventory(tmp_path),
+             {"exporterset_name": "pool", "exporterset_namespace": namespace},
+             credential_env={**no_kubeconfig, **_bearer_token_credential(testbed, tmp_path, token)})
+    custom = client.CustomObjectsApi(api)
+    exporters = custom.list_namespaced_custom_object("jumpstarter.dev", "v1alpha1", namespace, "exporters")["items"]
+    assert sorted(e["metadata"]["name"] for e in exporters) == ["pool-0", "pool-1"]
+    status = custom.get_namespaced_custom_object(*GROUP, namespace, "exportersets", "pool")["status"]
+    assert {c["type"]: c["status"] for c in status["conditions"]}["Successful"] == "True", status
+
+
+def _lab_class(custom, namespace, hosts):
+    custom.create_namespaced_custom_object(*GROUP, namespace, "virtualtargetclasses", {
+        "apiVersion": "/".join(GROUP), "kind": "VirtualTargetClass",
+        "metadata": {"name": "lab-x86", "namespace": namespace},
+        "spec": {"provisioner": "qemu-baremetal.jumpstarter.dev", "parameters": {
+            "arch": "x86_64", "resources": {"cpu": 1, "memory": "256Mi"},
+            "hosts": [{"name": name, "address": address, "slots": 2} for name, address in sorted(hosts.items())]}},
+    })
+
+
+@pytest.mark.testbed
+@pytest.mark.slow
+def test_drain_host_job_with_bearer_token_credential(testbed, api, namespace, tmp_path, no_kubeconfig):
+    # No set has instances on the hosts, so no lab host is reached: the job
+    # only needs the API server.
+    custom = client.CustomObjectsApi(api)
+    _lab_class(custom, namespace, {"lab-a": "192.0.2.10", "lab-b": "192.0.2.11"})
+    token = _service_account_token(api, namespace)
+    _run_job(BY_PLAYBOOK["drain_host"], tmp_path, _cluster_inventory(tmp_path),
+             {"lab_host": "lab-b", "drain_namespace": namespace},
+             credential_env={**no_kubeconfig, **_bearer_token_credential(testbed, tmp_path, token)})
+    drained = custom.get_namespaced_custom_object(*GROUP, namespace, "virtualtargetclasses", "lab-x86")
+    assert drained["metadata"]["annotations"]["virtualtarget.jumpstarter.dev/drained-hosts"] == "lab-b"
+
+
+@pytest.mark.testbed
+@pytest.mark.slow
+def test_job_with_a_wrong_token_fails_naming_the_host(testbed, api, namespace, tmp_path, no_kubeconfig):
+    _qemu_class_and_set(client.CustomObjectsApi(api), namespace)
+    _service_account_token(api, namespace)
+    runner = _run_job(BY_PLAYBOOK["reconcile"], tmp_path, _cluster_inventory(tmp_path),
+                      {"exporterset_name": "pool", "exporterset_namespace": namespace},
+                      credential_env={**no_kubeconfig, **_bearer_token_credential(testbed, tmp_path, "not-a-token")},
+                      expect="failed")
+    failures = [event["event_data"]["res"] for event in runner.events if event.get("event") == "runner_on_failed"]
+    assert len(failures) == 1, failures
+    message = failures[0]["msg"]
+    assert testbed.server in message and "401 Unauthorized" in message and "K8S_AUTH_API_KEY" in message, message
+    assert "not-a-token" not in runner.stdout.read()
+    assert client.CustomObjectsApi(api).list_namespaced_custom_object(
+        "jumpstarter.dev", "v1alpha1", namespace, "exporters")["items"] == []

@@ -71,7 +71,6 @@ sets:
   elements: dict
 """
 
-from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (
     baremetal_pool,
     constants,
@@ -84,7 +83,10 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils impo
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.exporter_state import (
     read_exporter,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s_client import api_client
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s_client import (
+    k8s_module,
+    module_api_client,
+)
 
 
 def _lists_host(parameters, host):
@@ -92,12 +94,11 @@ def _lists_host(parameters, host):
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
+    module = k8s_module(
+        dict(
             lab_host=dict(type="str", required=True),
             namespace=dict(type="str", required=True),
             virtual_target_class=dict(type="str", default=""),
-            kubeconfig=dict(type="path"),
         ),
         supports_check_mode=True,
     )
@@ -105,7 +106,7 @@ def main():
 
     p = module.params
     host, namespace = p["lab_host"], p["namespace"]
-    api = api_client(p["kubeconfig"])
+    api = module_api_client(module)
     custom = client.CustomObjectsApi(api)
     group = (k8s_status.GROUP, k8s_status.VERSION, namespace)
     classes = [

@@ -71,21 +71,22 @@ written:
 
 from datetime import UTC, datetime
 
-from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (
     baremetal_pool,
     k8s_status,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s_client import api_client
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s_client import (
+    k8s_module,
+    module_api_client,
+)
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
+    module = k8s_module(
+        dict(
             namespace=dict(type="str", required=True),
             exporterset=dict(type="str", required=True),
             results=dict(type="dict", required=True),
-            kubeconfig=dict(type="path"),
         ),
         supports_check_mode=True,
     )
@@ -93,7 +94,7 @@ def main():
     from kubernetes.client.rest import ApiException
 
     p = module.params
-    api = api_client(p["kubeconfig"])
+    api = module_api_client(module)
     try:
         exporter_set = client.CustomObjectsApi(api).get_namespaced_custom_object(
             k8s_status.GROUP, k8s_status.VERSION, p["namespace"], k8s_status.PLURAL, p["exporterset"])

@@ -125,7 +125,6 @@ import copy
 import os
 from datetime import UTC, datetime
 
-from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (
     baremetal,
     baremetal_pool,
@@ -133,7 +132,10 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils impo
     credentials,
     exporter_config,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s_client import api_client
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s_client import (
+    k8s_module,
+    module_api_client,
+)
 
 
 class Targets:
@@ -142,7 +144,7 @@ class Targets:
 
         self.module = module
         self.p = module.params
-        self.api = api_client(self.p["kubeconfig"])
+        self.api = module_api_client(module)
         self.core = client.CoreV1Api(self.api)
         self.custom = client.CustomObjectsApi(self.api)
         self.namespace = self.p["exporterset"]["metadata"]["namespace"]
@@ -246,8 +248,8 @@ class Targets:
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
+    module = k8s_module(
+        dict(
             exporterset=dict(type="dict", required=True),
             virtual_target_class=dict(type="dict", required=True),
             owned_exporters=dict(type="list", elements="dict", required=True),
@@ -256,7 +258,6 @@ def main():
             action=dict(type="str", required=True, choices=["provision", "remove", "reset", "retain", "probe"]),
             ssh_dir=dict(type="path", default="~/.ansible/jumpstarter-baremetal"),
             controller_tls_ca=dict(type="str", default=""),
-            kubeconfig=dict(type="path"),
         ),
         supports_check_mode=True,
     )

@@ -117,13 +117,15 @@ waiting:
   elements: str
 """
 
-from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (
     credentials,
     k8s_objects,
     k8s_pod,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s_client import api_client
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s_client import (
+    k8s_module,
+    module_api_client,
+)
 
 
 class PodManager:
@@ -132,7 +134,7 @@ class PodManager:
 
         self.module = module
         self.p = module.params
-        self.api_client = api_client(self.p["kubeconfig"])
+        self.api_client = module_api_client(module)
         self.core = client.CoreV1Api(self.api_client)
         self.namespace = self.p["exporterset"]["metadata"]["namespace"]
         self.provisioner = (self.p["virtual_target_class"].get("spec") or {}).get("provisioner", "")
@@ -241,8 +243,8 @@ class PodManager:
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
+    module = k8s_module(
+        dict(
             exporterset=dict(type="dict", required=True),
             virtual_target_class=dict(type="dict", required=True),
             owned_exporters=dict(type="list", elements="dict", required=True),
@@ -251,7 +253,6 @@ def main():
             images=dict(type="dict", default={}),
             controller_tls_ca=dict(type="str", default=""),
             state=dict(type="str", choices=["present", "absent"], default="present"),
-            kubeconfig=dict(type="path"),
         ),
         supports_check_mode=True,
     )

@@ -132,35 +132,30 @@ events:
   type: int
 """
 
-from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s_apply import (
     ApplyError,
     PlanApplier,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s_client import (
-    api_client,
+    k8s_module,
+    module_api_client,
 )
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
+    module = k8s_module(
+        dict(
             exporterset=dict(type="dict", required=True),
             plan=dict(type="dict", required=True),
             provisioner=dict(type="str", required=True),
             teardown=dict(type="str", choices=["none", "delete", "detach"], default="none"),
             owned_exporters=dict(type="list", elements="dict", default=[]),
             write_outcome=dict(type="bool", default=True),
-            kubeconfig=dict(type="path"),
         ),
         supports_check_mode=True,
     )
-    try:
-        import kubernetes  # noqa: F401
-    except ImportError:
-        module.fail_json(msg="the kubernetes Python client is required (pip install kubernetes)")
     applier = PlanApplier(
-        api_client(module.params["kubeconfig"]),
+        module_api_client(module),
         module.params["exporterset"],
         check_mode=module.check_mode,
         write_outcome=module.params["write_outcome"],

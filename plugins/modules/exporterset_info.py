@@ -77,14 +77,14 @@ variables:
 
 from datetime import UTC, datetime
 
-from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (
     constants,
     controller_ca,
     k8s_observe,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s_client import (
-    api_client,
+    k8s_module,
+    module_api_client,
 )
 
 KINDS = {
@@ -111,17 +111,16 @@ def read_namespace(client_, namespace):
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
+    module = k8s_module(
+        dict(
             name=dict(type="str", required=True),
             namespace=dict(type="str", required=True),
             plan_options=dict(type="dict", default={}),
-            kubeconfig=dict(type="path"),
         ),
         supports_check_mode=True,
     )
     name, namespace = module.params["name"], module.params["namespace"]
-    api = api_client(module.params["kubeconfig"])
+    api = module_api_client(module)
     objects = read_namespace(api, namespace)
     exporter_set = next((s for s in objects["ExporterSet"] if s["metadata"]["name"] == name), None)
     if exporter_set is None:
