@@ -12,7 +12,9 @@ server):
   boundary of the Pod; the exporter exposes it with
   ``jumpstarter_driver_network.driver.UnixNetwork``. Its output is also
   written to ``serial.log`` so a failed boot can be diagnosed afterwards;
-- ``disk.qcow2``: the writable disk, created by ``disk_create_argv``;
+- ``disk.qcow2``: the writable disk, created by ``disk_create_argv``, block
+  node ``disk0`` of a virtio disk that shares writes, so the exporter's
+  flasher can write an image onto it through QMP while the VM is off;
 - ``firmware``, ``kernel``, ``initrd``, ``disk.base``: where images given
   by ``url`` are expected once fetched (``runtime_files`` lists them);
   images given by ``path`` are used where they are.
@@ -33,6 +35,8 @@ QMP_SOCKET = "qmp.sock"
 SERIAL_SOCKET = "serial.sock"
 SERIAL_LOG = "serial.log"
 DISK_IMAGE = "disk.qcow2"
+# QEMU block node name of the writable disk (QMP commands name it).
+DISK_NODE = "disk0"
 
 ACCEL_KVM = "kvm"
 ACCEL_TCG = "tcg"
@@ -107,7 +111,8 @@ def image_path(parameters, key, run_dir):
 def runtime_files(parameters, run_dir):
     """Images given by ``url`` that must be fetched before QEMU starts.
 
-    A list of ``{"name", "url", "digest", "dest"}``; ``digest`` may be None.
+    A list of ``{"name", "url", "digest", "dest", "plain_http"}``; ``digest``
+    may be None (``image_fetch`` then refuses the image, naming the field).
     """
     files = []
     for key, file_name in FETCHED_IMAGE_NAMES.items():
@@ -119,6 +124,7 @@ def runtime_files(parameters, run_dir):
                     "url": image["url"],
                     "digest": image.get("digest"),
                     "dest": run_path(run_dir, file_name),
+                    "plain_http": bool(image.get("plainHTTP")),
                 }
             )
     return files
@@ -178,7 +184,13 @@ def qemu_argv(parameters, *, run_dir, name, accel=None):
         argv += ["-bios", firmware]
     if has_disk(parameters):
         disk = _option_value(run_path(run_dir, DISK_IMAGE))
-        argv += ["-drive", f"file={disk},if=virtio,format=qcow2"]
+        # A named block node, and a device that lets another writer in, so
+        # that the exporter's flasher can copy an image onto the disk
+        # through QMP while the VM is off (blockdev-backup into DISK_NODE).
+        argv += [
+            "-blockdev", f"driver=qcow2,node-name={DISK_NODE},file.driver=file,file.filename={disk}",
+            "-device", f"virtio-blk-pci,drive={DISK_NODE},share-rw=on",
+        ]
     kernel = image_path(parameters, "kernel", run_dir)
     if kernel:
         argv += ["-kernel", kernel]

@@ -48,7 +48,7 @@ def test_minimal_x86_64_command_line_is_complete():
         "logfile=/run/vt/pool-a-0/serial.log"
     )
     assert only(argv, "-serial") == "chardev:serial0"
-    for absent in ("-drive", "-kernel", "-initrd", "-append", "-bios"):
+    for absent in ("-drive", "-blockdev", "-device", "-kernel", "-initrd", "-append", "-bios"):
         assert absent not in argv
 
 
@@ -73,7 +73,7 @@ def test_commas_in_the_run_dir_are_escaped_for_qemu_options():
     assert only(argv, "-qmp") == "unix:/run/a,,b/qmp.sock,server=on,wait=off"
     assert only(argv, "-chardev").startswith("socket,id=serial0,path=/run/a,,b/serial.sock,")
     assert only(argv, "-chardev").endswith(",logfile=/run/a,,b/serial.log")
-    assert only(argv, "-drive") == "file=/run/a,,b/disk.qcow2,if=virtio,format=qcow2"
+    assert only(argv, "-blockdev") == "driver=qcow2,node-name=disk0,file.driver=file,file.filename=/run/a,,b/disk.qcow2"
 
 
 @pytest.mark.parametrize(
@@ -170,7 +170,10 @@ def test_memory_defaults_to_1gi():
 )
 def test_disk_is_the_instance_overlay_whenever_there_is_one(changes):
     argv = qemu_argv(with_(**changes), run_dir=RUN_DIR, name="x")
-    assert only(argv, "-drive") == "file=/run/vt/pool-a-0/disk.qcow2,if=virtio,format=qcow2"
+    assert only(argv, "-blockdev") == (
+        "driver=qcow2,node-name=disk0,file.driver=file,file.filename=/run/vt/pool-a-0/disk.qcow2")
+    # The flasher writes into the node while the device is attached.
+    assert only(argv, "-device") == "virtio-blk-pci,drive=disk0,share-rw=on"
 
 
 def test_direct_kernel_boot_with_initrd_and_arguments():
@@ -199,7 +202,7 @@ def test_initrd_and_arguments_without_kernel_are_not_passed():
 
 def test_images_given_by_url_are_read_from_the_run_dir():
     parameters = with_(
-        firmware={"url": "oci://registry.example.com/fw:1", "digest": "sha256:ab"},
+        firmware={"url": "oci://registry.example.com/fw:1", "digest": "sha256:ab", "plainHTTP": True},
         kernel={"url": "https://example.com/vmlinuz"},
         initrd={"path": "/local/initrd"},
     )
@@ -209,9 +212,9 @@ def test_images_given_by_url_are_read_from_the_run_dir():
     assert only(argv, "-initrd") == "/local/initrd"
     assert runtime_files(parameters, RUN_DIR) == [
         {"name": "firmware", "url": "oci://registry.example.com/fw:1", "digest": "sha256:ab",
-         "dest": "/run/vt/pool-a-0/firmware"},
+         "dest": "/run/vt/pool-a-0/firmware", "plain_http": True},
         {"name": "kernel", "url": "https://example.com/vmlinuz", "digest": None,
-         "dest": "/run/vt/pool-a-0/kernel"},
+         "dest": "/run/vt/pool-a-0/kernel", "plain_http": False},
     ]
 
 

@@ -1,0 +1,1 @@
+"""Jumpstarter driver of a provisioned QEMU virtual target (see driver.py)."""
