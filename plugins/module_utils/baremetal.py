@@ -18,7 +18,6 @@ INSTANCES_DIR = "instances"
 # Keys of the class's credentialsSecretRef Secret.
 SECRET_PRIVATE_KEY = "ssh-privatekey"
 SECRET_KNOWN_HOSTS = "known_hosts"
-QEMU_DRIVER_TYPE = "jumpstarter_driver_qemu.driver.Qemu"
 EXPORTER_CONFIG_FILE = "exporter.yaml"
 # Services of one instance, and how long their supervisor waits before
 # restarting them ("no": never; a VM that exits has lost its state).
@@ -42,12 +41,8 @@ def host_of(exporter):
 
 
 def driver_overrides(drivers, parameters, run_dir):
-    """The QEMU driver of the template describes the VM the host runs."""
-    return {
-        driver["name"]: {"config": exporter_config.qemu_driver_config(parameters, run_dir)}
-        for driver in drivers or []
-        if driver.get("type") == QEMU_DRIVER_TYPE
-    }
+    """The QEMU drivers of the template drive the VM the host runs in ``run_dir``."""
+    return exporter_config.qemu_driver_overrides(drivers, run_dir)
 
 
 def host_connection(host):

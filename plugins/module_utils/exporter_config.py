@@ -17,18 +17,21 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.merg
     deep_merge,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu_argv import (
-    DISK_IMAGE,
-    arch_of,
-    has_disk,
-    image_path,
-    memory_mib,
-    run_path,
-    storage_bytes,
-    vcpu_count,
+    DISK_NODE,
+    QMP_SOCKET,
+    SERIAL_LOG,
+    SERIAL_SOCKET,
 )
 
 API_VERSION = "jumpstarter.dev/v1alpha1"
 KIND = "ExporterConfig"
+# The driver the QEMU provisioners give the lessee: it drives the VM the
+# provisioner runs (drivers/jumpstarter-driver-virtual-qemu).
+VIRTUAL_QEMU_DRIVER_TYPE = "jumpstarter_driver_virtual_qemu.driver.VirtualQemu"
+# Template driver types that stand for "the VM of this instance". The
+# upstream Qemu driver would start a QEMU of its own, so an entry of its type
+# is replaced by the virtual QEMU driver.
+QEMU_DRIVER_TYPES = ("jumpstarter_driver_qemu.driver.Qemu", VIRTUAL_QEMU_DRIVER_TYPE)
 
 
 def exits_on_lease_end(exporter_set):
@@ -44,9 +47,10 @@ def render_exporter_config(
     """ExporterConfig as a dict, ready to be dumped as YAML.
 
     ``drivers`` is the template's driver list. ``driver_overrides`` maps an
-    export name to an entry laid over the template's: a ``ref`` entry, or an
-    entry for a name the template lacks, replaces or adds it whole; a
-    ``type``/``config`` entry is deep-merged over the template's entry (the
+    export name to an entry laid over the template's: a ``ref`` entry, an
+    entry of another ``type`` than the template's, or an entry for a name the
+    template lacks, replaces or adds it whole; an entry of the same type (or
+    a ``config`` alone) is deep-merged over the template's entry (the
     provisioner wins; a null value drops a key). ``tls_ca`` is the base64 CA
     bundle of the controller endpoint. ``exit_on_lease_end`` (when given) is
     written as ``exitOnLeaseEnd``; exporters that do not know the field
@@ -68,7 +72,9 @@ def render_exporter_config(
     for export_name, override in (driver_overrides or {}).items():
         where = f"driver_overrides[{export_name!r}]"
         current = export.get(export_name)
-        if current is None or "ref" in current or "ref" in (override or {}):
+        override_type = (override or {}).get("type")
+        if (current is None or "ref" in current or "ref" in (override or {})
+                or (override_type and override_type != current.get("type"))):
             export[export_name] = _checked_entry(deep_merge({}, override), where)
         else:
             export[export_name] = _checked_entry(deep_merge(current, override), where)
@@ -104,37 +110,23 @@ def _checked_entry(entry, where):
     return {"type": entry["type"], "config": config}
 
 
-def qemu_driver_config(parameters, run_dir):
-    """Config of ``jumpstarter_driver_qemu.driver.Qemu`` (0.9.0) for these parameters.
+def qemu_driver_overrides(drivers, run_dir):
+    """Every QEMU driver of the template, pointed at this instance's VM.
 
-    Field names are the driver's: ``arch``, ``cpu``, ``smp``, ``mem``,
-    ``disk_size`` and ``default_partitions`` (``root`` is the instance disk,
-    ``bios`` the firmware). Sizes use the driver's notation, where ``G``,
-    ``M`` and ``K`` are binary units.
+    Each template entry of a ``QEMU_DRIVER_TYPES`` type becomes the virtual
+    QEMU driver with the instance's run directory (where the provisioner's
+    QEMU has its QMP and serial sockets and serial log) and disk block node;
+    settings a template gives the virtual QEMU driver itself are kept.
     """
     config = {
-        "arch": arch_of(parameters),
-        "smp": vcpu_count(parameters),
-        "mem": _driver_size(memory_mib(parameters) * 2**20),
+        "run_dir": run_dir.rstrip("/") or "/",
+        "qmp_socket": QMP_SOCKET,
+        "serial_socket": SERIAL_SOCKET,
+        "serial_log": SERIAL_LOG,
+        "disk_node": DISK_NODE,
     }
-    if parameters.get("cpuModel"):
-        config["cpu"] = parameters["cpuModel"]
-    size = storage_bytes(parameters)
-    if size is not None:
-        config["disk_size"] = _driver_size(size)
-    partitions = {}
-    if has_disk(parameters):
-        partitions["root"] = run_path(run_dir, DISK_IMAGE)
-    firmware = image_path(parameters, "firmware", run_dir)
-    if firmware:
-        partitions["bios"] = firmware
-    if partitions:
-        config["default_partitions"] = partitions
-    return config
-
-
-def _driver_size(size_bytes):
-    for suffix, factor in (("G", 2**30), ("M", 2**20), ("K", 2**10)):
-        if size_bytes % factor == 0:
-            return f"{size_bytes // factor}{suffix}"
-    return str(size_bytes)
+    return {
+        driver["name"]: {"type": VIRTUAL_QEMU_DRIVER_TYPE, "config": dict(config)}
+        for driver in drivers or []
+        if isinstance(driver, dict) and driver.get("name") and driver.get("type") in QEMU_DRIVER_TYPES
+    }

@@ -25,7 +25,6 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils impo
 RUN_DIR = "/run/jumpstarter"
 CONFIG_DIR = "/etc/jumpstarter/exporters"
 CA_DIR = "/etc/jumpstarter/ca"
-QEMU_DRIVER_TYPE = "jumpstarter_driver_qemu.driver.Qemu"
 CORELLIUM_DRIVER_TYPE = "jumpstarter_driver_corellium.driver.Corellium"
 DEFAULT_IMAGES = {
     "exporter": {"image": "quay.io/jumpstarter-dev/jumpstarter:0.9.0", "imagePullPolicy": "IfNotPresent"},
@@ -72,10 +71,12 @@ def driver_overrides(provisioner, drivers, parameters, instance_name=None):
     provisioner names each instance after its Exporter.
     """
     overrides = {}
+    if provisioner == constants.PROVISIONER_QEMU:
+        # The exporter sidecar drives the runtime container's QEMU through
+        # the sockets in the shared run directory.
+        overrides.update(exporter_config.qemu_driver_overrides(drivers, RUN_DIR))
     for driver in drivers or []:
-        if driver.get("type") == QEMU_DRIVER_TYPE and provisioner == constants.PROVISIONER_QEMU:
-            overrides[driver["name"]] = {"config": exporter_config.qemu_driver_config(parameters, RUN_DIR)}
-        elif driver.get("type") == CORELLIUM_DRIVER_TYPE:
+        if driver.get("type") == CORELLIUM_DRIVER_TYPE:
             device = parameters.get("device") or {}
             config = {
                 "project_id": (parameters.get("api") or {}).get("projectId"),

@@ -1,18 +1,18 @@
 """ExporterConfig rendering, checked field by field and against jumpstarter's own models."""
 
 import copy
-import dataclasses
 import os
 
 import pytest
 import yaml
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.exporter_config import (
+    VIRTUAL_QEMU_DRIVER_TYPE,
     exits_on_lease_end,
-    qemu_driver_config,
+    qemu_driver_overrides,
     render_exporter_config,
 )
 from jumpstarter.config.exporter import ExporterConfigV1Alpha1
-from jumpstarter_driver_qemu.driver import Qemu
+from jumpstarter_driver_virtual_qemu.driver import VirtualQemu
 
 ENDPOINT = "grpc.jumpstarter.example.com:443"
 TOKEN = "eyJhbGciOiJSUzI1NiJ9.payload.signature"
@@ -165,56 +165,44 @@ def test_exporter_instantiates_the_rendered_drivers():
     assert serial.path == "/run/vt/serial.sock"
 
 
-QEMU_PARAMETERS = {
-    "arch": "aarch64",
-    "machineType": "virt",
-    "cpuModel": "cortex-a72",
-    "resources": {"cpu": 4, "memory": "4Gi", "storage": "16Gi"},
-    "firmware": {"path": "/usr/share/AAVMF/AAVMF_CODE.fd"},
-}
+def test_qemu_drivers_of_the_template_become_the_virtual_qemu_driver_of_the_instance():
+    """The upstream Qemu driver would start a QEMU of its own: the entry is replaced whole."""
+    overrides = qemu_driver_overrides(TEMPLATE_DRIVERS, "/run/vt/pool-a-0/")
+    assert overrides == {"qemu": {"type": VIRTUAL_QEMU_DRIVER_TYPE, "config": {
+        "run_dir": "/run/vt/pool-a-0", "qmp_socket": "qmp.sock", "serial_socket": "serial.sock",
+        "serial_log": "serial.log", "disk_node": "disk0"}}}
+    export = render(driver_overrides=overrides)["export"]
+    assert export["qemu"] == overrides["qemu"]
+    # The other entries, and refs into the QEMU driver's children, stay.
+    assert export["console"] == {"ref": "qemu.console"}
+    assert export["tcp"]["type"] == "jumpstarter_driver_network.driver.TcpNetwork"
 
 
-def test_qemu_driver_config_fields():
-    assert qemu_driver_config(QEMU_PARAMETERS, "/run/vt/pool-a-0") == {
-        "arch": "aarch64",
-        "cpu": "cortex-a72",
-        "smp": 4,
-        "mem": "4G",
-        "disk_size": "16G",
-        "default_partitions": {"root": "/run/vt/pool-a-0/disk.qcow2",
-                               "bios": "/usr/share/AAVMF/AAVMF_CODE.fd"},
-    }
+def test_a_template_naming_the_virtual_qemu_driver_keeps_its_own_settings():
+    drivers = [{"name": "vm", "type": VIRTUAL_QEMU_DRIVER_TYPE,
+                "config": {"qmp_timeout": 60, "run_dir": "/elsewhere"}}]
+    export = render(drivers, driver_overrides=qemu_driver_overrides(drivers, "/r"))["export"]
+    assert export["vm"]["config"]["qmp_timeout"] == 60
+    assert export["vm"]["config"]["run_dir"] == "/r"
 
 
-@pytest.mark.parametrize(
-    ("resources", "mem", "disk_size"),
-    [
-        ({"memory": "1536Mi"}, "1536M", None),
-        ({"memory": "1G", "storage": "10G"}, "954M", "9765625K"),
-        ({"memory": "512Mi", "storage": "1000"}, "512M", "1000"),
-    ],
-)
-def test_qemu_driver_sizes_use_binary_suffixes(resources, mem, disk_size):
-    config = qemu_driver_config({"resources": resources}, "/r")
-    assert config["mem"] == mem
-    assert config.get("disk_size") == disk_size
-    assert config["arch"] == "x86_64"
-    assert "cpu" not in config
+def test_templates_without_a_qemu_driver_get_none():
+    drivers = [{"name": "power", "type": "jumpstarter_driver_power.driver.MockPower"}]
+    assert qemu_driver_overrides(drivers, "/r") == {}
 
 
-def test_qemu_driver_config_without_disk_or_firmware_has_no_partitions():
-    assert "default_partitions" not in qemu_driver_config({"resources": {"memory": "1Gi"}}, "/r")
-
-
-def test_qemu_driver_config_names_real_driver_fields_and_sizes_it_parses():
-    config = qemu_driver_config(QEMU_PARAMETERS, "/run/vt/pool-a-0")
-    field_names = {field.name for field in dataclasses.fields(Qemu) if field.init}
-    assert set(config) <= field_names
-    driver = Qemu(**config)
-    try:
-        assert driver._parse_size(driver.mem) == 4 * 2**30
-        assert driver._parse_size(driver.disk_size) == 16 * 2**30
-        assert driver.validate_partition("bios", use_default_partitions=True).as_posix() == (
-            "/usr/share/AAVMF/AAVMF_CODE.fd")
-    finally:
-        driver._tmp_dir.cleanup()
+def test_the_exporter_instantiates_the_virtual_qemu_driver_as_rendered(tmp_path):
+    """jumpstarter's own config model builds the driver and its power, flasher and console."""
+    overrides = qemu_driver_overrides(TEMPLATE_DRIVERS, str(tmp_path))
+    path = tmp_path / "exporter.yaml"
+    path.write_text(yaml.safe_dump(render(driver_overrides=overrides)))
+    os.chmod(path, 0o600)
+    driver = ExporterConfigV1Alpha1.load_path(path).export["qemu"].instantiate()
+    assert isinstance(driver, VirtualQemu)
+    assert driver.path(driver.qmp_socket) == tmp_path / "qmp.sock"
+    assert driver.path(driver.serial_log) == tmp_path / "serial.log"
+    assert sorted(driver.children) == ["console", "flasher", "power"]
+    assert driver.client() == "jumpstarter_driver_composite.client.CompositeClient"
+    assert driver.children["power"].client() == "jumpstarter_driver_power.client.PowerClient"
+    assert driver.children["flasher"].client() == "jumpstarter.client.flasher.FlasherClient"
+    assert driver.children["console"].client() == "jumpstarter_driver_pyserial.client.PySerialClient"

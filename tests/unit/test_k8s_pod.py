@@ -153,9 +153,21 @@ def test_config_secret_holds_the_exporter_config_and_token(recycle, exits):
     assert (config["apiVersion"], config["kind"]) == ("jumpstarter.dev/v1alpha1", "ExporterConfig")
     assert config["endpoint"] == "grpc.test:443" and config["token"] == TOKEN
     assert config["export"]["console"] == {"ref": "qemu.console"}
+    # The template's Qemu driver becomes the driver of the runtime container's
+    # QEMU, through the run directory both containers mount.
     qemu = config["export"]["qemu"]
-    assert qemu["type"] == "jumpstarter_driver_qemu.driver.Qemu"
-    assert qemu["config"]["smp"] == 2 and qemu["config"]["mem"] == "1G"
+    assert qemu["type"] == "jumpstarter_driver_virtual_qemu.driver.VirtualQemu"
+    assert qemu["config"]["run_dir"] == k8s_pod.RUN_DIR
+    pod = k8s_pod.instance_pod(exporter_set, CLASS, EXPORTER, "qemu.jumpstarter.dev", PARAMETERS, {})
+    containers = pod["spec"]["containers"] + pod["spec"].get("initContainers", [])
+    runtime = next(c for c in containers if c["name"] == "qemu")
+    exporter = next(c for c in containers if c["name"] != "qemu" and "jmp" in " ".join(c.get("command", [])
+                                                                                      + c.get("args", [])))
+    for container in (runtime, exporter):
+        assert {"name": "run", "mountPath": qemu["config"]["run_dir"]} in container["volumeMounts"]
+    argv = runtime["command"]
+    assert argv[argv.index("-qmp") + 1].startswith(f"unix:{k8s_pod.RUN_DIR}/{qemu['config']['qmp_socket']},")
+    assert f"path={k8s_pod.RUN_DIR}/{qemu['config']['serial_socket']}," in argv[argv.index("-chardev") + 1]
     assert config["tls"] == {"ca": "Q0EgYnVuZGxl"}
     assert config["exitOnLeaseEnd"] is exits
 

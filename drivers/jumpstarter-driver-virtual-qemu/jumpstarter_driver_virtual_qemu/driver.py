@@ -35,12 +35,11 @@ from pathlib import Path
 import anyio
 from anyio.abc import ObjectStream
 from anyio.streams.file import FileReadStream, FileWriteStream
+from jumpstarter.driver import Driver, FlasherInterface, export, exportstream
+from jumpstarter.streams.encoding import AutoDecompressIterator
 from jumpstarter_driver_composite.driver import CompositeInterface
 from jumpstarter_driver_power.driver import PowerInterface
 from qemu.qmp import ConnectError, QMPClient
-
-from jumpstarter.driver import Driver, FlasherInterface, export, exportstream
-from jumpstarter.streams.encoding import AutoDecompressIterator
 
 # QMP sessions come and go with every call; their INFO lines are noise.
 logging.getLogger("qemu.qmp").setLevel(logging.WARNING)
