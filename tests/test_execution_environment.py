@@ -1,11 +1,16 @@
 """The AWX execution environment: ``ansible-builder create`` makes a build
-context from execution-environment.yml (no image is built here), ansible-
-builder's own introspection finds the collection's dependencies through
-meta/execution-environment.yml, and requirements.txt covers every third-party
-import of the collection and the operator."""
+context from execution-environment.yml and the collection's tarball (no image
+is built here), ansible-builder's own introspection finds the collection's
+dependencies through meta/execution-environment.yml, requirements.txt covers
+every third-party import of the collection and the operator, and everything
+is pinned: the base image by digest, every collection to the version the
+tests run with, this collection from the tarball ``ansible-galaxy collection
+build`` makes."""
 
 import ast
 import importlib.metadata
+import json
+import os
 import re
 import subprocess
 import sys
@@ -35,10 +40,26 @@ def _pins(path):
 REQUIREMENTS = _pins(ROOT / "requirements.txt")
 
 
+GALAXY = yaml.safe_load((ROOT / "galaxy.yml").read_text())
+TARBALL = f"{GALAXY['namespace']}-{GALAXY['name']}-{GALAXY['version']}.tar.gz"
+
+
 @pytest.fixture(scope="module")
-def context(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("ee") / "context"
-    subprocess.run([str(BIN / "ansible-builder"), "create", "-f", str(ROOT / "execution-environment.yml"),
+def built(tmp_path_factory):
+    """A clean copy of the project with the tarball ``ansible-galaxy
+    collection build`` makes beside execution-environment.yml, as the
+    definition's header says to build it."""
+    project = copy_collection(tmp_path_factory.mktemp("ee") / "project")
+    subprocess.run([str(BIN / "ansible-galaxy"), "collection", "build", "--output-path", str(project), str(project)],
+                   check=True, capture_output=True, text=True)
+    assert (project / TARBALL).is_file()
+    return project
+
+
+@pytest.fixture(scope="module")
+def context(built):
+    directory = built.parent / "context"
+    subprocess.run([str(BIN / "ansible-builder"), "create", "-f", str(built / "execution-environment.yml"),
                     "-c", str(directory), "--output-filename", "Containerfile"],
                    check=True, capture_output=True, text=True)
     return directory
@@ -55,9 +76,8 @@ def test_build_context_holds_the_dependencies(context):
     assert (build / "requirements.txt").read_text() == (ROOT / "requirements.txt").read_text()
     assert (build / "bindep.txt").read_text() == (ROOT / "bindep.txt").read_text()
     collections = {entry["name"] for entry in yaml.safe_load((build / "requirements.yml").read_text())["collections"]}
-    galaxy = yaml.safe_load((ROOT / "galaxy.yml").read_text())
-    assert set(galaxy["dependencies"]) <= collections
-    assert any("virtual-exporters" in name for name in collections)
+    assert set(GALAXY["dependencies"]) <= collections
+    assert f"collections/{TARBALL}" in collections
 
 
 def test_containerfile_installs_the_pinned_ansible(context):
@@ -117,3 +137,73 @@ def test_requirements_cover_every_import(module):
     assert distributions, f"{module} is imported but no installed distribution provides it"
     assert any(re.sub(r"[-_.]+", "-", name).lower() in REQUIREMENTS for name in distributions), (
         f"{module} (from {distributions}) is missing from requirements.txt")
+
+
+# --- pins --------------------------------------------------------------------
+
+def _used_collections():
+    """Collections whose plugins the playbooks, roles and plugins name (by FQCN)."""
+    names = set()
+    for path in [*(ROOT / "roles").rglob("*.y*ml"), *(ROOT / "playbooks").rglob("*.y*ml"),
+                 *(ROOT / "roles").rglob("*.j2"), *(ROOT / "plugins").rglob("*.py")]:
+        names.update(re.findall(r"\b([a-z_]+\.[a-z_]+)\.[a-z_]+[:(']", path.read_text()))
+    return {name for name in names if name not in ("ansible.builtin", "jumpstarter.virtual_exporters")
+            and _installed_manifest(name)}
+
+
+def _installed_manifest(name):
+    """MANIFEST.json of the collection the tests run with, or None."""
+    import ansible_collections
+
+    for root in ansible_collections.__path__:
+        manifest = Path(root) / name.replace(".", "/") / "MANIFEST.json"
+        if manifest.is_file():
+            return manifest
+    return None
+
+
+def _installed_version(name):
+    return json.loads(_installed_manifest(name).read_text())["collection_info"]["version"]
+
+
+def test_every_collection_is_pinned_to_the_version_the_tests_use():
+    entries = EE["dependencies"]["galaxy"]["collections"]
+    pinned = {e["name"]: e["version"] for e in entries if e.get("type", "galaxy") == "galaxy"}
+    used = _used_collections()
+    assert used, "no collection found in the playbooks and roles"
+    assert used | set(GALAXY["dependencies"]) <= set(pinned), used | set(GALAXY["dependencies"]) - set(pinned)
+    for name, version in pinned.items():
+        assert re.fullmatch(r"==\d+\.\d+\.\d+", version), f"{name} {version} is not an exact pin"
+        assert version == f"=={_installed_version(name)}", (name, version, _installed_version(name))
+        minimum = re.fullmatch(r">=(\S+)", GALAXY["dependencies"].get(name, ">=0"))[1]
+        assert tuple(map(int, version[2:].split("."))) >= tuple(map(int, minimum.split("."))), name
+    assert not [e for e in entries if e.get("type") in ("git", "url", "dir")], "no collection from git or a URL"
+
+
+def test_base_image_is_pinned_by_digest():
+    assert re.fullmatch(r"[a-z0-9.-]+(/[a-z0-9._-]+)+:[\w.-]+@sha256:[0-9a-f]{64}", EE["images"]["base_image"]["name"])
+
+
+def test_the_collection_is_installed_from_its_tarball(built, context, tmp_path):
+    """The build context holds the very tarball ``ansible-galaxy collection
+    build`` made, and the galaxy stage's command (from the Containerfile's
+    working directory, /build = _build) installs it."""
+    build = context / "_build"
+    assert (build / "collections" / TARBALL).read_bytes() == (built / TARBALL).read_bytes()
+    containerfile = (context / "Containerfile").read_text()
+    assert "COPY _build /build" in containerfile and "WORKDIR /build" in containerfile
+    assert "collection install $ANSIBLE_GALAXY_CLI_COLLECTION_OPTS -r requirements.yml" in containerfile
+    entries = yaml.safe_load((build / "requirements.yml").read_text())["collections"]
+    files = [e for e in entries if e.get("type") == "file"]
+    assert files == [{"name": f"collections/{TARBALL}", "type": "file"}]
+    # Galaxy is out of reach here: the pinned collections are the ones the
+    # tests run with; the tarball entry is installed as the EE build does.
+    (build / "tarball-only.yml").write_text(yaml.safe_dump({"collections": files}))
+    env = {key: value for key, value in os.environ.items() if not key.startswith("ANSIBLE_") and key != "PYTHONPATH"}
+    subprocess.run([str(BIN / "ansible-galaxy"), "collection", "install", "--no-deps", "-r", "tarball-only.yml",
+                    "--collections-path", str(tmp_path)], cwd=build, env=env, check=True, capture_output=True,
+                   text=True)
+    manifest = json.loads((tmp_path / "ansible_collections" / GALAXY["namespace"] / GALAXY["name"]
+                           / "MANIFEST.json").read_text())["collection_info"]
+    assert (manifest["namespace"], manifest["name"], manifest["version"]) == (
+        GALAXY["namespace"], GALAXY["name"], GALAXY["version"])

@@ -77,11 +77,13 @@ def _configuration(auth):
     elif auth.get("kubeconfig") or auth.get("context") or os.environ.get("KUBECONFIG") \
             or not os.environ.get("KUBERNETES_SERVICE_HOST"):
         path = auth.get("kubeconfig")
+        # KUBECONFIG may list several files; the client merges them.
+        files = path or os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
         try:
-            config.load_kube_config(config_file=path, context=auth.get("context"),
+            config.load_kube_config(config_file=files, context=auth.get("context"),
                                     client_configuration=configuration)
         except (config.ConfigException, OSError) as error:
-            where = f"kubeconfig {path}" if path else "the default kubeconfig (KUBECONFIG or ~/.kube/config)"
+            where = f"kubeconfig {path}" if path else f"the default kubeconfig ({files})"
             hint = "" if host else "; or give host and api_key (K8S_AUTH_HOST, K8S_AUTH_API_KEY)"
             raise ConnectionOptionsError(f"cannot load {where}: {error}{hint}") from None
     else:
@@ -137,7 +139,6 @@ def connect(**options):
     host and where the credentials came from."""
     from kubernetes import client
     from kubernetes.client.rest import ApiException
-    from urllib3.exceptions import HTTPError
 
     auth = resolve_auth(**options)
     configuration = _configuration(auth)
@@ -153,7 +154,7 @@ def connect(**options):
         if error.status != 403:  # /version may be closed to some users; the credentials were accepted
             raise ConnectionOptionsError(f"the API server at {host} answered {error.status} {error.reason} "
                                          f"to GET /version") from None
-    except HTTPError as error:
+    except Exception as error:  # urllib3's connection, TLS and timeout errors, after its retries
         reason = getattr(error, "reason", None) or error
         hint = ""
         if "CERTIFICATE_VERIFY_FAILED" in str(reason):
