@@ -84,7 +84,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--leader-election-id", default=env("LEADER_ELECTION_ID"))
     parser.add_argument("--leader-election-namespace", default=env("LEADER_ELECTION_NAMESPACE"))
     parser.add_argument("--artifacts-dir", default=env("ARTIFACTS_DIR", "/tmp/exporterset-operator"))
-    parser.add_argument("--max-artifacts", type=int, default=int(env("MAX_ARTIFACTS", "20")))
+    parser.add_argument("--max-artifacts", type=int, default=int(env("MAX_ARTIFACTS", "0")) or None,
+                        help="playbook runs whose artifacts are kept (default: maxRunnerArtifacts "
+                        "of watches.yaml, 20)")
     parser.add_argument("--ansible-verbosity", type=int, default=int(env("ANSIBLE_VERBOSITY_LEVEL", "0")))
     parser.add_argument("--log-level", default=env("LOG_LEVEL", "INFO"))
     parser.add_argument("--kubeconfig", default=env("KUBECONFIG"))
@@ -108,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logs.configure(args.log_level)
     root = _collection_root()
-    watches = load_watches(args.watches_file or root / "operator" / "watches.yaml")
+    watches = load_watches(args.watches_file or root / "operator" / "watches.yaml", root=root)
     watch = watches.entry("virtualtarget.jumpstarter.dev", "v1alpha1", "ExporterSet")
     api_client = load_client(args.kubeconfig)
     # The leader election lock builds its own API objects from the default
@@ -117,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     workers = args.max_concurrent_reconciles or watch.max_concurrent_reconciles or cgroup.cpu_limit()
     metrics = Metrics()
     runner = PlaybookRunner(
-        str(root), args.artifacts_dir, max_artifacts=args.max_artifacts,
+        str(root), args.artifacts_dir, max_artifacts=args.max_artifacts or watch.max_runner_artifacts,
         verbosity=args.ansible_verbosity,
         env=playbook_env(args.kubeconfig),
     )
@@ -125,12 +127,13 @@ def main(argv: list[str] | None = None) -> int:
     def make_reconciler(caches):
         return Reconciler(
             caches, api_client, runner, metrics, set(args.provisioners),
-            playbook=watch.playbook, plan_options=watch.vars.get("reconcile_plan_options"),
+            plan_options=watch.vars.get("reconcile_plan_options"), watch=watch,
         )
 
     controller = Controller(
         api_client, make_reconciler, metrics, workers=workers, namespace=args.namespace,
         resync_period=watch.reconcile_period,
+        watch_dependent_resources=watch.watch_dependent_resources,
         stuck_reconcile_timeout=args.stuck_reconcile_timeout,
         watch_silence_timeout=args.watch_silence_timeout,
     )

@@ -47,11 +47,15 @@ class Controller:
         stuck_reconcile_timeout: float = 600.0,
         watch_silence_timeout: float = 900.0,
         clock=time.monotonic,
+        watch_dependent_resources: bool = True,
     ):
         self.api_client = api_client
         self.metrics = metrics
         self.workers = workers
         self.resync_period = resync_period
+        # watches.yaml watchDependentResources: whether a change to what the
+        # set owns (its Exporters, Pods) reconciles it.
+        self.watch_dependent_resources = watch_dependent_resources
         self.stuck_reconcile_timeout = stuck_reconcile_timeout
         self.watch_silence_timeout = watch_silence_timeout
         self.clock = clock
@@ -107,7 +111,8 @@ class Controller:
         meta = obj["metadata"]
         owner = k8s_objects.controller_of(obj, "ExporterSet")
         if owner:
-            yield meta["namespace"], owner
+            if self.watch_dependent_resources:
+                yield meta["namespace"], owner
             return
         # Any other Exporter can satisfy a pending lease and so change the
         # demand of the sets whose labels that lease asks for.
@@ -123,11 +128,10 @@ class Controller:
             if selector_matches(selector, labels):
                 yield meta["namespace"], exporter_set["metadata"]["name"]
 
-    @staticmethod
-    def _map_labelled(obj, previous):
+    def _map_labelled(self, obj, previous):
         meta = obj["metadata"]
         owner = (meta.get("labels") or {}).get(constants.LABEL_EXPORTER_SET)
-        if owner:
+        if owner and self.watch_dependent_resources:
             yield meta["namespace"], owner
 
     # -- running -----------------------------------------------------------------
@@ -189,9 +193,10 @@ class Controller:
             thread = threading.Thread(target=self._work, name=f"worker-{index}", daemon=True)
             thread.start()
             self._threads.append(thread)
-        resync = threading.Thread(target=self._resync, name="resync", daemon=True)
-        resync.start()
-        self._threads.append(resync)
+        if self.resync_period > 0:  # watches.yaml reconcilePeriod 0: no periodic reconcile
+            resync = threading.Thread(target=self._resync, name="resync", daemon=True)
+            resync.start()
+            self._threads.append(resync)
 
     def _resync(self) -> None:
         while not self._stop.wait(self.resync_period):

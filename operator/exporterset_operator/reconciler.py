@@ -19,8 +19,12 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils impo
     constants,
     controller_ca,
     k8s_apply,
+    k8s_objects,
     k8s_observe,
     k8s_status,
+)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.selectors import (
+    selector_matches,
 )
 from kubernetes.client.rest import ApiException
 
@@ -66,13 +70,17 @@ class Expectations:
         with self._lock:
             self._by_key[key] = Expectation(set(present), set(absent), time.monotonic() + EXPECTATION_TTL)
 
-    def satisfied(self, key, names: set[str]) -> bool:
+    def satisfied(self, key, names: set[str], taken: set[str] | frozenset = frozenset()) -> bool:
+        """Whether the cache shows what was done: every name expected present
+        is ``taken`` (by the set's Exporter, or by another object whose
+        namesake we could not create: a 409), every name expected absent is
+        gone from the set's ``names``."""
         with self._lock:
             exp = self._by_key.get(key)
             if exp is None:
                 return True
             if time.monotonic() > exp.deadline or (
-                exp.present <= names and not (exp.absent & names)
+                exp.present <= (names | set(taken)) and not (exp.absent & names)
             ):
                 del self._by_key[key]
                 return True
@@ -98,6 +106,7 @@ class Reconciler:
         playbook: str = "playbooks/reconcile.yml",
         plan_options: dict | None = None,
         clock=utcnow,
+        watch=None,
     ):
         self.caches = caches
         self.api_client = api_client
@@ -108,6 +117,28 @@ class Reconciler:
         self.plan_options = dict(plan_options or {})
         self.clock = clock
         self.expectations = Expectations()
+        # The watches.yaml entry (watches.Watch), when there is one: what runs
+        # (its playbook or role), the vars every run gets, the finalizer,
+        # manageStatus, snakeCaseParameters and the selector.
+        self.watch = watch
+        if watch is not None:
+            self.playbook = watch.runnable()
+        self.finalizer = watch.finalizer.name if watch is not None and watch.finalizer else (
+            None if watch is not None else FINALIZER)
+        self.manage_status = watch.manage_status if watch is not None else True
+
+    def _variables(self, exporter_set, observed, plan, teardown=False) -> dict:
+        """Extra vars of a run: the entry's vars (the finalizer's too on
+        teardown), then the set as the SDK passes it."""
+        variables = k8s_observe.playbook_variables(exporter_set, observed, plan, teardown=teardown)
+        if self.watch is None:
+            return variables
+        if not self.watch.snake_case_parameters:
+            for snake in k8s_objects.snake_case_spec(exporter_set.get("spec") or {}):
+                variables.pop(snake, None)
+            variables.update(exporter_set.get("spec") or {})
+        extra = self.watch.finalizer_vars() if teardown else self.watch.vars
+        return {**extra, **variables}
 
     # -- observation -------------------------------------------------------
     def observe(self, exporter_set: dict) -> dict:
@@ -129,16 +160,20 @@ class Reconciler:
         vclass = observed["class"]
         if vclass is not None and k8s_observe.provisioner_of(observed) not in self.provisioners:
             return Result(path="skipped")
+        if self.watch is not None and self.watch.selector and not selector_matches(
+                self.watch.selector, exporter_set["metadata"].get("labels") or {}):
+            return Result(path="skipped")
 
         if exporter_set["metadata"].get("deletionTimestamp"):
             return self._teardown(key, exporter_set, observed)
-        if vclass is not None and FINALIZER not in (exporter_set["metadata"].get("finalizers") or []):
+        if vclass is not None and self.finalizer and (
+                self.finalizer not in (exporter_set["metadata"].get("finalizers") or [])):
             self._add_finalizer(exporter_set)
 
         # A terminating Exporter counts as gone: the plan skips it, and an
         # orphaning delete keeps it until the garbage collector is done.
         owned_names = {e["metadata"]["name"] for e in observed["owned"] if not e["metadata"].get("deletionTimestamp")}
-        if not self.expectations.satisfied(key, owned_names):
+        if not self.expectations.satisfied(key, owned_names, set(observed["taken_names"])):
             return Result(requeue_after=1.0, path="waiting")
 
         # The controller CA is a GET by name, made only when backends are to be
@@ -175,17 +210,22 @@ class Reconciler:
 
         Returns what was written (``created`` and ``deleted`` Exporter names).
         """
-        applier = k8s_apply.PlanApplier(self.api_client, exporter_set)
+        applier = k8s_apply.PlanApplier(self.api_client, exporter_set, write_outcome=self.manage_status)
         applier.apply_plan(plan, provisioner or "")
         return applier.result
 
     def _run_playbook(self, key, exporter_set, observed, plan) -> Result:
         namespace, name = key
-        variables = k8s_observe.playbook_variables(exporter_set, observed, plan)
+        variables = self._variables(exporter_set, observed, plan)
         result = self.runner.run(self.playbook, key, variables)
         self.metrics.playbook_runs.labels("successful" if result.ok else "failed").inc()
-        created = [c["name"] for c in (plan.get("create_dormant") or []) + (plan.get("create") or [])]
-        deleted = [d["name"] for d in (plan.get("delete") or []) + (plan.get("delete_dormant") or [])]
+        if result.applied is not None:
+            # What the run's writes really were: a name that met a 409 or a
+            # blocking Secret was not created and is not waited for.
+            created, deleted = result.applied["created"], result.applied["deleted"]
+        else:
+            created = [c["name"] for c in (plan.get("create_dormant") or []) + (plan.get("create") or [])]
+            deleted = [d["name"] for d in (plan.get("delete") or []) + (plan.get("delete_dormant") or [])]
         self.expectations.expect(key, created, deleted)
         self._count_actions(key, plan)
         if not result.ok:
@@ -200,7 +240,7 @@ class Reconciler:
         Bounded by the report's age: a steady pool costs one probe per
         interval, whatever else happens to the set. Returns the error, if any.
         """
-        variables = k8s_observe.playbook_variables(exporter_set, observed, plan)
+        variables = self._variables(exporter_set, observed, plan)
         result = self.runner.run(playbook, key, variables)
         self.metrics.playbook_runs.labels("successful" if result.ok else "failed").inc()
         if result.ok:
@@ -227,9 +267,10 @@ class Reconciler:
             "Failure", "ReconcileFailed", message, meta.get("generation", 0)
         )
         try:
-            k8s_status.write_status(
-                self.api_client, meta["namespace"], meta["name"], plan["status"], outcome=outcome
-            )
+            if self.manage_status:
+                k8s_status.write_status(
+                    self.api_client, meta["namespace"], meta["name"], plan["status"], outcome=outcome
+                )
             k8s_status.emit_events(
                 self.api_client,
                 exporter_set,
@@ -240,7 +281,7 @@ class Reconciler:
 
     # -- finalizer -------------------------------------------------------------
     def _add_finalizer(self, exporter_set: dict) -> None:
-        self._patch_finalizers(exporter_set, [*(exporter_set["metadata"].get("finalizers") or []), FINALIZER])
+        self._patch_finalizers(exporter_set, [*(exporter_set["metadata"].get("finalizers") or []), self.finalizer])
 
     def _patch_finalizers(self, exporter_set: dict, finalizers: list[str]) -> None:
         from kubernetes import client
@@ -253,14 +294,15 @@ class Reconciler:
 
     def _teardown(self, key, exporter_set: dict, observed: dict) -> Result:
         finalizers = exporter_set["metadata"].get("finalizers") or []
-        if FINALIZER not in finalizers:
+        if not self.finalizer or self.finalizer not in finalizers:
             return Result(path="skipped")
         # Exporters already going (an orphaning delete waits for the garbage
         # collector) need nothing more from the teardown.
         remaining = [e for e in observed["owned"] if not e["metadata"].get("deletionTimestamp")]
         if remaining or observed["pods"]:
-            variables = k8s_observe.playbook_variables(exporter_set, observed, {}, teardown=True)
-            result = self.runner.run(self.playbook, key, variables)
+            variables = self._variables(exporter_set, observed, {}, teardown=True)
+            teardown = self.watch.finalizer_runnable() if self.watch is not None else self.playbook
+            result = self.runner.run(teardown, key, variables)
             self.metrics.playbook_runs.labels("successful" if result.ok else "failed").inc()
             if not result.ok:
                 k8s_status.emit_events(
@@ -271,6 +313,6 @@ class Reconciler:
                 return Result(error=result.message, path="teardown")
             # The cache shows the deletions shortly; look again then.
             return Result(requeue_after=1.0, path="teardown")
-        self._patch_finalizers(exporter_set, [f for f in finalizers if f != FINALIZER])
+        self._patch_finalizers(exporter_set, [f for f in finalizers if f != self.finalizer])
         self.runner.forget(key)
         return Result(path="teardown")

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import ansible_runner
 
+from .watches import Role, Runnable
+
 
 @dataclass
 class RunResult:
@@ -26,6 +28,28 @@ class RunResult:
     message: str
     artifact_dir: str
     duration: float
+    # What the run's exporterset_apply tasks wrote (``created``, ``deleted``,
+    # ``blocked`` Exporter names), None when no such task ran.
+    applied: dict | None = None
+
+
+APPLY_MODULE = "exporterset_apply"
+
+
+def _applied(runner) -> dict | None:
+    """The Exporters the run's exporterset_apply tasks created and deleted."""
+    applied = None
+    for event in runner.events:
+        if event.get("event") != "runner_on_ok":
+            continue
+        data = event.get("event_data", {})
+        if not str(data.get("task_action", "")).endswith(APPLY_MODULE):
+            continue
+        result = data.get("res") or {}
+        applied = applied or {"created": [], "deleted": [], "blocked": []}
+        for key in applied:
+            applied[key].extend(result.get(key) or [])
+    return applied
 
 
 def _failure_message(runner) -> str:
@@ -56,7 +80,10 @@ class PlaybookRunner:
         self.env = dict(env or {})
         self._lock = threading.Lock()
 
-    def run(self, playbook: str, key: tuple[str, str], extravars: dict) -> RunResult:
+    def run(self, playbook: Runnable, key: tuple[str, str], extravars: dict) -> RunResult:
+        """Run ``playbook`` (a path, relative to the collection root or
+        absolute) or a ``Role``, which runs from a playbook generated for the
+        run, the way the Ansible Operator SDK runs a ``role:`` entry."""
         namespace, name = key
         # "_" cannot occur in Kubernetes names, so the prefix of one set never
         # matches another set's runs.
@@ -71,11 +98,17 @@ class PlaybookRunner:
             **self.env,
         }
         try:
+            if isinstance(playbook, Role):
+                generated = Path(private_data_dir) / "role.yml"
+                generated.write_text(playbook.playbook())
+                playbook_path = generated
+            else:
+                playbook_path = self.collection_root / playbook
             runner = ansible_runner.run(
                 private_data_dir=private_data_dir,
                 artifact_dir=str(self.artifacts_dir),
                 ident=ident,
-                playbook=str(self.collection_root / playbook),
+                playbook=str(playbook_path),
                 project_dir=str(self.collection_root),
                 extravars=extravars,
                 envvars=envvars,
@@ -87,7 +120,8 @@ class PlaybookRunner:
             message = "" if ok else _failure_message(runner)
             stats = runner.stats or {}
             duration = float(stats.get("elapsed", 0) or 0)
-            return RunResult(ok, runner.status, runner.rc, message, str(self.artifacts_dir / ident), duration)
+            return RunResult(ok, runner.status, runner.rc, message, str(self.artifacts_dir / ident), duration,
+                             applied=_applied(runner))
         finally:
             shutil.rmtree(private_data_dir, ignore_errors=True)
             self._prune()

@@ -160,9 +160,19 @@ def annotations_differ(current, patch):
     return any(current.get(key) != value for key, value in (patch or {}).items())
 
 
-def event_name(involved_name, reason, message):
-    digest = hashlib.sha256(f"{reason}\x00{message}".encode()).hexdigest()[:12]
+def event_name(involved_name, reason, message, exporter=None):
+    """One Event object per (object, reason, message, exporter): a repeat
+    bumps its count, anything else is an Event of its own."""
+    digest = hashlib.sha256(f"{reason}\x00{message}\x00{exporter or ''}".encode()).hexdigest()[:12]
     return f"{involved_name}.{digest}"
+
+
+def event_message(event):
+    """The message as written: an event about one Exporter names it first."""
+    exporter = event.get("exporter")
+    if exporter and not event["message"].startswith(f"{exporter}: "):
+        return f"{exporter}: {event['message']}"
+    return event["message"]
 
 
 def emit_events(api_client, involved, events, component=COMPONENT):
@@ -171,7 +181,10 @@ def emit_events(api_client, involved, events, component=COMPONENT):
     An Event seen before (same object, reason and message) has its count and
     lastTimestamp bumped instead of adding a new object, like kubelet does.
     Each event may name an ``exporter``; the event is then still recorded on
-    the set, with the exporter in the message.
+    the set, with the exporter first in the message and as the Event's
+    ``related`` object, and each Exporter gets an Event of its own (two
+    Exporters recycled for the same reason are two Events, not one with
+    count 2).
     """
     from kubernetes import client
     from kubernetes.client.rest import ApiException
@@ -182,8 +195,9 @@ def emit_events(api_client, involved, events, component=COMPONENT):
     now = datetime.now(UTC)
     written = 0
     for event in events:
-        message = event["message"]
-        name = event_name(meta["name"], event["reason"], message)
+        message = event_message(event)
+        exporter = event.get("exporter")
+        name = event_name(meta["name"], event["reason"], message, exporter)
         try:
             existing = core.read_namespaced_event(name, namespace)
             existing.count = (existing.count or 1) + 1
@@ -202,6 +216,10 @@ def emit_events(api_client, involved, events, component=COMPONENT):
                     uid=meta.get("uid"),
                     resource_version=meta.get("resourceVersion"),
                 ),
+                related=client.V1ObjectReference(
+                    api_version="jumpstarter.dev/v1alpha1", kind="Exporter",
+                    name=exporter, namespace=namespace,
+                ) if exporter else None,
                 reason=event["reason"],
                 message=message,
                 type=event.get("type", "Normal"),

@@ -1,0 +1,170 @@
+"""The operator on the bed at three edges: a ``role:`` entry in watches.yaml,
+a name taken by another object just before the operator creates it, and
+Events about several Exporters of one set."""
+
+from __future__ import annotations
+
+import json
+
+import yaml
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import k8s_status
+from exporterset_operator.__main__ import playbook_env
+from exporterset_operator.controller import Controller
+from exporterset_operator.metrics import Metrics
+from exporterset_operator.reconciler import Reconciler
+from exporterset_operator.runner import PlaybookRunner
+from exporterset_operator.watches import SERVED, load_watches
+from jumpstarter_standin import wait_for
+from kubernetes import client
+from operator_process import ROOT, OperatorProcess
+from pool_helpers import SET_LABEL, make_class, make_set, settle_pool
+
+EXPORTERS = ("jumpstarter.dev", "v1alpha1")
+
+
+def test_a_role_entry_reconciles_and_tears_down(testbed, api, namespace, standin, tmp_path):
+    """watches.yaml naming the reconcile role instead of the playbook: the
+    pool fills through the playbook generated for the role, and the
+    finalizer (vars only) runs the role again to tear the set down."""
+    watches = yaml.safe_load((ROOT / "operator" / "watches.yaml").read_text())
+    del watches[0]["playbook"]
+    watches[0]["role"] = "jumpstarter.virtual_exporters.reconcile"
+    watches_file = tmp_path / "watches.yaml"
+    watches_file.write_text(yaml.safe_dump(watches))
+    custom = client.CustomObjectsApi(api)
+    make_class(custom, namespace)
+    make_set(custom, namespace, minAvailableReplicas=1)
+    proc = OperatorProcess(str(testbed.kubeconfig), namespace, tmp_path, "--watches-file", str(watches_file)).start()
+    try:
+        proc.wait_ready()
+        settle_pool(standin, 1, custom, namespace, timeout=180)
+        # The Pod was made by a run of the generated play.
+        commands = [json.loads((run / "command").read_text())["command"]
+                    for run in (tmp_path / "artifacts").iterdir() if (run / "command").exists()]
+        assert commands and all(any(arg.endswith("/role.yml") for arg in command) for command in commands)
+        assert proc.metric("jumpstarter_exporterset_playbook_runs_total", 'result="successful"') >= 1
+
+        custom.delete_namespaced_custom_object(*k8s_status_group(), namespace, "exportersets", "pool")
+        wait_for(lambda: not [s for s in custom.list_namespaced_custom_object(
+            *k8s_status_group(), namespace, "exportersets")["items"]], timeout=120, message="set torn down")
+        wait_for(lambda: standin.pods() == [], timeout=60, message="the set's Pods gone")
+    finally:
+        proc.stop()
+        print(f"--- operator log ---\n{proc.log_tail(40)}")
+
+
+def k8s_status_group():
+    return k8s_status.GROUP, k8s_status.VERSION
+
+
+def test_a_name_taken_before_the_playbook_creates_it_does_not_stall_the_set(
+        testbed, api, namespace, standin, tmp_path):
+    """The reconcile playbook is about to create pool-1 when another object
+    takes the name: its create meets a 409. The set is not held waiting for
+    a pool-1 of its own to show up: the next reconcile goes on at once and
+    makes pool-2. (The reconciler runs here, on the operator's informers.)"""
+    custom = client.CustomObjectsApi(api)
+    make_class(custom, namespace)
+    make_set(custom, namespace, minAvailableReplicas=1)
+    root = ROOT
+    watch = load_watches(root / "operator" / "watches.yaml", root=root).entry(*SERVED)
+    runner = PlaybookRunner(str(root), str(tmp_path / "artifacts"), env=playbook_env(str(testbed.kubeconfig)))
+    metrics = Metrics()
+    controller = Controller(
+        api, lambda caches: Reconciler(caches, api, runner, metrics, {"qemu.jumpstarter.dev"},
+                                       plan_options=watch.vars.get("reconcile_plan_options"), watch=watch),
+        metrics, workers=1, namespace=namespace)
+    controller.start_informers()
+    key = (namespace, "pool")
+    taken = []
+    original_run = runner.run
+
+    def run_with_a_namesake_first(playbook, run_key, extravars):
+        creates = [c["name"] for c in (extravars.get("exporterset_plan") or {}).get("create") or []]
+        if creates and not taken:
+            custom.create_namespaced_custom_object(*EXPORTERS, namespace, "exporters", {
+                "apiVersion": "jumpstarter.dev/v1alpha1", "kind": "Exporter",
+                "metadata": {"name": creates[0], "labels": {"board": "elsewhere"}},
+                "spec": {}})
+            taken.append(creates[0])
+        return original_run(playbook, run_key, extravars)
+
+    runner.run = run_with_a_namesake_first
+    try:
+        assert controller.wait_synced(30)
+        reconciler = controller.reconciler
+        cache = controller.caches["Exporter"]
+
+        def owned():
+            return sorted(e["metadata"]["name"] for e in cache.list(namespace)
+                          if (e["metadata"].get("labels") or {}).get(SET_LABEL) == "pool")
+
+        # pool-0 is made in process; once it has its credential, its Pod
+        # needs the playbook, and a second replica asked for now is created
+        # by that same run.
+        wait_for(lambda: reconciler.reconcile(key) and "pool-0" in owned(), timeout=30, message="pool-0")
+        wait_for(lambda: ((cache.get(namespace, "pool-0") or {}).get("status") or {}).get("credential"),
+                 timeout=60, message="pool-0's credential")
+        custom.patch_namespaced_custom_object(*k8s_status_group(), namespace, "exportersets", "pool",
+                                              {"spec": {"minAvailableReplicas": 2}})
+        wait_for(lambda: controller.caches["ExporterSet"].get(namespace, "pool")["spec"]["minAvailableReplicas"] == 2,
+                 timeout=30, message="the cache sees minAvailableReplicas 2")
+        result = reconciler.reconcile(key)
+        assert result.path == "playbook" and not result.error, result
+        assert taken == ["pool-1"]
+        namesake = custom.get_namespaced_custom_object(*EXPORTERS, namespace, "exporters", "pool-1")
+        assert not namesake["metadata"].get("ownerReferences")
+        wait_for(lambda: cache.get(namespace, "pool-1"), timeout=30, message="the cache sees the namesake")
+
+        # Not "waiting" for a pool-1 of the set's own (that would hold the set
+        # for the expectation's 30 s): the set goes on and makes pool-2.
+        result = reconciler.reconcile(key)
+        assert result.path != "waiting", result
+        wait_for(lambda: reconciler.reconcile(key).path != "waiting" and "pool-2" in owned(),
+                 timeout=20, message="pool-2 made")
+        assert "pool-1" not in owned()
+    finally:
+        controller.stop()
+
+
+def test_each_exporter_gets_its_own_event(api, namespace):
+    """The same reason and message about two Exporters of one set are two
+    Events, each naming its Exporter (message and related object); a repeat
+    about one of them counts up on its own Event."""
+    custom = client.CustomObjectsApi(api)
+    make_class(custom, namespace)
+    exporter_set = make_set(custom, namespace)
+    same = {"type": "Warning", "reason": "ReplicaFailed", "message": "did not come online within 300s"}
+    k8s_status.emit_events(api, exporter_set, [{**same, "exporter": "pool-0"}, {**same, "exporter": "pool-1"}])
+    k8s_status.emit_events(api, exporter_set, [{**same, "exporter": "pool-1"}])
+    events = [e for e in client.CoreV1Api(api).list_namespaced_event(namespace).items if e.reason == "ReplicaFailed"]
+    seen = sorted((e.related.name, e.message, e.count, e.involved_object.name) for e in events)
+    assert seen == [
+        ("pool-0", "pool-0: did not come online within 300s", 1, "pool"),
+        ("pool-1", "pool-1: did not come online within 300s", 2, "pool"),
+    ]
+
+
+def test_recycled_exporters_each_get_an_event(api, namespace, standin, operator):
+    """Two leases end: each recycled Exporter has its own Event on the set."""
+    custom = client.CustomObjectsApi(api)
+    core = client.CoreV1Api(api)
+    make_class(custom, namespace)
+    make_set(custom, namespace, minAvailableReplicas=2, maxReplicas=4)
+    operator()
+    settle_pool(standin, 2, custom, namespace)
+    standin.create_lease("lease-a", {"board": "qemu-x86"})
+    standin.create_lease("lease-b", {"board": "qemu-x86"})
+    leased = sorted([standin.wait_assigned("lease-a"), standin.wait_assigned("lease-b")])
+    standin.release("lease-a")
+    standin.release("lease-b")
+
+    def recycling_events():
+        events = [e for e in core.list_namespaced_event(namespace).items
+                  if e.reason == "Recycling" and e.involved_object.name == "pool"]
+        return events if sorted(e.related.name for e in events if e.related) == leased else None
+
+    events = wait_for(recycling_events, timeout=90, message=f"a Recycling Event for each of {leased}")
+    for event in events:
+        assert event.message.startswith(f"{event.related.name}: "), event.message
+        assert event.count == 1
