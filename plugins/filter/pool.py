@@ -44,9 +44,9 @@ def validate_parameters_filter(parameters, provisioner):
 
 @_reporting_errors
 def scale_plan_filter(exporter_set, virtual_target_class, exporters, pending_leases, now,
-                      instances=None, options=None):
+                      instances=None, options=None, leases=None):
     return scale_plan(exporter_set, virtual_target_class, exporters, pending_leases, now,
-                      instances=instances, options=options)
+                      instances=instances, options=options, leases=leases)
 
 
 @_reporting_errors

@@ -34,8 +34,8 @@ ANNOTATION_LAST_FAILURE = GROUP + "/last-failure"
 # credentials, quota); see backend_refusal.py.
 ANNOTATION_BACKEND_REFUSAL = GROUP + "/backend-refusal"
 
-# Exporter annotation: name of the lease the Exporter was last seen holding.
-# When status.leaseRef is empty but this is set, the lease has ended.
+# Exporter annotation: name of the lease the Exporter was last seen holding
+# (bookkeeping for people; a lease's end is read from the Lease objects).
 ANNOTATION_LEASED_BY = GROUP + "/leased-by"
 # Exporter annotation: RFC3339 time the Exporter was first seen ready. Tells a
 # never-started instance (startup timeout) from one that went offline later.
@@ -43,6 +43,14 @@ ANNOTATION_FIRST_READY = GROUP + "/first-ready"
 # Exporter annotation: present while the pool itself disabled the Exporter for
 # scale-down. Exporters disabled by someone else are never touched.
 ANNOTATION_SCALE_DOWN = GROUP + "/scale-down"
+# Exporter annotation: present while the pool disabled the Exporter to remove
+# or reset it (lease_safety.py); the value is why: Recycle, Failed,
+# StartupTimeout (it is deleted) or InPlaceReuse (its instance is reset and
+# it is enabled again). Never re-enabled for scale-up.
+ANNOTATION_RETIRING = GROUP + "/retiring"
+# Exporter annotation: "<endTime> <creationTimestamp> <lease>" of the last
+# ended Lease after which an InPlaceReuse Exporter was reset.
+ANNOTATION_REUSED_AFTER = GROUP + "/reused-after"
 # Exporter annotation: the set's dormant Exporter. It has no backend and is
 # never Online; it exists only while the set has no other enabled Exporter, so
 # that the Jumpstarter controller keeps a lease for the set waiting

@@ -1,7 +1,8 @@
 """Client for the Corellium public REST API (``https://<host>/api/v1``).
 
-Standard library only, and no Ansible imports: the ``corellium_instance``
-module and the operator share this one client.
+The standard library and Ansible's HTTP client (``ansible.module_utils.urls``,
+which sanity asks of module code) only: the Corellium modules and the tests
+share this one client.
 
 Behaviour the callers rely on:
 
@@ -26,9 +27,10 @@ import ssl
 import time
 import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+
+from ansible.module_utils.urls import Request
 
 LOG = logging.getLogger(__name__)
 
@@ -210,13 +212,13 @@ class CorelliumClient:
 
     def _send_once(self, method: str, path: str, body: dict | None, timeout: float):
         data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(self.base_url + path, data=data, method=method)
-        request.add_header("Authorization", f"Bearer {self.__token}")
-        request.add_header("Accept", "application/json")
+        headers = {"Authorization": f"Bearer {self.__token}", "Accept": "application/json"}
         if data is not None:
-            request.add_header("Content-Type", "application/json")
+            headers["Content-Type"] = "application/json"
         try:
-            with urllib.request.urlopen(request, timeout=timeout, context=self._ssl) as response:
+            # No .netrc: its credentials would replace the bearer token.
+            with Request().open(method, self.base_url + path, data=data, headers=headers, timeout=timeout,
+                                context=self._ssl, use_netrc=False) as response:
                 return response.status, response.read()
         except urllib.error.HTTPError as error:
             payload = error.read()

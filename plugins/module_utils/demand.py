@@ -36,6 +36,9 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.expo
     is_terminating,
     read_exporter,
 )
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.lease_safety import (
+    LeaseView,
+)
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.selectors import (
     selector_matches,
 )
@@ -85,8 +88,11 @@ def attribute_lease_demand(exporter_sets, leases, exporters, now):
         or {}
         for s in sets
     }
+    # An Exporter a Lease names is taken, even before its leaseRef says so.
+    lease_view = LeaseView(leases)
     unclaimed = sorted(
-        (e for e in exporters or () if is_available(e)), key=exporter_name
+        (e for e in exporters or () if is_available(e) and not lease_view.holders(e)),
+        key=exporter_name,
     )
     # The controller records an assignment on the Exporter and on the Lease in
     # two writes; a lease an Exporter already holds is not demand, whichever

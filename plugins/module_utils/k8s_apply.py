@@ -13,9 +13,16 @@ the controller makes every assigned Lease owned by its Exporter, so the
 delete orphans dependents (``propagationPolicy: Orphan``) and then deletes
 the objects the pool's side made for the Exporter by name: the instance Pod,
 its config Secret and the credential Secret, each only when it names the
-Exporter's UID as owner. The delete carries the UID and resourceVersion of a
-fresh read as preconditions, and an Exporter leased since the plan was made
-is left alone.
+Exporter's UID as owner.
+
+Lease safety (lease_safety.py), on a fresh read just before each write: an
+Exporter is disabled only while no lease holds it from either side (its
+status.leaseRef, a non-ended Lease naming it), with its resourceVersion as
+precondition; it is deleted only when it is also seen disabled, with its UID
+and resourceVersion as preconditions. An Exporter that fails the check, or a
+write that fails its precondition (409), is left alone (``held``, with a
+Normal ``ExporterHeld`` Event naming why); the next plan looks again. Nothing
+is ever forced.
 
 A new Exporter is not created while a credential Secret of its name is in
 the way (``credentials``): the name counts as taken for this reconcile.
@@ -27,9 +34,11 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils impo
     k8s_objects,
     k8s_pod,
     k8s_status,
+    lease_safety,
 )
 
 EXPORTER = ("jumpstarter.dev", "v1alpha1", "exporters")
+LEASE = ("jumpstarter.dev", "v1alpha1", "leases")
 
 
 class ApplyError(Exception):
@@ -48,7 +57,9 @@ class PlanApplier:
         self.set = exporterset
         self.namespace = self.set["metadata"]["namespace"]
         self.result = {"created": [], "deleted": [], "patched": [], "blocked": [], "held": [],
-                       "status_changed": False, "events": 0}
+                       "conflicts": 0, "status_changed": False, "events": 0}
+        # name -> why, for the ExporterHeld Events.
+        self.held_why = {}
 
     def _fail(self, what, exc):
         raise ApplyError(f"{what}: {getattr(exc, 'status', '')} {getattr(exc, 'reason', exc)}".strip()) from exc
@@ -62,6 +73,81 @@ class PlanApplier:
             if exc.status != 404:
                 self._fail(f"reading Exporter {self.namespace}/{name}", exc)
             return None
+
+    def _active_leases(self):
+        """The Leases that may hold an Exporter, read now (ended ones carry a label)."""
+        from kubernetes.client.rest import ApiException
+
+        try:
+            return self.custom.list_namespaced_custom_object(
+                *LEASE[:2], self.namespace, LEASE[2],
+                label_selector=lease_safety.ACTIVE_LEASES_SELECTOR)["items"]
+        except ApiException as exc:
+            self._fail(f"listing the Leases of namespace {self.namespace}", exc)
+
+    def _hold(self, name, why, conflict=False):
+        if name not in self.result["held"]:
+            self.result["held"].append(name)
+        self.held_why[name] = why
+        if conflict:
+            self.result["conflicts"] += 1
+
+    def safe_to_act(self, name, uid=None, require_disabled=True):
+        """A fresh read of Exporter ``name`` when lease safety lets it be acted on, else None (held)."""
+        current = self._read_exporter(name)
+        if current is not None and uid and current["metadata"].get("uid") != uid:
+            self._hold(name, f"replaced by a new Exporter (UID {current['metadata'].get('uid')})")
+            return None
+        why = lease_safety.untouchable(current, self._active_leases() if current else (),
+                                       require_disabled=require_disabled)
+        if why is not None:
+            if current is not None:
+                self._hold(name, why)
+            return None
+        return current
+
+    def confirm(self, plan):
+        """The plan with only the deletes and resets lease safety allows now.
+
+        For the provisioner roles, which remove or reset backends before
+        ``apply_plan`` deletes Exporters: a backend is touched only when its
+        Exporter is seen disabled and unleased from both sides.
+        """
+        confirmed = dict(plan)
+        for key in ("delete", "recycle"):
+            entries = []
+            for entry in plan.get(key) or []:
+                if self.safe_to_act(entry["name"], entry.get("uid")) is not None:
+                    entries.append(entry)
+                elif self._read_exporter(entry["name"]) is None and key == "delete":
+                    entries.append(entry)  # already gone: its backend may remain
+            confirmed[key] = entries
+        return confirmed
+
+    def disable(self, name, annotations=None):
+        """Disable an unleased Exporter (with its annotations), guarded by its resourceVersion."""
+        from kubernetes.client.rest import ApiException
+
+        current = self.safe_to_act(name, require_disabled=False)
+        if current is None:
+            return False
+        body = {"spec": {"enabled": False},
+                "metadata": {"resourceVersion": current["metadata"]["resourceVersion"]}}
+        if annotations:
+            body["metadata"]["annotations"] = annotations
+        if not self.check:
+            try:
+                self.custom.patch_namespaced_custom_object(*EXPORTER[:2], self.namespace, EXPORTER[2], name, body)
+            except ApiException as exc:
+                if exc.status == 409:
+                    self._hold(name, "changed since it was read (409 Conflict)", conflict=True)
+                    return False
+                if exc.status == 404:
+                    return False
+                self._fail(f"disabling Exporter {self.namespace}/{name}", exc)
+        if name not in self.result["patched"]:
+            self.result["patched"].append(name)
+        return True
 
     def _owned_objects(self, exporter, provisioner):
         """The Pod, config Secret and credential Secret that belong to this very Exporter.
@@ -111,13 +197,14 @@ class PlanApplier:
             if exc.status not in (404, 409):
                 self._fail(f"deleting {kind} {self.namespace}/{meta['name']}", exc)
 
-    def delete(self, name, uid=None, provisioner="", unleased_only=True):
+    def delete(self, name, uid=None, provisioner="", unleased_only=True, require_disabled=True):
         """Delete one Exporter without its Leases, then what belongs to it.
 
         ``uid`` is the Exporter the plan meant; a namesake is left alone, and
-        so is an Exporter that took a lease since (unless ``unleased_only`` is
-        off, as when the whole set goes). Returns whether the Exporter is gone
-        or going.
+        so is an Exporter that lease safety keeps (leased from either side,
+        or, with ``require_disabled``, still enabled), unless
+        ``unleased_only`` is off, as when the whole set goes. Returns whether
+        the Exporter is gone or going.
         """
         from kubernetes import client
         from kubernetes.client.rest import ApiException
@@ -127,10 +214,14 @@ class PlanApplier:
             self.result["deleted"].append(name)
             return True
         meta = current["metadata"]
-        leased = ((current.get("status") or {}).get("leaseRef") or {}).get("name")
-        if (uid and meta.get("uid") != uid) or (unleased_only and leased):
-            self.result["held"].append(name)
+        if uid and meta.get("uid") != uid:
+            self._hold(name, f"replaced by a new Exporter (UID {meta.get('uid')})")
             return False
+        if unleased_only:
+            why = lease_safety.untouchable(current, self._active_leases(), require_disabled=require_disabled)
+            if why is not None:
+                self._hold(name, why)
+                return False
         owned = self._owned_objects(current, provisioner)
         if not self.check:
             options = client.V1DeleteOptions(
@@ -143,7 +234,7 @@ class PlanApplier:
             except ApiException as exc:
                 if exc.status == 409:
                     # Changed since it was read: the next plan looks again.
-                    self.result["held"].append(name)
+                    self._hold(name, "changed since it was read (409 Conflict)", conflict=True)
                     return False
                 if exc.status != 404:
                     self._fail(f"deleting Exporter {self.namespace}/{name}", exc)
@@ -200,8 +291,16 @@ class PlanApplier:
             [self.create(k8s_objects.exporter_manifest(self.set, entry, provisioner))
              for entry in plan.get("create_dormant") or []]
         )
+        exporter_annotations = plan.get("exporter_annotations") or {}
         for name in plan.get("enable") or []:
             self.patch(name, {"spec": {"enabled": True}})
+        # Reset in place (the provisioner role did it, only for what
+        # ``confirm`` allowed): enabled again, with its bookkeeping.
+        written = set()
+        for entry in plan.get("recycle") or []:
+            self.patch(entry["name"], {"spec": {"enabled": True},
+                                       "metadata": {"annotations": exporter_annotations.get(entry["name"]) or {}}})
+            written.add(entry["name"])
         removing = [entry["name"] for entry in plan.get("delete") or []] + list(plan.get("disable") or [])
         gone = set()
         if dormant_ready:
@@ -209,18 +308,29 @@ class PlanApplier:
                 if self.delete(entry["name"], entry.get("uid"), provisioner):
                     gone.add(entry["name"])
             for name in plan.get("disable") or []:
-                self.patch(name, {"spec": {"enabled": False}})
+                # The disable carries the annotations that say why (scale-down,
+                # retiring), so it is never seen disabled without them.
+                self.disable(name, exporter_annotations.get(name))
+                written.add(name)
         else:
-            self.result["held"].extend(removing)
+            for name in removing:
+                self._hold(name, "the set's dormant Exporter could not be created first")
         for entry in plan.get("create") or []:
             self.create(k8s_objects.exporter_manifest(self.set, entry, provisioner))
         for entry in plan.get("delete_dormant") or []:
-            self.delete(entry["name"], entry.get("uid"))
+            # Never Online, so never leased; still checked on a fresh read.
+            self.delete(entry["name"], entry.get("uid"), require_disabled=False)
         held = set(self.result["held"])
-        for name, annotations in sorted((plan.get("exporter_annotations") or {}).items()):
-            if name not in gone and name not in held and annotations:
+        for name, annotations in sorted(exporter_annotations.items()):
+            if name not in gone and name not in held and name not in written and annotations:
                 self.patch(name, {"metadata": {"annotations": annotations}})
         self.write_set(plan)
+
+    def held_events(self):
+        """One Normal ExporterHeld Event per Exporter left alone, naming why."""
+        return [{"type": "Normal", "reason": "ExporterHeld", "exporter": name,
+                 "message": f"{name}: left alone, {why}; the next plan looks again"}
+                for name, why in sorted(self.held_why.items())]
 
     def write_set(self, plan):
         meta = self.set["metadata"]
@@ -246,7 +356,7 @@ class PlanApplier:
                 self.result["status_changed"], _ = k8s_status.write_status(
                     self.api_client, self.namespace, meta["name"], status, outcome=outcome
                 )
-        events = plan.get("events") or []
+        events = (plan.get("events") or []) + self.held_events()
         if events and not self.check:
             self.result["events"] = k8s_status.emit_events(self.api_client, self.set, events)
 

@@ -14,6 +14,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils impo
     baremetal_pool,
     constants,
     k8s_objects,
+    lease_safety,
     set_overrides,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.demand import (
@@ -68,6 +69,9 @@ def observe(exporter_set, namespace_objects, now):
         "owned": owned,
         "pods": pods,
         "pending": [lease for lease in leases if lease["metadata"]["name"] in pending_names],
+        # The Leases naming one of the set's Exporters: who holds them, and
+        # whose lease ended (lease_safety.py).
+        "leases": [lease for lease in leases if lease_safety.assigned_exporter(lease) in owned_names],
         "taken_names": sorted(e["metadata"]["name"] for e in exporters),
         "refusal": backend_refusal.read(exporter_set),
         "lab": lab,
@@ -121,6 +125,7 @@ def _plan(exporter_set, observed, options):
         observed["now"],
         instances=instances,
         options=options,
+        leases=observed.get("leases"),
     )
     if lab is not None:
         lab.complete_plan(plan)

@@ -9,6 +9,15 @@ then creates (so a tight maxReplicas is never exceeded), then the dormant
 Exporters it removes, then the annotation patches (an Exporter's patch only
 after its action succeeded), then the status.
 
+Lease safety (lease_safety.py): the plan never disables, deletes or resets
+an Exporter that is leased from either side (its ``status.leaseRef`` or a
+non-ended Lease naming it). Removing or resetting one takes two plans: the
+first disables it (``disable``, annotated ``retiring`` or ``scale-down``),
+a later one that sees it disabled and still unleased deletes it (``delete``)
+or resets it (``recycle``, enabled again after the reset). A lease's end is
+read from the Lease objects, so an Exporter that served a lease is recycled
+even when no reconcile saw it leased.
+
 The dormant Exporter: the Jumpstarter controller ends a lease at once when
 no enabled Exporter matches its selector. A set that may still grow
 therefore keeps one Exporter without a backend (annotated
@@ -27,6 +36,11 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils impo
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.exporter_state import (
     find_condition,
     read_exporter,
+)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.lease_safety import (
+    LeaseView,
+    ended_key,
+    format_ended_key,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.parameters import (
     validate_parameters,
@@ -142,9 +156,16 @@ class _Builder:
 
 
 def scale_plan(exporter_set, virtual_target_class, exporters, pending_leases, now,
-               instances=None, options=None):
-    """Plan one reconcile of ``exporter_set``; see the module docstring."""
+               instances=None, options=None, leases=None):
+    """Plan one reconcile of ``exporter_set``; see the module docstring.
+
+    ``leases`` are the namespace's Leases (at least those naming the set's
+    Exporters): an Exporter a non-ended Lease names is leased even before its
+    ``status.leaseRef`` says so, and an ended Lease it served asks for its
+    recycle (lease_safety.py).
+    """
     now = parse_time(now)
+    lease_view = LeaseView(leases)
     options = {**DEFAULT_OPTIONS, **(options or {})}
     instances = instances or {}
     metadata = exporter_set["metadata"]
@@ -162,6 +183,8 @@ def scale_plan(exporter_set, virtual_target_class, exporters, pending_leases, no
         name, ready, online, enabled, lease, terminating = read_exporter(exporter)
         if terminating:
             continue
+        # Leased from either side: its leaseRef, or a Lease naming it.
+        lease = lease or next(iter(lease_view.holders(exporter)), None)
         annotations = exporter["metadata"].get("annotations") or {}
         if c.ANNOTATION_DORMANT in annotations:
             dormant.append((exporter, lease is not None))
@@ -230,24 +253,52 @@ def scale_plan(exporter_set, virtual_target_class, exporters, pending_leases, no
     parked = []  # disabled by us for scale-down, unleased
     idle = []  # enabled and unleased: what scale-down may pick
 
-    lease_ended = []
+    # Every member is unleased from both sides (lease_safety.py). Removing or
+    # resetting one takes two plans: this one disables it (and marks it
+    # retiring), a later one, that sees it disabled and still unleased,
+    # deletes or resets it.
+    retire = []  # (member, why): enabled, to disable first
     for member in members:
-        if not member.enabled and c.ANNOTATION_SCALE_DOWN not in member.annotations:
+        retiring = member.annotations.get(c.ANNOTATION_RETIRING)
+        if not member.enabled and not retiring and c.ANNOTATION_SCALE_DOWN not in member.annotations:
             held.append(member)
+            continue
+        if retiring:
+            if member.enabled:
+                retire.append((member, retiring))
+            elif retiring == c.RECYCLE_IN_PLACE_REUSE:
+                recycling.append(member)
+            else:
+                builder.remove(member.exporter, retiring)
+                leaving.add(member.name)
             continue
         failure = _failure_of(member, now, options, builder)
         if failure is not None:
             failed.append((member, *failure))
-            leaving.add(member.name)
-            continue
-        if c.ANNOTATION_LEASED_BY in member.annotations:
-            if recycle_strategy == c.RECYCLE_IN_PLACE_REUSE:
-                recycling.append(member)
-                builder.annotate(member.name, c.ANNOTATION_LEASED_BY, None)
+            if member.enabled:
+                retire.append((member, failure[0]))
             else:
-                lease_ended.append(member)
+                builder.remove(member.exporter, failure[0])
                 leaving.add(member.name)
-                continue
+            continue
+        ended = lease_view.lease_to_recycle(member.exporter,
+                                            member.annotations.get(c.ANNOTATION_REUSED_AFTER))
+        if ended is not None:
+            why = (c.RECYCLE_IN_PLACE_REUSE if recycle_strategy == c.RECYCLE_IN_PLACE_REUSE
+                   else c.DELETE_RECYCLE)
+            builder.event("Normal", "Recycling",
+                          f"lease {ended['metadata']['name']} ended, "
+                          + ("resetting in place (InPlaceReuse)" if why == c.RECYCLE_IN_PLACE_REUSE
+                             else "replacing the exporter (ExitAndReplace)"),
+                          member.name)
+            if member.enabled:
+                retire.append((member, why))
+            elif why == c.RECYCLE_IN_PLACE_REUSE:
+                recycling.append(member)
+            else:
+                builder.remove(member.exporter, why)
+                leaving.add(member.name)
+            continue
         member.rank = _rank(member)
         if not member.enabled:
             parked.append(member)
@@ -256,10 +307,9 @@ def scale_plan(exporter_set, virtual_target_class, exporters, pending_leases, no
                 builder.annotate(member.name, c.ANNOTATION_SCALE_DOWN, None)
             idle.append(member)
 
-    for member in sorted(lease_ended, key=lambda m: m.name):
-        builder.remove(member.exporter, c.DELETE_RECYCLE)
-        builder.event("Normal", "Recycling",
-                      "lease ended, replacing the exporter (ExitAndReplace)", member.name)
+    for member, why in sorted(retire, key=lambda entry: entry[0].name):
+        builder.disable.append(member.name)
+        builder.annotate(member.name, c.ANNOTATION_RETIRING, why)
     if became_ready:
         failures.reset(builder)
     failed.sort(key=lambda entry: entry[0].name)
@@ -267,7 +317,9 @@ def scale_plan(exporter_set, virtual_target_class, exporters, pending_leases, no
 
     target_unclamped = leased + pending + warm_buffer
     target = _clamp(target_unclamped, min_replicas, max_replicas)
-    useful = leased + len(idle)
+    # Exporters reset in place are enabled again once their instance is fresh.
+    recycling = sorted(recycling, key=lambda m: m.name)
+    useful = leased + len(idle) + len(recycling)
     need = target - useful
     parked.sort(key=lambda m: (-m.rank, m.name))
     reenabled = parked[:max(need, 0)]
@@ -282,12 +334,18 @@ def scale_plan(exporter_set, virtual_target_class, exporters, pending_leases, no
         builder.event("Normal", "ScaledDown",
                       f"deleting {len(scaled_down)} disabled exporter(s): "
                       f"{', '.join(scaled_down)}")
-    recycling = sorted((m for m in recycling if m.name not in leaving), key=lambda m: m.name)
-    builder.recycle.extend({"name": m.name, "strategy": c.RECYCLE_IN_PLACE_REUSE}
-                           for m in recycling)
     for member in recycling:
-        builder.event("Normal", "Recycling", "lease ended, resetting in place (InPlaceReuse)",
-                      member.name)
+        entry = {"name": member.name, "strategy": c.RECYCLE_IN_PLACE_REUSE}
+        if member.exporter["metadata"].get("uid"):
+            entry["uid"] = member.exporter["metadata"]["uid"]
+        builder.recycle.append(entry)
+        # Applied with the re-enable, after the reset.
+        builder.annotate(member.name, c.ANNOTATION_RETIRING, None)
+        builder.annotate(member.name, c.ANNOTATION_SCALE_DOWN, None)
+        last = lease_view.last_ended(member.exporter)
+        if last is not None:
+            builder.annotate(member.name, c.ANNOTATION_REUSED_AFTER,
+                             format_ended_key(ended_key(last)))
 
     surplus = -need
     waiting_for_cooldown = False
@@ -318,7 +376,7 @@ def scale_plan(exporter_set, virtual_target_class, exporters, pending_leases, no
     _create(exporter_set, provisioner, exporters, limits.allowed, options, builder)
     disabled = set(builder.disable)
     enabled_before = leased_enabled + sum(1 for m in members if m.enabled)
-    enabled_after = (leased_enabled + len(reenabled)
+    enabled_after = (leased_enabled + len(reenabled) + len(recycling)
                      + sum(1 for m in idle if m.name not in disabled))
     _keep_one_enabled(exporter_set, provisioner, exporters, dormant, enabled_before,
                       enabled_after, options, builder)
@@ -474,7 +532,6 @@ class _FailureLog:
     def record(self, failed, builder):
         already_counted = set(self.last.get("exporters") or ())
         for member, reason, message in failed:
-            builder.remove(member.exporter, reason)
             builder.event("Warning", "ReplicaFailed" if reason == c.DELETE_FAILED else reason,
                           message, member.name)
         fresh = [entry for entry in failed if entry[0].name not in already_counted]
@@ -623,9 +680,11 @@ def _available_condition(counters, warm_buffer):
 def _progressing_condition(builder, members, backing_off, waiting_for_cooldown):
     if builder.create or builder.enable:
         return _condition(c.CONDITION_PROGRESSING, True, "ScalingUp", "adding exporters")
-    if builder.disable or any(d["reason"] == c.DELETE_SCALE_DOWN for d in builder.delete):
+    scaling_down = any(builder.exporter_annotations.get(name, {}).get(c.ANNOTATION_SCALE_DOWN)
+                       for name in builder.disable)
+    if scaling_down or any(d["reason"] == c.DELETE_SCALE_DOWN for d in builder.delete):
         return _condition(c.CONDITION_PROGRESSING, True, "ScalingDown", "removing idle exporters")
-    if builder.delete or builder.recycle:
+    if builder.delete or builder.recycle or builder.disable:
         return _condition(c.CONDITION_PROGRESSING, True, "Replacing", "replacing exporters")
     if backing_off:
         return _condition(c.CONDITION_PROGRESSING, True, "BackOff",

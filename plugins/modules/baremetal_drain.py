@@ -21,14 +21,17 @@ description:
     never Online) is created first, so the Jumpstarter controller keeps leases for the set
     waiting instead of ending them.
 author:
-  - Jumpstarter virtual exporters maintainers
+  - Jumpstarter virtual exporters maintainers (@jumpstarter-dev)
 attributes:
   check_mode:
     support: full
+    description: Reports what would change and changes nothing.
   diff_mode:
     support: none
+    description: Returns no diff.
   idempotent:
     support: full
+    description: A second run with the same input reports no change.
 options:
   lab_host:
     description: Name of the host, as in the class's C(parameters.hosts[].name).

@@ -8,7 +8,8 @@ module: baremetal_report
 short_description: Record what the lab hosts of a qemu-baremetal set reported, on the set
 version_added: 0.1.0
 description:
-  - Runs where the operator runs, after M(baremetal_instances) ran on every host of the set.
+  - Runs where the operator runs, after M(jumpstarter.virtual_exporters.baremetal_instances)
+    ran on every host of the set.
   - Writes the host report annotation C(virtualtarget.jumpstarter.dev/host-report) of the
     ExporterSet. Every reconcile reads it back for the state of the instances, the free
     slots and the hosts that stopped answering (and since when).
@@ -16,14 +17,17 @@ description:
     time it was first missed.
   - A set that no longer exists is left alone.
 author:
-  - Jumpstarter virtual exporters maintainers
+  - Jumpstarter virtual exporters maintainers (@jumpstarter-dev)
 attributes:
   check_mode:
     support: full
+    description: Reports what would change and changes nothing.
   diff_mode:
     support: none
+    description: Returns no diff.
   idempotent:
     support: full
+    description: A second run with the same input reports no change.
     details: >-
       Every run records what the probe saw; recording an observation reports no change
       (see C(hosts_changed) for whether a host's entry moved).
@@ -38,8 +42,9 @@ options:
     required: true
   results:
     description:
-      - Per host name C(unreachable) and C(instances) (the M(baremetal_instances) result),
-        as the C(qemu_baremetal) role collects them in C(qemu_baremetal_instances).
+      - Per host name C(unreachable) and C(instances) (the
+        M(jumpstarter.virtual_exporters.baremetal_instances) result), as the C(qemu_baremetal)
+        role collects them in C(qemu_baremetal_instances).
     type: dict
     required: true
 extends_documentation_fragment:

@@ -21,16 +21,19 @@ description:
     those whose credential Secret does not name their UID among its owners (a token
     issued to an earlier Exporter of the same name is never used).
   - The set's dormant Exporter has no instance and is never placed.
-  - Returns one entry per host with the names to act on, for M(baremetal_instances).
+  - Returns one entry per host with the names to act on, for M(jumpstarter.virtual_exporters.baremetal_instances).
 author:
-  - Jumpstarter virtual exporters maintainers
+  - Jumpstarter virtual exporters maintainers (@jumpstarter-dev)
 attributes:
   check_mode:
     support: full
+    description: Reports what would change and changes nothing.
   diff_mode:
     support: none
+    description: Returns no diff.
   idempotent:
     support: full
+    description: A second run with the same input reports no change.
 options:
   exporterset:
     description: The ExporterSet object.
@@ -169,7 +172,7 @@ class Targets:
                    if not (data or {}).get(k)]
         if missing:
             self.module.fail_json(msg=f"Secret {self.namespace}/{ref['name']}: missing {', '.join(missing)}")
-        directory = os.path.join(os.path.expanduser(self.p["ssh_dir"]), self.namespace, ref["name"])
+        directory = os.path.join(self.p["ssh_dir"], self.namespace, ref["name"])  # type path: expanded
         files = {"private_key_file": os.path.join(directory, "id"),
                  "known_hosts_file": os.path.join(directory, "known_hosts")}
         if not self.module.check_mode:

@@ -8,7 +8,7 @@ DOCUMENTATION = r"""
 module: corellium_info
 short_description: List a Corellium project's instances and its quota
 version_added: 0.1.0
-author: Jumpstarter virtual exporters maintainers
+author: Jumpstarter virtual exporters maintainers (@jumpstarter-dev)
 description:
   - Reads one project through Corellium's public REST API (C(https://<api_host>/api/v1))
     and returns its instances (optionally only those whose name starts with a prefix)

@@ -8,7 +8,7 @@ DOCUMENTATION = r"""
 module: corellium_instance
 short_description: Create, power and delete a Corellium virtual instance
 version_added: 0.1.0
-author: Jumpstarter virtual exporters maintainers
+author: Jumpstarter virtual exporters maintainers (@jumpstarter-dev)
 description:
   - Manages one virtual device in Corellium's cloud through its public REST API
     (C(https://<api_host>/api/v1)).

@@ -8,7 +8,7 @@ DOCUMENTATION = r"""
 module: corellium_instances
 short_description: Create, power off, recreate or delete many Corellium instances at once
 version_added: 0.1.0
-author: Jumpstarter virtual exporters maintainers
+author: Jumpstarter virtual exporters maintainers (@jumpstarter-dev)
 description:
   - Brings every instance named in O(names) within O(project) to O(state) in one module
     run, with one listing of the project's instances, so a reconcile pays one Python start
@@ -107,6 +107,7 @@ attributes:
     support: full
   diff_mode:
     support: none
+    description: Returns no diff.
   idempotent:
     description: Every state except V(recreated) is idempotent.
     support: partial

@@ -18,10 +18,19 @@ description:
     set's status through the status subresource and records Kubernetes Events.
   - Exporters are deleted with C(propagationPolicy=Orphan), so the Leases the
     Jumpstarter controller made them own stay as lease history, and with the
-    UID and resourceVersion of a fresh read as preconditions; an Exporter
-    leased since the plan was made is left alone (RV(held)). The instance Pod,
+    UID and resourceVersion of a fresh read as preconditions. The instance Pod,
     config Secret and credential Secret that name the Exporter's UID as owner
     are deleted after it.
+  - Lease safety, on a fresh read before each write (docs/pool-semantics.md) -
+    an Exporter is disabled only while no lease holds it from either side (its
+    C(status.leaseRef), or a Lease that has not ended naming it in
+    C(status.exporterRef)), with its resourceVersion as precondition; it is
+    deleted only when it is also seen disabled. An Exporter that fails the
+    check, or a write refused with 409 Conflict, is left alone (RV(held)), with
+    a Normal C(ExporterHeld) Event naming why; nothing is forced.
+  - With I(confirm_only) nothing is written but those Events - RV(plan) is the plan
+    keeping only the deletes and in-place resets lease safety allows now, for the
+    provisioner role to remove or reset backends before this module applies it.
   - A new Exporter is not created while a credential Secret of its name
     (C(<name>-exporter)) exists (RV(blocked)); that Secret is deleted when no
     live Exporter owns it, so the next reconcile may use the name.
@@ -74,6 +83,12 @@ options:
     description: Add the Ansible Operator SDK C(Successful) outcome condition to the status.
     type: bool
     default: true
+  confirm_only:
+    description:
+      - Check the plan's C(delete) and C(recycle) entries against lease safety on a fresh
+        read and return the plan keeping only those allowed now (RV(plan)); apply nothing.
+    type: bool
+    default: false
 extends_documentation_fragment:
   - jumpstarter.virtual_exporters.kubernetes
 """
@@ -117,11 +132,21 @@ blocked:
   elements: str
 held:
   description:
-    - Exporters the plan removes or disables that were left alone, because they changed
-      since they were read (a lease, a new UID) or the dormant Exporter could not be created first.
+    - Exporters the plan removes, resets or disables that were left alone, because lease
+      safety forbids it now (leased from either side, still enabled), they changed since
+      they were read (a new UID, a 409 Conflict) or the dormant Exporter could not be
+      created first.
   returned: always
   type: list
   elements: str
+conflicts:
+  description: Writes refused by their resourceVersion precondition (409 Conflict).
+  returned: always
+  type: int
+plan:
+  description: With I(confirm_only), the plan keeping only the deletes and resets allowed now.
+  returned: when confirm_only
+  type: dict
 status_changed:
   description: Whether the set's status was written.
   returned: always
@@ -132,6 +157,7 @@ events:
   type: int
 """
 
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import k8s_status
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s_apply import (
     ApplyError,
     PlanApplier,
@@ -151,6 +177,7 @@ def main():
             teardown=dict(type="str", choices=["none", "delete", "detach"], default="none"),
             owned_exporters=dict(type="list", elements="dict", default=[]),
             write_outcome=dict(type="bool", default=True),
+            confirm_only=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )
@@ -161,6 +188,12 @@ def main():
         write_outcome=module.params["write_outcome"],
     )
     try:
+        if module.params["confirm_only"]:
+            confirmed = applier.confirm(module.params["plan"])
+            if not module.check_mode and applier.held_why:
+                k8s_status.emit_events(applier.api_client, module.params["exporterset"],
+                                       applier.held_events())
+            module.exit_json(changed=False, plan=confirmed, **applier.result)
         if module.params["teardown"] != "none":
             applier.teardown(module.params["teardown"], module.params["owned_exporters"],
                              module.params["provisioner"])

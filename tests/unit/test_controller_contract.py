@@ -139,17 +139,18 @@ def test_scale_down_to_zero_creates_the_dormant_exporter_with_the_disable():
     assert names(result["create_dormant"]) == ["rpi4-dormant-0"]
 
 
-@pytest.mark.parametrize(("pool", "plan_options"), [
-    # The lease of the only Exporter ended (ExitAndReplace).
-    ([exporter("rpi4-0", annotations={c.ANNOTATION_LEASED_BY: "l1"})], {}),
-    # The only Exporter's instance failed.
-    ([exporter("rpi4-0", ready=False, created=-600, first_ready=False)], {"startup_timeout": 60}),
+@pytest.mark.parametrize(("pool", "leases", "plan_options"), [
+    # The lease of the only Exporter ended (ExitAndReplace): it is disabled first.
+    ([exporter("rpi4-0")], [lease("l1", assigned="rpi4-0", ended=True)], {}),
+    # The only Exporter's instance failed: it is disabled first.
+    ([exporter("rpi4-0", ready=False, created=-600, first_ready=False)], [], {"startup_timeout": 60}),
     # The only Exporter is parked and goes.
-    ([exporter("rpi4-0", enabled=False, annotations={c.ANNOTATION_SCALE_DOWN: at(-5)})], {}),
+    ([exporter("rpi4-0", enabled=False, annotations={c.ANNOTATION_SCALE_DOWN: at(-5)})], [], {}),
 ])
-def test_removing_the_last_enabled_exporter_creates_the_dormant_one_first(pool, plan_options):
-    result = plan(exporter_set(), pool, **plan_options)
-    assert names(result["delete"]) == ["rpi4-0"]
+def test_removing_the_last_enabled_exporter_creates_the_dormant_one_first(pool, leases, plan_options):
+    result = scale_plan(exporter_set(), target_class(), pool, [], NOW, options=plan_options or None,
+                        leases=leases)
+    assert names(result["delete"]) + result["disable"] == ["rpi4-0"]
     assert names(result["create_dormant"]) == ["rpi4-dormant-0"]
 
 
@@ -174,7 +175,7 @@ def test_a_leased_dormant_exporter_is_left_alone():
 
 
 def test_delete_entries_carry_the_uid_the_plan_saw():
-    ended = exporter("rpi4-0", annotations={c.ANNOTATION_LEASED_BY: "l1"})
+    ended = exporter("rpi4-0", enabled=False, annotations={c.ANNOTATION_RETIRING: c.DELETE_RECYCLE})
     ended["metadata"]["uid"] = "uid-0"
     result = plan(exporter_set(), [ended])
     assert result["delete"] == [{"name": "rpi4-0", "reason": c.DELETE_RECYCLE, "uid": "uid-0"}]
@@ -310,7 +311,7 @@ def test_a_pod_left_by_an_earlier_exporter_of_the_name_is_no_backend():
 
 
 def test_in_place_reuse_of_a_qemu_pod_reads_the_ca():
-    ended = exporter("rpi4-0", annotations={c.ANNOTATION_LEASED_BY: "l1"})
+    ended = exporter("rpi4-0", enabled=False, annotations={c.ANNOTATION_RETIRING: c.RECYCLE_IN_PLACE_REUSE})
     the_set, observed = observed_pool([ended], recycle="InPlaceReuse")
     observed["pods"] = [instance_pod("rpi4-0", "rpi4-0-uid")]
     k8s_observe.plan_for(the_set, observed, read_controller_ca=lambda: AVAILABLE_CA)

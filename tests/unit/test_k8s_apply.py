@@ -24,6 +24,7 @@ class MemoryApi:
     def __init__(self):
         self.objects = {}  # (kind, name) -> object
         self.calls = []
+        self.events = []
         self.serial = 0
 
     def put(self, kind, name, **fields):
@@ -65,8 +66,24 @@ class MemoryApi:
     def patch(self, kind, name, body):
         self.calls.append(("patch", kind, name))
         target = self.objects[(kind, name)]
+        body = copy.deepcopy(body)
+        expected = (body.get("metadata") or {}).pop("resourceVersion", None)
+        if expected is not None and expected != target["metadata"]["resourceVersion"]:
+            raise ApiException(status=409, reason="Conflict")
         for key, value in body.items():
             target.setdefault(key, {}).update(value)
+        self.serial += 1
+        target["metadata"]["resourceVersion"] = str(self.serial)
+
+    def list(self, kind, label_selector=None):
+        self.calls.append(("list", kind, label_selector))
+        items = [copy.deepcopy(obj) for (k, _), obj in sorted(self.objects.items()) if k == kind]
+        if label_selector and label_selector.startswith("!"):
+            items = [obj for obj in items if label_selector[1:] not in (obj["metadata"].get("labels") or {})]
+        return {"items": items}
+
+
+KINDS = {"exporters": "Exporter", "leases": "Lease"}
 
 
 class FakeCustom:
@@ -74,16 +91,19 @@ class FakeCustom:
         self.api = api
 
     def get_namespaced_custom_object(self, group, version, namespace, plural, name):
-        return self.api.get("Exporter", name)
+        return self.api.get(KINDS[plural], name)
+
+    def list_namespaced_custom_object(self, group, version, namespace, plural, label_selector=None):
+        return self.api.list(KINDS[plural], label_selector)
 
     def delete_namespaced_custom_object(self, group, version, namespace, plural, name, body):
-        self.api.delete("Exporter", name, body)
+        self.api.delete(KINDS[plural], name, body)
 
     def create_namespaced_custom_object(self, group, version, namespace, plural, manifest):
-        self.api.create("Exporter", manifest)
+        self.api.create(KINDS[plural], manifest)
 
     def patch_namespaced_custom_object(self, group, version, namespace, plural, name, body):
-        self.api.patch("Exporter", name, body)
+        self.api.patch(KINDS[plural], name, body)
 
 
 class FakeCore:
@@ -101,6 +121,12 @@ class FakeCore:
 
     def delete_namespaced_pod(self, name, namespace, body, grace_period_seconds):
         self.api.delete("Pod", name, body)
+
+    def read_namespaced_event(self, name, namespace):
+        raise ApiException(status=404, reason="Not Found")
+
+    def create_namespaced_event(self, namespace, body):
+        self.api.events.append(body)
 
 
 class FakeApiClient:
@@ -122,6 +148,7 @@ def owned_by(uid, name="rpi4-0"):
 
 
 def exporter(api, name, lease=None, enabled=True, annotations=None):
+    """An Exporter; ``lease`` names the lease in its status.leaseRef."""
     status = {"leaseRef": {"name": lease}} if lease else {}
     return api.put("Exporter", name, spec={"enabled": enabled}, status=status,
                    metadata={"annotations": dict(annotations or {})})
@@ -138,7 +165,7 @@ def create_entry(name, **annotations):
 
 
 def test_delete_orphans_leases_and_removes_what_belongs_to_the_exporter(api):
-    gone = exporter(api, "rpi4-0")
+    gone = exporter(api, "rpi4-0", enabled=False)
     uid = gone["metadata"]["uid"]
     api.put("Secret", "rpi4-0-exporter", metadata=owned_by(uid))
     api.put("Secret", "rpi4-0-config", metadata=owned_by(uid))
@@ -154,7 +181,7 @@ def test_delete_orphans_leases_and_removes_what_belongs_to_the_exporter(api):
 
 
 def test_objects_of_a_namesake_are_left(api):
-    gone = exporter(api, "rpi4-0")
+    gone = exporter(api, "rpi4-0", enabled=False)
     api.put("Secret", "rpi4-0-exporter", metadata=owned_by("someone-else"))
     api.put("Pod", "rpi4-0", metadata=owned_by("someone-else"))
     apply(api, {"delete": [{"name": "rpi4-0", "reason": "ScaleDown",
@@ -163,24 +190,118 @@ def test_objects_of_a_namesake_are_left(api):
 
 
 def test_bare_metal_exporters_have_no_pod_to_look_for(api):
-    gone = exporter(api, "rpi4-0")
+    gone = exporter(api, "rpi4-0", enabled=False)
     apply(api, {"delete": [{"name": "rpi4-0", "reason": "ScaleDown"}]},
           provisioner=c.PROVISIONER_QEMU_BAREMETAL)
     assert ("get", "Pod", "rpi4-0") not in api.calls
     assert ("Exporter", "rpi4-0") not in api.objects and gone
 
 
-@pytest.mark.parametrize(("lease", "planned_uid", "held"), [
-    ("taken-since", None, True),          # leased between plan and delete
-    (None, "an-older-uid", True),         # deleted and re-made under the same name
-    (None, None, False),
+def lease_object(api, name, exporter_name, ended=False):
+    labels = {"jumpstarter.dev/lease-ended": "true"} if ended else {}
+    return api.put("Lease", name, status={"exporterRef": {"name": exporter_name}, "ended": ended},
+                   metadata={"labels": labels})
+
+
+@pytest.mark.parametrize(("lease", "lease_side", "enabled", "planned_uid", "why"), [
+    ("taken-since", None, False, None, "leased by taken-since"),   # leaseRef written since the plan
+    (None, "assigned", False, None, "leased by assigned"),         # the Lease names it, leaseRef not yet
+    (None, None, True, None, "still enabled"),                     # never deleted while enabled
+    (None, None, False, "an-older-uid", "replaced by a new Exporter"),  # re-made under the same name
+    (None, "ended", False, None, None),                            # an ended Lease holds nothing
+    (None, None, False, None, None),
 ])
-def test_delete_is_held_when_the_exporter_changed(api, lease, planned_uid, held):
-    exporter(api, "rpi4-0", lease=lease)
+def test_delete_is_held_unless_disabled_and_unleased_from_both_sides(api, lease, lease_side, enabled,
+                                                                     planned_uid, why):
+    exporter(api, "rpi4-0", lease=lease, enabled=enabled)
+    if lease_side:
+        lease_object(api, lease_side, "rpi4-0", ended=lease_side == "ended")
     result = apply(api, {"delete": [{"name": "rpi4-0", "reason": "ScaleDown",
                                      **({"uid": planned_uid} if planned_uid else {})}]})
-    assert (("Exporter", "rpi4-0") in api.objects) is held
+    assert (("Exporter", "rpi4-0") in api.objects) is bool(why)
+    assert (result["held"] == ["rpi4-0"]) is bool(why)
+    if why:
+        # Said in a Normal Event naming the Exporter and why.
+        (event,) = api.events
+        assert event.reason == "ExporterHeld" and why in event.message and "rpi4-0" in event.message
+
+
+def test_a_delete_refused_by_its_precondition_is_not_forced(api):
+    exporter(api, "rpi4-0", enabled=False)
+    real_delete = api.delete
+
+    def changed_meanwhile(kind, name, body):
+        if kind == "Exporter":
+            # The controller wrote the Exporter between the fresh read and the delete.
+            api.objects[(kind, name)]["metadata"]["resourceVersion"] = "changed"
+        real_delete(kind, name, body)
+
+    api.delete = changed_meanwhile
+    result = apply(api, {"delete": [{"name": "rpi4-0", "reason": "Recycle"}]})
+    assert ("Exporter", "rpi4-0") in api.objects
+    assert result["held"] == ["rpi4-0"] and result["conflicts"] == 1
+    assert [call for call in api.calls if call[0] == "delete"] == [("delete", "Exporter", "rpi4-0")]
+
+
+@pytest.mark.parametrize(("lease", "lease_side", "held"), [
+    ("taken-since", None, True),
+    (None, "assigned", True),
+    (None, None, False),
+])
+def test_disable_only_while_unleased_from_both_sides(api, lease, lease_side, held):
+    exporter(api, "rpi4-0", lease=lease)
+    if lease_side:
+        lease_object(api, lease_side, "rpi4-0")
+    result = apply(api, {"disable": ["rpi4-0"],
+                         "exporter_annotations": {"rpi4-0": {c.ANNOTATION_RETIRING: "Recycle"}}})
+    current = api.objects[("Exporter", "rpi4-0")]
+    assert current["spec"]["enabled"] is held
+    # The disable carries the annotation that says why, in the same write.
+    assert (c.ANNOTATION_RETIRING in current["metadata"]["annotations"]) is not held
     assert (result["held"] == ["rpi4-0"]) is held
+
+
+def test_a_disable_refused_by_its_precondition_is_not_forced(api):
+    exporter(api, "rpi4-0")
+    real_patch = api.patch
+
+    def changed_meanwhile(kind, name, body):
+        api.objects[(kind, name)]["metadata"]["resourceVersion"] = "changed"
+        real_patch(kind, name, body)
+
+    api.patch = changed_meanwhile
+    result = apply(api, {"disable": ["rpi4-0"]})
+    assert api.objects[("Exporter", "rpi4-0")]["spec"]["enabled"] is True
+    assert result["held"] == ["rpi4-0"] and result["conflicts"] == 1
+
+
+def test_confirm_keeps_only_what_may_be_removed_or_reset_now(api):
+    exporter(api, "gone-ok", enabled=False)
+    exporter(api, "reset-ok", enabled=False)
+    exporter(api, "leased-since", enabled=False)
+    lease_object(api, "l9", "leased-since")
+    exporter(api, "enabled-again")
+    applier = k8s_apply.PlanApplier(FakeApiClient(), THE_SET)
+    plan = {"delete": [{"name": "gone-ok", "reason": "Recycle"}, {"name": "enabled-again", "reason": "Failed"},
+                       {"name": "never-there", "reason": "Recycle"}],
+            "recycle": [{"name": "reset-ok", "strategy": "InPlaceReuse"},
+                        {"name": "leased-since", "strategy": "InPlaceReuse"}]}
+    confirmed = applier.confirm(plan)
+    assert [d["name"] for d in confirmed["delete"]] == ["gone-ok", "never-there"]
+    assert [r["name"] for r in confirmed["recycle"]] == ["reset-ok"]
+    assert sorted(applier.result["held"]) == ["enabled-again", "leased-since"]
+    assert not [call for call in api.calls if call[0] in ("create", "patch", "delete")]
+
+
+def test_a_reset_exporter_is_enabled_again_with_its_bookkeeping(api):
+    exporter(api, "rpi4-0", enabled=False, annotations={c.ANNOTATION_RETIRING: "InPlaceReuse"})
+    apply(api, {"recycle": [{"name": "rpi4-0", "strategy": "InPlaceReuse"}],
+                "exporter_annotations": {"rpi4-0": {c.ANNOTATION_RETIRING: None,
+                                                    c.ANNOTATION_REUSED_AFTER: "x"}}})
+    current = api.objects[("Exporter", "rpi4-0")]
+    assert current["spec"]["enabled"] is True
+    assert current["metadata"]["annotations"] == {c.ANNOTATION_RETIRING: None, c.ANNOTATION_REUSED_AFTER: "x"}
+    assert [call for call in api.calls if call[0] == "patch"] == [("patch", "Exporter", "rpi4-0")]
 
 
 def test_dormant_exporter_and_re_enables_come_before_removals(api):
@@ -244,7 +365,7 @@ def test_dormant_exporter_removal_takes_its_credential(api):
 
 
 def test_check_mode_writes_nothing(api):
-    gone = exporter(api, "rpi4-0")
+    gone = exporter(api, "rpi4-0", enabled=False)
     api.put("Secret", "rpi4-0-exporter", metadata=owned_by(gone["metadata"]["uid"]))
     result = apply(api, {"delete": [{"name": "rpi4-0", "reason": "ScaleDown"}],
                          "create": [create_entry("rpi4-1")]}, check_mode=True)

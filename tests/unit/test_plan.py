@@ -12,12 +12,29 @@ from pool_builders import NOW, SET_NAME, at, exporter, exporter_set, lease, targ
 
 
 def plan(the_set, exporters=(), pending=0, now=NOW, klass="default", instances=None,
-         **options):
+         leases=None, **options):
     if klass == "default":
         klass = target_class()
-    leases = [lease(f"pending-{i}") for i in range(pending)]
-    return scale_plan(the_set, klass, list(exporters), leases, now, instances=instances,
-                      options=options or None)
+    pending_leases = [lease(f"pending-{i}") for i in range(pending)]
+    return scale_plan(the_set, klass, list(exporters), pending_leases, now, instances=instances,
+                      options=options or None, leases=leases)
+
+
+def after(result, exporter_obj):
+    """``exporter_obj`` once ``result``'s disable, re-enable and annotations are applied."""
+    name = exporter_obj["metadata"]["name"]
+    obj = json.loads(json.dumps(exporter_obj))
+    if name in result["disable"]:
+        obj["spec"]["enabled"] = False
+    if name in result["enable"] or name in [r["name"] for r in result["recycle"]]:
+        obj["spec"]["enabled"] = True
+    notes = obj["metadata"].setdefault("annotations", {})
+    for key, value in (result["exporter_annotations"].get(name) or {}).items():
+        if value is None:
+            notes.pop(key, None)
+        else:
+            notes[key] = value
+    return obj
 
 
 def condition(result, kind):
@@ -229,20 +246,86 @@ def test_leased_exporter_gets_leased_by_annotation():
 
 
 def test_lease_end_exit_and_replace():
-    ended = exporter("rpi4-0", annotations={c.ANNOTATION_LEASED_BY: "l1"})
-    result = plan(exporter_set(min_available=1, max_replicas=1), [ended])
-    assert result["delete"] == [{"name": "rpi4-0", "reason": c.DELETE_RECYCLE}]
+    # Never seen leased by the pool (no leased-by annotation): the ended
+    # Lease that names it is enough.
+    used = exporter("rpi4-0")
+    ended = [lease("l1", assigned="rpi4-0", ended=True)]
+    the_set = exporter_set(min_available=1, max_replicas=1)
+    first = plan(the_set, [used], leases=ended)
+    # Disabled first (never deleted while enabled); its slot is still taken.
+    assert first["disable"] == ["rpi4-0"] and first["delete"] == [] and first["create"] == []
+    assert first["exporter_annotations"]["rpi4-0"][c.ANNOTATION_RETIRING] == c.DELETE_RECYCLE
+    assert any(e["reason"] == "Recycling" and "l1" in e["message"] for e in first["events"])
+    second = plan(the_set, [after(first, used)], leases=ended)
+    assert second["delete"] == [{"name": "rpi4-0", "reason": c.DELETE_RECYCLE}]
     # The freed slot is refilled in the same plan: deletes are applied first.
-    assert created(result) == ["rpi4-1"]
-    assert c.ANNOTATION_CONSECUTIVE_FAILURES not in result["set_annotations"]
+    assert created(second) == ["rpi4-1"]
+    assert c.ANNOTATION_CONSECUTIVE_FAILURES not in second["set_annotations"]
 
 
 def test_lease_end_in_place_reuse():
-    ended = exporter("rpi4-0", annotations={c.ANNOTATION_LEASED_BY: "l1"})
-    result = plan(exporter_set(min_available=1, recycle="InPlaceReuse"), [ended])
-    assert result["recycle"] == [{"name": "rpi4-0", "strategy": "InPlaceReuse"}]
-    assert result["delete"] == [] and result["create"] == []
-    assert result["exporter_annotations"]["rpi4-0"] == {c.ANNOTATION_LEASED_BY: None}
+    used = exporter("rpi4-0")
+    ended = [lease("l1", assigned="rpi4-0", ended=True)]
+    the_set = exporter_set(min_available=1, recycle="InPlaceReuse")
+    first = plan(the_set, [used], leases=ended)
+    assert first["disable"] == ["rpi4-0"] and first["recycle"] == []
+    assert first["exporter_annotations"]["rpi4-0"][c.ANNOTATION_RETIRING] == c.RECYCLE_IN_PLACE_REUSE
+    disabled = after(first, used)
+    second = plan(the_set, [disabled], leases=ended)
+    assert second["recycle"] == [{"name": "rpi4-0", "strategy": "InPlaceReuse"}]
+    assert second["delete"] == [] and second["create"] == [] and second["disable"] == []
+    notes = second["exporter_annotations"]["rpi4-0"]
+    assert notes[c.ANNOTATION_RETIRING] is None and "l1" in notes[c.ANNOTATION_REUSED_AFTER]
+    # Reset and enabled again: that lease is done with; a later one is not.
+    reused = after(second, disabled)
+    assert reused["spec"]["enabled"] is True
+    third = plan(the_set, [reused], leases=ended)
+    assert third["disable"] == [] and third["recycle"] == []
+    later = [*ended, lease("l2", assigned="rpi4-0", ended=True, created=-10)]
+    later[1]["status"]["endTime"] = at(-1)
+    assert plan(the_set, [reused], leases=later)["disable"] == ["rpi4-0"]
+
+
+@pytest.mark.parametrize("state", ["leaseRef", "lease-side"])
+def test_an_exporter_leased_from_either_side_is_never_touched(state):
+    held = exporter("rpi4-0", lease="l1" if state == "leaseRef" else None, created=-10,
+                    ready=False, first_ready=False)
+    # Failed, surplus and after an ended lease: still left alone while leased.
+    leases = [lease("l0", assigned="rpi4-0", ended=True)]
+    if state == "lease-side":
+        leases.append(lease("l1", assigned="rpi4-0"))
+    the_set = exporter_set(min_available=0, cooldown="0s",
+                           annotations={c.ANNOTATION_SURPLUS_SINCE: at(-600)})
+    result = plan(the_set, [held], leases=leases, instances={"rpi4-0": {"phase": "Failed"}})
+    assert result["disable"] == [] and result["delete"] == [] and result["recycle"] == []
+    assert result["status"]["leasedReplicas"] == 1
+
+
+@pytest.mark.parametrize(("owner_uid", "began"), [
+    ("uid-of-an-older-namesake", -60),  # the Lease's owner is another Exporter of that name
+    (None, -7200),                      # orphaned, and it began before this Exporter existed
+])
+def test_a_namesakes_ended_lease_does_not_recycle(owner_uid, began):
+    fresh = exporter("rpi4-0")
+    fresh["metadata"]["uid"] = "uid-now"
+    old = lease("l1", assigned="rpi4-0", ended=True, created=began)
+    if owner_uid:
+        old["metadata"]["ownerReferences"] = [{"kind": "Exporter", "name": "rpi4-0", "uid": owner_uid}]
+    result = plan(exporter_set(min_available=1), [fresh], leases=[old])
+    assert result["disable"] == [] and result["delete"] == []
+    old["metadata"]["ownerReferences"] = [{"kind": "Exporter", "name": "rpi4-0", "uid": "uid-now"}]
+    assert plan(exporter_set(min_available=1), [fresh], leases=[old])["disable"] == ["rpi4-0"]
+
+
+@pytest.mark.parametrize("ended_by", ["label", "Released", "Expired"])
+def test_lease_end_is_read_from_the_lease(ended_by):
+    used = exporter("rpi4-0")
+    done = lease("l1", assigned="rpi4-0")
+    if ended_by == "label":
+        done["metadata"]["labels"] = {"jumpstarter.dev/lease-ended": "true"}
+    else:
+        done["status"]["conditions"] = [{"type": "Ready", "status": "False", "reason": ended_by}]
+    assert plan(exporter_set(min_available=1), [used], leases=[done])["disable"] == ["rpi4-0"]
 
 
 # --- failures ------------------------------------------------------------------------
@@ -251,7 +334,13 @@ def test_lease_end_in_place_reuse():
 def test_startup_timeout_replaces_with_backoff():
     stuck = exporter("rpi4-0", ready=False, created=-301)
     result = plan(exporter_set(min_available=1), [stuck])
-    assert deleted(result) == {"rpi4-0": c.DELETE_STARTUP_TIMEOUT}
+    # Disabled first, deleted by the next plan that sees it disabled.
+    assert result["disable"] == ["rpi4-0"] and result["delete"] == []
+    assert result["exporter_annotations"]["rpi4-0"][c.ANNOTATION_RETIRING] == c.DELETE_STARTUP_TIMEOUT
+    then = plan(exporter_set(min_available=1, annotations=result["set_annotations"]),
+                [after(result, stuck)])
+    assert deleted(then) == {"rpi4-0": c.DELETE_STARTUP_TIMEOUT}
+    assert then["set_annotations"] == {}  # counted once
     assert result["create"] == []
     assert result["set_annotations"][c.ANNOTATION_CONSECUTIVE_FAILURES] == "1"
     last = json.loads(result["set_annotations"][c.ANNOTATION_LAST_FAILURE])
@@ -273,14 +362,18 @@ def test_failed_instance_is_replaced():
     result = plan(exporter_set(min_available=1), [exporter("rpi4-0")],
                   instances={"rpi4-0": {"phase": "Failed", "reason": "Error",
                                         "message": "qemu exited with 1"}})
-    assert deleted(result) == {"rpi4-0": c.DELETE_FAILED}
+    assert result["disable"] == ["rpi4-0"] and result["delete"] == []
+    disabled = after(result, exporter("rpi4-0"))
+    assert deleted(plan(exporter_set(min_available=1), [disabled])) == {"rpi4-0": c.DELETE_FAILED}
     assert "qemu exited with 1" in result["set_annotations"][c.ANNOTATION_LAST_FAILURE]
 
 
 def test_offline_exporter_is_replaced_after_offline_timeout():
     gone = exporter("rpi4-0", ready=False, annotations={c.ANNOTATION_FIRST_READY: at(-900)},
                     online_since=-301)
-    assert deleted(plan(exporter_set(min_available=1), [gone])) == {"rpi4-0": "Failed"}
+    first = plan(exporter_set(min_available=1), [gone])
+    assert first["disable"] == ["rpi4-0"]
+    assert first["exporter_annotations"]["rpi4-0"][c.ANNOTATION_RETIRING] == "Failed"
     recent = exporter("rpi4-0", ready=False, annotations={c.ANNOTATION_FIRST_READY: at(-900)},
                       online_since=-60)
     result = plan(exporter_set(min_available=1), [recent])
@@ -330,7 +423,7 @@ def test_failure_seen_twice_is_counted_once():
     the_set = exporter_set(annotations={c.ANNOTATION_CONSECUTIVE_FAILURES: "1",
                                         c.ANNOTATION_LAST_FAILURE: last})
     result = plan(the_set, [exporter("rpi4-0")], instances={"rpi4-0": {"phase": "Failed"}})
-    assert deleted(result) == {"rpi4-0": "Failed"}
+    assert result["disable"] == ["rpi4-0"]
     assert result["set_annotations"] == {}
 
 

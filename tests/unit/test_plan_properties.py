@@ -1,8 +1,10 @@
 """Property tests: random pools and random event sequences through a small simulator.
 
 The simulator plays the roles around the plan: the provisioner applies the
-plan's actions, the Jumpstarter controller assigns and releases leases, the
-backends become ready or fail, and time passes.
+plan's actions, the Jumpstarter controller assigns and releases leases (the
+Lease's ``status.exporterRef`` first, the Exporter's ``status.leaseRef`` in a
+later write, ended Leases kept as history), the backends become ready or
+fail, and time passes.
 """
 
 import copy
@@ -18,6 +20,15 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.expo
     is_available,
     is_ready,
     read_exporter,
+)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.lease_safety import (
+    LEASE_ENDED_LABEL,
+    LeaseView,
+    assigned_exporter,
+    ended_key,
+    lease_ended,
+    parse_ended_key,
+    served_by,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.plan import (
     scale_plan,
@@ -64,7 +75,12 @@ class World:
     def plan(self):
         return scale_plan(self.set, self.klass, self.sorted_exporters(), self.pending_for_set(),
                           format_time(self.now), instances=self.instances,
-                          options=self.options)
+                          options=self.options, leases=self.leases)
+
+    def held(self):
+        """Exporters leased from either side."""
+        view = LeaseView(self.leases)
+        return {n for n, e in self.exporters.items() if view.holders(e)}
 
     def sorted_exporters(self):
         return [self.exporters[name] for name in sorted(self.exporters)]
@@ -83,6 +99,10 @@ class World:
             self.add(entry)
         for name in plan["enable"]:
             self.exporters[name]["spec"]["enabled"] = True
+        for entry in plan["recycle"]:
+            # Reset in place, then enabled again (with its annotations).
+            self.exporters[entry["name"]]["spec"]["enabled"] = True
+            self.instances[entry["name"]] = {"phase": "Running"}
         for entry in plan["delete"]:
             self.exporters.pop(entry["name"], None)
             self.instances.pop(entry["name"], None)
@@ -140,18 +160,63 @@ class World:
             self.lease_counter += 1
             self.leases.append(lease(f"l{self.lease_counter}", created=0))
         elif kind == "assign":
-            pending = [x for x in self.leases if not x["status"].get("exporterRef")]
-            name = self.pick(index, is_available)
+            # The controller writes the Lease first; the Exporter's leaseRef
+            # follows in the same step or at a later "sync".
+            pending = [x for x in self.leases if not assigned_exporter(x) and not lease_ended(x)]
+            name = self.pick(index, self.free)
             if pending and name:
+                self.now += timedelta(seconds=1)
                 pending[0]["status"]["exporterRef"] = {"name": name}
-                self.exporters[name]["status"]["leaseRef"] = {"name": pending[0]["metadata"]["name"]}
+                pending[0]["status"]["beginTime"] = format_time(self.now)
+                if index % 2:
+                    self.sync()
+        elif kind == "sync":
+            self.sync()
         elif kind == "release":
-            name = self.pick(index, lambda e: lease_name(e) is not None)
+            active = [x for x in self.leases if assigned_exporter(x) and not lease_ended(x)]
+            if active:
+                self.end(active[index % len(active)])
+                if index % 2:
+                    self.sync()
+            else:
+                # An Exporter that says it is leased by a Lease no longer there.
+                name = self.pick(index, lambda e: lease_name(e) is not None)
+                if name:
+                    self.exporters[name]["status"].pop("leaseRef")
+        elif kind == "flash":
+            # A short lease, assigned and ended between two plans: no plan
+            # ever sees the Exporter leased.
+            name = self.pick(index, self.free)
             if name:
-                held = self.exporters[name]["status"].pop("leaseRef")["name"]
-                self.leases = [x for x in self.leases if x["metadata"]["name"] != held]
+                self.now += timedelta(seconds=1)
+                self.lease_counter += 1
+                short = lease(f"l{self.lease_counter}", created=0, assigned=name)
+                short["metadata"]["creationTimestamp"] = format_time(self.now)
+                short["status"]["beginTime"] = format_time(self.now)
+                self.leases.append(short)
+                self.end(short)
         elif kind == "advance":
             self.now += timedelta(seconds=[5, 60, 400][index % 3])
+
+
+    def free(self, exporter):
+        """What the controller may assign: enabled, online, held by no active Lease."""
+        return is_available(exporter) and not LeaseView(self.leases).holders(exporter)
+
+    def end(self, the_lease):
+        the_lease["status"]["ended"] = True
+        the_lease["status"]["endTime"] = format_time(self.now)
+        the_lease["metadata"].setdefault("labels", {})[LEASE_ENDED_LABEL] = "true"
+
+    def sync(self):
+        """The controller's Exporter reconcile: leaseRef follows the active Leases."""
+        active = {assigned_exporter(x): x["metadata"]["name"] for x in self.leases
+                  if assigned_exporter(x) and not lease_ended(x)}
+        for name, obj in self.exporters.items():
+            if name in active:
+                obj["status"]["leaseRef"] = {"name": active[name]}
+            else:
+                obj["status"].pop("leaseRef", None)
 
 
 def spec_and_pool():
@@ -185,8 +250,8 @@ def spec_and_pool():
 
 
 EVENTS = st.lists(
-    st.tuples(st.sampled_from(["ready", "offline", "fail", "request", "assign", "release",
-                               "advance"]), st.integers(0, 20)),
+    st.tuples(st.sampled_from(["ready", "offline", "fail", "request", "assign", "sync", "release",
+                               "flash", "advance"]), st.integers(0, 20)),
     max_size=25,
 )
 PROPERTY_SETTINGS = settings(max_examples=150, deadline=None,
@@ -207,10 +272,15 @@ def check_invariants(world, plan):
     the_spec = world.set["spec"]
     max_replicas = the_spec["maxReplicas"]
     before = world.exporters
-    leased = {n for n, e in before.items() if lease_name(e)}
+    # Lease safety: leased from either side (leaseRef, or a Lease naming it
+    # that has not ended) means never disabled, deleted or reset.
+    leased = world.held()
     touched = (set(plan["disable"]) | {d["name"] for d in plan["delete"]}
-               | {d["name"] for d in plan["delete_dormant"]})
-    assert not touched & leased, "a leased exporter was disabled or deleted"
+               | {d["name"] for d in plan["delete_dormant"]} | {r["name"] for r in plan["recycle"]})
+    assert not touched & leased, "a leased exporter was disabled, deleted or reset"
+    # Deleted or reset only once seen disabled (the dormant Exporter has no instance).
+    acted = {d["name"] for d in plan["delete"]} | {r["name"] for r in plan["recycle"]}
+    assert not {n for n in acted if is_enabled(before[n])}, "an enabled exporter was deleted or reset"
     midway = copy.deepcopy(world)
     midway.apply_removals(plan)
     if any(is_enabled(e) for e in before.values()):
@@ -226,11 +296,14 @@ def check_invariants(world, plan):
     before = {n: e for n, e in before.items() if not is_dormant(e)}
     if max_replicas > 0:
         assert len(after) <= max(max_replicas, len(before) - len(plan["delete"]))
-    scaling_down = plan["disable"] or any(d["reason"] == c.DELETE_SCALE_DOWN
-                                          for d in plan["delete"])
+    # Disables for scale-down (not those before a recycle or a replacement).
+    scale_down_disables = [n for n in plan["disable"]
+                           if (plan["exporter_annotations"].get(n) or {}).get(c.ANNOTATION_SCALE_DOWN)]
+    scaling_down = scale_down_disables or any(d["reason"] == c.DELETE_SCALE_DOWN
+                                              for d in plan["delete"])
     if scaling_down:
         assert not plan["create"]
-        assert not (plan["disable"] and plan["enable"])
+        assert not (scale_down_disables and plan["enable"])
         useful = [e for e in after.values() if is_enabled(e) or lease_name(e)]
         assert len(useful) >= plan["target"]
         assert len(after) >= min(the_spec["minReplicas"], len(before))
@@ -307,3 +380,73 @@ def test_converges_to_target_when_exporters_become_ready(scenario, events):
         raise AssertionError("pool did not converge")
     assert not any(final[k] for k in ("create", "enable", "disable", "delete", "recycle"))
     assert final["status"]["replicas"] == final["target"]
+
+
+@PROPERTY_SETTINGS
+@given(spec_and_pool(), EVENTS)
+def test_every_exporter_that_served_an_ended_lease_is_recycled(scenario, events):
+    """Seen leased or not (``flash`` leases begin and end between two plans),
+    an Exporter that served a Lease that has since ended is replaced
+    (ExitAndReplace) or reset (InPlaceReuse) once nothing else happens."""
+    the_set, klass, pool, options = scenario
+    world = World(the_set, klass, pool, options)
+    for kind, index in events:
+        world.apply(world.plan())
+        world.event(kind, index)
+    world.sync()
+    settle(world)
+    reuse = the_set["spec"]["recycleStrategy"] == c.RECYCLE_IN_PLACE_REUSE
+    view = LeaseView(world.leases)
+    for name, obj in world.exporters.items():
+        if is_dormant(obj) or view.holders(obj):
+            continue
+        served = [x for x in world.leases if lease_ended(x) and served_by(x, obj)]
+        if not served:
+            continue
+        assert reuse, f"{name} served {served[-1]['metadata']['name']} and was not replaced"
+        handled = parse_ended_key(obj["metadata"]["annotations"].get(c.ANNOTATION_REUSED_AFTER))
+        assert handled is not None and max(map(ended_key, served)) <= handled, \
+            f"{name} served an ended lease and was not reset"
+
+
+@st.composite
+def held_pools(draw):
+    """A pool where any Exporter may be leased from one side, the other, both or
+    neither, and may also be failed, surplus, retiring, parked or used before."""
+    the_set = exporter_set(
+        min_available=draw(st.integers(0, 3)), max_replicas=draw(st.sampled_from([0, 2, 6])),
+        cooldown="0s", annotations={c.ANNOTATION_SURPLUS_SINCE: "2026-11-21T07:00:00Z"},
+        recycle=draw(st.sampled_from(["ExitAndReplace", "InPlaceReuse"])))
+    pool, leases, instances = [], [], {}
+    for index in range(draw(st.integers(1, 6))):
+        name = f"{SET_NAME}-{index}"
+        side = draw(st.sampled_from(["none", "leaseRef", "lease", "both"]))
+        state = draw(st.sampled_from(["enabled", "parked", "retiring", "reusing", "held-by-others"]))
+        notes = {"parked": {c.ANNOTATION_SCALE_DOWN: NOW},
+                 "retiring": {c.ANNOTATION_RETIRING: c.DELETE_RECYCLE},
+                 "reusing": {c.ANNOTATION_RETIRING: c.RECYCLE_IN_PLACE_REUSE}}.get(state)
+        pool.append(exporter(name, ready=draw(st.booleans()), enabled=state == "enabled",
+                             lease=f"l-{index}" if side in ("leaseRef", "both") else None,
+                             created=-draw(st.integers(0, 1000)), annotations=notes))
+        if side in ("lease", "both"):
+            leases.append(lease(f"l-{index}", assigned=name))
+        if draw(st.booleans()):
+            leases.append(lease(f"old-{index}", assigned=name, ended=True))
+        if draw(st.booleans()):
+            instances[name] = {"phase": "Failed", "message": "crashed"}
+    return the_set, pool, leases, instances
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(held_pools())
+def test_no_plan_touches_an_exporter_leased_from_either_side(scenario):
+    the_set, pool, leases, instances = scenario
+    plan = scale_plan(the_set, target_class(), pool, [], NOW, instances=instances, leases=leases)
+    view = LeaseView(leases)
+    leased = {e["metadata"]["name"] for e in pool if view.holders(e)}
+    touched = (set(plan["disable"]) | {d["name"] for d in plan["delete"]}
+               | {r["name"] for r in plan["recycle"]})
+    assert not touched & leased, f"leased from either side and touched: {sorted(touched & leased)}"
+    enabled = {e["metadata"]["name"] for e in pool if is_enabled(e)}
+    acted = {d["name"] for d in plan["delete"]} | {r["name"] for r in plan["recycle"]}
+    assert not acted & enabled, f"deleted or reset while enabled: {sorted(acted & enabled)}"
