@@ -104,3 +104,9 @@ INSTANCE_PENDING = "Pending"
 INSTANCE_RUNNING = "Running"
 INSTANCE_FAILED = "Failed"
 INSTANCE_UNKNOWN = "Unknown"
+
+# ExporterSet condition: True while the set's VirtualTargetClass is being
+# deleted (it stays, held by class_status.FINALIZER, until its last set goes).
+CONDITION_CLASS_TERMINATING = "ClassTerminating"
+REASON_CLASS_TERMINATING = "ClassDeleting"
+REASON_UNKNOWN_PROVISIONER = "UnknownProvisioner"

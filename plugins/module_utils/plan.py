@@ -31,11 +31,15 @@ another enabled Exporter exists.
 import json
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (
+    class_status,
     constants as c,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.exporter_state import (
     find_condition,
     read_exporter,
+)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.image_fetch import (
+    UNRECOVERABLE_REASONS,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.lease_safety import (
     LeaseView,
@@ -209,19 +213,21 @@ def scale_plan(exporter_set, virtual_target_class, exporters, pending_leases, no
     max_replicas = spec.get("maxReplicas") or 0
     pending = len(pending_leases or ())
 
-    if virtual_target_class is None:
+    # A missing class, or one whose provisioner is unknown: nothing can be
+    # made; the set says why, naming the field (class_status.unusable).
+    unusable = class_status.unusable(virtual_target_class, exporter_set)
+    if unusable is not None:
+        reason, message = unusable
         builder = _Builder(metadata.get("annotations") or {}, now)
         target = _clamp(leased + pending + (spec.get("minAvailableReplicas") or 0),
                         min_replicas, max_replicas)
-        class_name = spec.get("virtualTargetClassName")
         conditions = [
             _available_condition(counters, spec.get("minAvailableReplicas") or 0),
-            _condition(c.CONDITION_PROGRESSING, False, c.REASON_CLASS_NOT_FOUND,
-                       "waiting for the VirtualTargetClass"),
-            _condition(c.CONDITION_DEGRADED, True, c.REASON_CLASS_NOT_FOUND,
-                       f"spec.virtualTargetClassName: VirtualTargetClass {class_name!r} not "
-                       f"found in namespace {metadata.get('namespace')!r}"),
+            _condition(c.CONDITION_PROGRESSING, False, reason,
+                       "waiting for a VirtualTargetClass it can use"),
+            _condition(c.CONDITION_DEGRADED, True, reason, message),
             _condition(c.CONDITION_SCALING_LIMITED, False, "WithinLimits", ""),
+            class_status.terminating_condition(virtual_target_class),
         ]
         return _finish(exporter_set, counters, now, builder, target, conditions,
                        parameters=None, images=None, warnings=[])
@@ -371,7 +377,7 @@ def scale_plan(exporter_set, virtual_target_class, exporters, pending_leases, no
     if backoff_wait > 0:
         limits.apply(0, None, None)
         builder.requeue_at(backoff_wait)
-    elif failures.count >= options["failure_threshold"]:
+    elif failures.exhausted(options):
         limits.apply(1, None, None)
     _create(exporter_set, provisioner, exporters, limits.allowed, options, builder)
     disabled = set(builder.disable)
@@ -401,10 +407,10 @@ def scale_plan(exporter_set, virtual_target_class, exporters, pending_leases, no
     elif ca_unavailable:
         degraded = _condition(c.CONDITION_DEGRADED, True, c.REASON_CONTROLLER_CA_UNAVAILABLE,
                               controller_ca.get("message") or "the controller CA is unavailable")
-    elif failures.count >= options["failure_threshold"]:
+    elif failures.exhausted(options):
         degraded = _condition(
             c.CONDITION_DEGRADED, True, c.REASON_REPLICA_FAILURE,
-            f"{failures.count} consecutive instance failures; last: {failures.last_message}",
+            f"{failures.count} consecutive instance failure(s); last: {failures.last_message}",
         )
     limited_reason, limited_message = limits.reason, limits.message
     if limited_reason is None and max_replicas > 0 and target_unclamped > max_replicas:
@@ -420,6 +426,7 @@ def scale_plan(exporter_set, virtual_target_class, exporters, pending_leases, no
         _progressing_condition(builder, members, backoff_wait > 0, waiting_for_cooldown),
         degraded,
         scaling_limited,
+        class_status.terminating_condition(virtual_target_class),
     ]
     return _finish(exporter_set, counters, now, builder, target, conditions,
                    parameters=parameters, images=images,
@@ -523,6 +530,10 @@ class _FailureLog:
     def last_message(self):
         return self.last.get("message", "")
 
+    def exhausted(self, options):
+        """At the threshold, or the last failure cannot be cured by a retry."""
+        return self.count >= options["failure_threshold"] or bool(self.last.get("unrecoverable"))
+
     def reset(self, builder):
         self.count = 0
         self.last = {}
@@ -545,6 +556,9 @@ class _FailureLog:
             "message": message,
             "exporters": sorted(entry[0].name for entry in failed),
         }
+        if any((entry[0].instance or {}).get("reason") in UNRECOVERABLE_REASONS for entry in fresh):
+            # A wrong image digest fails every retry alike: degraded at once.
+            self.last["unrecoverable"] = True
         builder.annotate_set(c.ANNOTATION_CONSECUTIVE_FAILURES, str(self.count))
         builder.annotate_set(c.ANNOTATION_LAST_FAILURE,
                              json.dumps(self.last, sort_keys=True, separators=(",", ":")))
@@ -554,7 +568,7 @@ class _FailureLog:
         if self.count <= 0 or not self.last.get("time"):
             return 0.0
         delay = options["failure_backoff_max"]
-        if self.count < options["failure_threshold"]:
+        if not self.exhausted(options):
             delay = min(options["failure_backoff_base"] * 2 ** (self.count - 1), delay)
         elapsed = (self.now - parse_time(self.last["time"])).total_seconds()
         return max(delay - elapsed, 0.0)
@@ -705,7 +719,7 @@ def _finish(exporter_set, counters, now, builder, target, conditions, parameters
     for condition in conditions:
         was = previous_conditions.get(condition["type"]) or {}
         turned_bad = condition["status"] == "True" and condition["type"] in (
-            c.CONDITION_DEGRADED, c.CONDITION_SCALING_LIMITED)
+            c.CONDITION_DEGRADED, c.CONDITION_SCALING_LIMITED, c.CONDITION_CLASS_TERMINATING)
         if turned_bad and (was.get("status"), was.get("reason")) != ("True", condition["reason"]):
             builder.event("Warning", condition["reason"], condition["message"])
     status = pool_status(exporter_set, None, now=now, conditions=conditions, counters=counters)
