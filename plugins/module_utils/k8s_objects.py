@@ -7,7 +7,10 @@ backend that serves it.
 
 import re
 
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (
+    constants,
+    image_fetch,
+)
 
 EXPORTER_API_VERSION = "jumpstarter.dev/v1alpha1"
 EXPORTERSET_API_VERSION = constants.GROUP + "/v1alpha1"
@@ -84,7 +87,21 @@ def _waiting_reason(pod):
     for status in statuses:
         waiting = (status.get("state") or {}).get("waiting") or {}
         if waiting.get("reason") in FATAL_WAITING_REASONS:
-            return waiting["reason"], waiting.get("message", "")
+            return _last_words(status) or (waiting["reason"], waiting.get("message", ""))
+    return None
+
+
+def _last_words(status):
+    """(reason, message) a failed image fetch left as its termination message, if any.
+
+    ``image_fetch`` ends with ``<reason>: <message>``, which names the url and digests.
+    """
+    terminated = (status.get("lastState") or {}).get("terminated") or {}
+    text = (terminated.get("message") or "").strip()
+    last_line = text.splitlines()[-1] if text else ""
+    reason, _, message = last_line.partition(": ")
+    if message and reason in image_fetch.REASONS:
+        return reason, message
     return None
 
 

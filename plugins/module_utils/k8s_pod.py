@@ -3,7 +3,12 @@
 ``qemu.jumpstarter.dev``: the exporter (``jmp run``) is a native sidecar
 (an init container with ``restartPolicy: Always``) and QEMU the main
 container; they share an emptyDir holding the QMP and serial sockets. A
-first init container creates the instance's disk when it has one.
+first init container creates the instance's disk when it has one. Images
+given by ``url`` are fetched and verified before that by the ``images`` init
+container (``image_fetch`` run as a script with the exporter image's Python)
+into the node's image cache, a hostPath shared by the instances on the node;
+the run directory links to the cached files, which the disk and QEMU
+containers mount read-only.
 
 ``corellium.jumpstarter.dev``: the exporter alone; the Corellium driver
 reaches the cloud device over the API, with the API token coming only from
@@ -18,6 +23,7 @@ import json
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (
     constants,
     exporter_config,
+    image_fetch,
     k8s_objects,
     qemu_argv,
 )
@@ -25,6 +31,9 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils impo
 RUN_DIR = "/run/jumpstarter"
 CONFIG_DIR = "/etc/jumpstarter/exporters"
 CA_DIR = "/etc/jumpstarter/ca"
+# The node's image cache (keyed by digest) and where the containers see it.
+NODE_IMAGE_CACHE = "/var/lib/jumpstarter-virtual/image-cache"
+IMAGE_CACHE_DIR = "/var/cache/jumpstarter-images"
 CORELLIUM_DRIVER_TYPE = "jumpstarter_driver_corellium.driver.Corellium"
 DEFAULT_IMAGES = {
     "exporter": {"image": "quay.io/jumpstarter-dev/jumpstarter:0.9.0", "imagePullPolicy": "IfNotPresent"},
@@ -172,10 +181,32 @@ def instance_pod(exporter_set, vclass, exporter, provisioner, parameters, images
     init_containers = []
     containers = []
     if provisioner == constants.PROVISIONER_QEMU:
+        runtime_mounts = [run_mount]
+        files = qemu_argv.runtime_files(parameters, RUN_DIR)
+        if files:
+            volumes.append(
+                {"name": "image-cache", "hostPath": {"path": NODE_IMAGE_CACHE, "type": "DirectoryOrCreate"}}
+            )
+            cache_mount = {"name": "image-cache", "mountPath": IMAGE_CACHE_DIR}
+            runtime_mounts = [run_mount, dict(cache_mount, readOnly=True)]
+            fetch_argv = ["python3", "-c", image_fetch.script_source(), "--cache", IMAGE_CACHE_DIR,
+                          "--files", json.dumps(files, sort_keys=True)]
+            init_containers.append(
+                _container(
+                    "images",
+                    images["exporter"],
+                    {
+                        "command": fetch_argv,
+                        "volumeMounts": [run_mount, cache_mount],
+                        # Its last words (url, expected and actual digest) become the Pod's message.
+                        "terminationMessagePolicy": "FallbackToLogsOnError",
+                    },
+                )
+            )
         disk_argv = qemu_argv.disk_create_argv(parameters, RUN_DIR)
         if disk_argv:
             init_containers.append(
-                _container("disk", images["runtime"], {"command": disk_argv, "volumeMounts": [run_mount]})
+                _container("disk", images["runtime"], {"command": disk_argv, "volumeMounts": runtime_mounts})
             )
         exporter_container["restartPolicy"] = "Always"
         init_containers.append(exporter_container)
@@ -184,7 +215,7 @@ def instance_pod(exporter_set, vclass, exporter, provisioner, parameters, images
             images["runtime"],
             {
                 "command": qemu_argv.qemu_argv(parameters, run_dir=RUN_DIR, name=name, accel=accel),
-                "volumeMounts": [run_mount],
+                "volumeMounts": runtime_mounts,
             },
         )
         if scheduling.get("resources"):

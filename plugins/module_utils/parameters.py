@@ -59,14 +59,32 @@ class Field:
     format: str | None = None  # absolute-path, hostname, hostname-port, uuid
 
 
+_IMAGE_URL = Field(
+    "string",
+    "Where the image is fetched from before boot: http(s)://... or an OCI artifact "
+    "(oci://registry/repository:tag, or registry/repository:tag); cached per host or node "
+    "by digest.",
+)
+_IMAGE_DIGEST = Field(
+    "string",
+    "sha256:<64 hex digits> of the image; required with url, checked before boot "
+    "(a mismatch boots nothing and is a ReplicaFailure).",
+)
+_IMAGE_PLAIN_HTTP = Field(
+    "boolean", "Talk to the OCI registry of url over plain HTTP (the digest still guards "
+    "the content).", default=False,
+)
+
+
 def _image_ref(description):
     return Field(
         "object",
         description + " Give `url` (OCI or HTTP reference) or `path` (file on the runtime).",
         properties={
-            "url": Field("string", "Remote reference of the image."),
+            "url": _IMAGE_URL,
             "path": Field("string", "Local file path of the image.", format="absolute-path"),
-            "digest": Field("string", "Expected digest, e.g. sha256:..."),
+            "digest": _IMAGE_DIGEST,
+            "plainHTTP": _IMAGE_PLAIN_HTTP,
         },
     )
 
@@ -91,8 +109,9 @@ _QEMU_PROPERTIES = {
         "object",
         "Firmware blob loaded at boot.",
         properties={
-            "url": Field("string", "Reference of the firmware image."),
-            "digest": Field("string", "Expected digest, e.g. sha256:..."),
+            "url": _IMAGE_URL,
+            "digest": _IMAGE_DIGEST,
+            "plainHTTP": _IMAGE_PLAIN_HTTP,
         },
     ),
     "kernel": _image_ref("Kernel for direct boot."),

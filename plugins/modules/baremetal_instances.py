@@ -16,6 +16,13 @@ description:
     as systemd user units when systemd runs, otherwise under C(jumpstarter-supervise).
   - All instances of one ExporterSet on the host are handled in one run, and their state
     after the run is returned.
+  - Images given by C(url) (firmware, kernel, initrd, disk) are fetched into the host's
+    image cache C(<work_dir>/image-cache/sha256/<hex>), keyed by digest and shared by all
+    instances on the host, and their C(digest) is verified before QEMU starts; the instance
+    directory links to the cached file. An image whose digest does not match, or that cannot
+    be fetched, starts nothing: the instance is C(Failed) with reason C(ImageDigestMismatch),
+    C(ImageUnavailable) or C(ImageInvalid) and a message naming the url (and the expected and
+    actual digests).
 author:
   - Jumpstarter virtual exporters maintainers
 attributes:
@@ -119,6 +126,12 @@ instances:
       C(uid) (the Exporter UID the instance was made for, or empty).
   returned: always
   type: dict
+images_downloaded:
+  description:
+    - Images fetched into the host's image cache by this run, by Exporter name (names such
+      as C(kernel) or C(disk)); images already in the cache are not listed.
+  returned: always
+  type: dict
 changed_instances:
   description: Exporter names whose instance was started, reset, stopped or removed.
   returned: always
@@ -138,11 +151,14 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (
     baremetal,
     constants,
+    image_fetch,
     qemu_argv,
     qemu_qmp,
 )
 
 OWNER_FILE = "instance.json"
+# Why the instance's images could not be used (image_fetch.ImageError.as_dict).
+IMAGE_ERROR_FILE = "image-error.json"
 STOP_TIMEOUT = 15.0
 QMP_TIMEOUT = 3.0
 # VM states after which the guest will not run again by itself.
@@ -237,6 +253,7 @@ class HostInstances:
         self.supervisor = (SystemdUser if os.path.isdir("/run/systemd/system") else Supervisor)(
             self.p["prefix"])
         self.changed = []
+        self.downloaded = {}
 
     # -- layout --------------------------------------------------------------
     def directory(self, name):
@@ -279,6 +296,12 @@ class HostInstances:
                   "uid": self._owner_uid(name)}
         if os.path.exists(os.path.join(directory, "retained")):
             result.update(reason="Retained", message="stopped, disk kept")
+            return result
+        image_error = _read(os.path.join(directory, IMAGE_ERROR_FILE))
+        if image_error:
+            error = json.loads(image_error)
+            result.update(phase=constants.INSTANCE_FAILED, reason=error["reason"],
+                          message=error["message"])
             return result
         vm_service = self.service_state(name, "vm")
         exporter_service = self.service_state(name, "exporter")
@@ -378,6 +401,14 @@ class HostInstances:
             changed |= scripts_changed[service]
         disk = os.path.join(directory, qemu_argv.DISK_IMAGE)
         disk_missing = qemu_argv.has_disk(self.p["parameters"]) and not os.path.exists(disk)
+        if os.path.exists(os.path.join(directory, IMAGE_ERROR_FILE)):
+            # Its images were refused: nothing starts until the instance is replaced.
+            return
+        if self.service_state(name, "vm") != "running" and not self.module.check_mode:
+            if not self._fetch_images(name):
+                if name not in self.changed:
+                    self.changed.append(name)
+                return
         for service in ("vm", "exporter"):
             state = self.service_state(name, service)
             restart = config_changed if service == "exporter" else False
@@ -394,6 +425,23 @@ class HostInstances:
                                   baremetal.SERVICE_RESTART_DELAY[service])
         if changed and name not in self.changed:
             self.changed.append(name)
+
+    def _fetch_images(self, name):
+        """Images given by url, verified in the host cache and linked into the instance.
+
+        False (with the reason recorded in the instance) when one cannot be used.
+        """
+        files = qemu_argv.runtime_files(self.p["parameters"], self.directory(name))
+        cache = os.path.join(self.p["work_dir"], image_fetch.CACHE_DIR_NAME)
+        try:
+            downloaded = image_fetch.fetch_all(files, cache)
+        except image_fetch.ImageError as error:
+            self._write(os.path.join(self.directory(name), IMAGE_ERROR_FILE),
+                        json.dumps(error.as_dict(), sort_keys=True), 0o600)
+            return False
+        if downloaded:
+            self.downloaded[name] = downloaded
+        return True
 
     def _stop(self, name, services=("exporter", "vm")):
         directory = self.directory(name)
@@ -498,7 +546,7 @@ def main():
         module.fail_json(msg=str(error), changed_instances=host.changed)
     instances = {name: host.state(name) for name in host.own_instances()}
     module.exit_json(changed=bool(host.changed), changed_instances=host.changed,
-                     instances=instances)
+                     instances=instances, images_downloaded=host.downloaded)
 
 
 if __name__ == "__main__":

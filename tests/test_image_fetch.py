@@ -1,0 +1,218 @@
+"""image_fetch against a real HTTP server and a real OCI registry: the digest
+is verified before anything lands in the cache, the cache is keyed by digest
+and shared (one download however many instances ask at once), failures name
+the url and both digests; and the Pod's ``images`` init container runs the
+same file as a script."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (
+    image_fetch,
+    k8s_objects,
+    k8s_pod,
+    qemu_argv,
+)
+from image_servers import ImageServer, Registry, free_port
+
+KERNEL = os.urandom(256 * 1024)
+OTHER = b"not the image the class names"
+WRONG = "sha256:" + "0" * 64
+
+
+@pytest.fixture
+def server(tmp_path):
+    served = ImageServer(tmp_path / "served")
+    yield served
+    served.close()
+
+
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory):
+    running = Registry(tmp_path_factory.mktemp("registry"))
+    yield running
+    running.close()
+
+
+def leftovers(cache):
+    return sorted(name for _, _, names in os.walk(cache) for name in names
+                  if not name.endswith(".lock") and len(name) != 64)
+
+
+def test_http_image_is_verified_cached_by_digest_and_fetched_once(server, tmp_path):
+    url, digest = server.add("guest/vmlinuz", KERNEL)
+    cache = tmp_path / "cache"
+    path, downloaded = image_fetch.fetch(url, digest, str(cache))
+    assert downloaded
+    assert path == str(cache / "sha256" / digest.split(":")[1])
+    assert open(path, "rb").read() == KERNEL
+    assert oct(os.stat(path).st_mode & 0o777) == "0o444"
+    again, downloaded = image_fetch.fetch(url, digest, str(cache))
+    assert (again, downloaded) == (path, False)
+    assert server.gets["/guest/vmlinuz"] == 1
+    assert leftovers(cache) == []
+
+
+def test_concurrent_fetches_of_one_digest_download_once(server, tmp_path):
+    url, digest = server.add("guest/big", os.urandom(8 * 2**20))
+    cache = str(tmp_path / "cache")
+    start = threading.Barrier(4)
+    results = []
+
+    def instance():
+        start.wait()
+        results.append(image_fetch.fetch(url, digest, cache))
+
+    threads = [threading.Thread(target=instance) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert len(results) == 4 and len({path for path, _ in results}) == 1
+    assert sorted(downloaded for _, downloaded in results) == [False, False, False, True]
+    assert server.gets["/guest/big"] == 1
+
+
+def test_digest_mismatch_names_the_url_and_both_digests_and_caches_nothing(server, tmp_path):
+    url, actual = server.add("guest/vmlinuz", OTHER)
+    cache = tmp_path / "cache"
+    with pytest.raises(image_fetch.ImageError) as raised:
+        image_fetch.fetch(url, WRONG, str(cache))
+    error = raised.value
+    assert error.reason == image_fetch.REASON_DIGEST_MISMATCH
+    assert str(error) == f"{url}: digest mismatch: expected {WRONG}, got {actual}"
+    assert not (cache / "sha256" / WRONG.split(":")[1]).exists()
+    assert leftovers(cache) == []
+
+
+def test_unreachable_and_missing_urls_name_the_url(server, tmp_path):
+    closed = f"http://127.0.0.1:{free_port('127.0.0.1')}/vmlinuz"
+    with pytest.raises(image_fetch.ImageError) as raised:
+        image_fetch.fetch(closed, WRONG, str(tmp_path), timeout=5)
+    assert raised.value.reason == image_fetch.REASON_UNAVAILABLE
+    assert str(raised.value).startswith(f"{closed}: cannot be fetched: ")
+    missing = f"{server.url}/nothing"
+    with pytest.raises(image_fetch.ImageError) as raised:
+        image_fetch.fetch(missing, WRONG, str(tmp_path))
+    assert str(raised.value) == f"{missing}: cannot be fetched: HTTP 404 File not found"
+
+
+@pytest.mark.parametrize("digest", [None, "sha256:abc...", "md5:" + "0" * 32])
+def test_an_image_url_needs_a_sha256_digest(digest, tmp_path):
+    with pytest.raises(image_fetch.ImageError) as raised:
+        image_fetch.fetch("https://images.example.com/vmlinuz", digest, str(tmp_path))
+    assert raised.value.reason == image_fetch.REASON_INVALID
+    assert "digest of https://images.example.com/vmlinuz" in str(raised.value)
+
+
+def test_oci_artifact_is_pulled_from_a_real_registry(registry, tmp_path):
+    image = tmp_path / "vmlinuz"
+    image.write_bytes(KERNEL)
+    url = registry.push("guest/kernel:v1", image)
+    digest = "sha256:" + hashlib.sha256(KERNEL).hexdigest()
+    cache = str(tmp_path / "cache")
+    path, downloaded = image_fetch.fetch(url, digest, cache, plain_http=True)
+    assert downloaded and open(path, "rb").read() == KERNEL
+    assert registry.blob_gets(digest) == 1
+    # JEP-0014's form, without a scheme, is the same reference.
+    assert image_fetch.fetch(url[len("oci://"):], digest, cache, plain_http=True) == (path, False)
+    assert registry.blob_gets(digest) == 1
+
+
+def test_oci_artifact_with_another_digest_is_refused(registry, tmp_path):
+    image = tmp_path / "other"
+    image.write_bytes(OTHER)
+    url = registry.push("guest/kernel:wrong", image)
+    actual = "sha256:" + hashlib.sha256(OTHER).hexdigest()
+    with pytest.raises(image_fetch.ImageError) as raised:
+        image_fetch.fetch(url, WRONG, str(tmp_path / "cache"), plain_http=True)
+    assert str(raised.value) == f"{url}: digest mismatch: expected {WRONG}, got {actual}"
+    with pytest.raises(image_fetch.ImageError) as raised:
+        image_fetch.fetch(url.replace(":wrong", ":absent"), WRONG, str(tmp_path), plain_http=True)
+    assert raised.value.reason == image_fetch.REASON_UNAVAILABLE
+    assert "HTTP 404" in str(raised.value)
+
+
+# -- the Pod ----------------------------------------------------------------
+
+def pod(parameters):
+    exporter_set = {"metadata": {"name": "pool", "namespace": "lab", "uid": "u"},
+                    "spec": {"template": {"spec": {"drivers": []}}}}
+    exporter = {"apiVersion": "jumpstarter.dev/v1alpha1", "kind": "Exporter",
+                "metadata": {"name": "pool-0", "namespace": "lab", "uid": "e"}}
+    return k8s_pod.instance_pod(exporter_set, {"spec": {}}, exporter, "qemu.jumpstarter.dev",
+                                parameters, None)
+
+
+def run_init_container(container, cache, run_dir):
+    """The container's command for real, with its mounts mapped to local directories."""
+    argv = list(container["command"])
+    assert argv[:2] == ["python3", "-c"]
+    argv[0] = sys.executable
+    argv[argv.index("--cache") + 1] = str(cache)
+    files = json.loads(argv[argv.index("--files") + 1])
+    for entry in files:
+        entry["dest"] = entry["dest"].replace(k8s_pod.RUN_DIR, str(run_dir))
+    argv[argv.index("--files") + 1] = json.dumps(files)
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd="/")
+
+
+def test_pod_fetches_and_verifies_into_the_node_cache_before_the_disk_and_qemu(server, tmp_path):
+    url, digest = server.add("guest/base.qcow2", KERNEL)
+    parameters = {"resources": {"memory": "128Mi"}, "disk": {"url": url, "digest": digest}}
+    spec = pod(parameters)["spec"]
+    init = [c["name"] for c in spec["initContainers"]]
+    assert init[:2] == ["images", "disk"]
+    images = spec["initContainers"][0]
+    assert images["image"] == k8s_pod.DEFAULT_IMAGES["exporter"]["image"]
+    assert images["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    volume = next(v for v in spec["volumes"] if v["name"] == "image-cache")
+    assert volume["hostPath"] == {"path": k8s_pod.NODE_IMAGE_CACHE, "type": "DirectoryOrCreate"}
+    for name in ("disk",):
+        mounts = next(c for c in spec["initContainers"] if c["name"] == name)["volumeMounts"]
+        assert {"name": "image-cache", "mountPath": k8s_pod.IMAGE_CACHE_DIR, "readOnly": True} in mounts
+    assert {"name": "image-cache", "mountPath": k8s_pod.IMAGE_CACHE_DIR,
+            "readOnly": True} in spec["containers"][0]["volumeMounts"]
+
+    cache, run_dir = tmp_path / "node-cache", tmp_path / "run"
+    run_dir.mkdir()
+    for _ in range(2):  # a second Pod on the node finds the image in the cache
+        done = run_init_container(images, cache, run_dir)
+        assert done.returncode == 0, done.stderr
+    assert server.gets["/guest/base.qcow2"] == 1
+    base = run_dir / qemu_argv.FETCHED_IMAGE_NAMES["disk"]
+    assert os.readlink(base) == str(cache / "sha256" / digest.split(":")[1])
+    assert base.read_bytes() == KERNEL
+
+
+def test_pod_with_a_wrong_digest_fails_its_init_container_naming_url_and_digests(server, tmp_path):
+    url, actual = server.add("guest/vmlinuz", OTHER)
+    spec = pod({"resources": {"memory": "128Mi"}, "kernel": {"url": url, "digest": WRONG}})["spec"]
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    done = run_init_container(spec["initContainers"][0], tmp_path / "cache", run_dir)
+    assert done.returncode == 1
+    assert not (run_dir / "kernel").exists()
+    last_words = done.stderr.strip().splitlines()[-1]
+    assert last_words == f"ImageDigestMismatch: {url}: digest mismatch: expected {WRONG}, got {actual}"
+    # What the kubelet then reports is the instance's failure, with that message.
+    pod_object = {"metadata": {"creationTimestamp": "2026-01-01T00:00:00Z"}, "status": {
+        "phase": "Pending", "initContainerStatuses": [{
+            "name": "images", "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off"}},
+            "lastState": {"terminated": {"exitCode": 1, "message": done.stderr}}}]}}
+    state = k8s_objects.pod_instance_state(pod_object)
+    assert (state["phase"], state["reason"]) == ("Failed", "ImageDigestMismatch")
+    assert state["message"] == f"{url}: digest mismatch: expected {WRONG}, got {actual}"
+
+
+def test_images_by_path_need_no_fetch_container():
+    spec = pod({"resources": {"memory": "128Mi"}, "kernel": {"path": "/images/vmlinuz"}})["spec"]
+    assert "images" not in [c["name"] for c in spec["initContainers"]]
+    assert "image-cache" not in [v["name"] for v in spec["volumes"]]
