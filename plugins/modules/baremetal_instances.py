@@ -24,14 +24,17 @@ description:
     C(ImageUnavailable) or C(ImageInvalid) and a message naming the url (and the expected and
     actual digests).
 author:
-  - Jumpstarter virtual exporters maintainers
+  - Jumpstarter virtual exporters maintainers (@jumpstarter-dev)
 attributes:
   check_mode:
     support: full
+    description: Reports what would change and changes nothing.
   diff_mode:
     support: none
+    description: Returns no diff.
   idempotent:
     support: full
+    description: A second run with the same input reports no change.
 options:
   namespace:
     description: Namespace of the ExporterSet.
@@ -177,8 +180,9 @@ def _alive(pid_file):
 class Supervisor:
     """Services through jumpstarter-supervise (no systemd on the host)."""
 
-    def __init__(self, prefix):
+    def __init__(self, prefix, run_command):
         self.binary = os.path.join(prefix, "bin", "jumpstarter-supervise")
+        self.run_command = run_command
 
     def state(self, service_dir, unit):
         if _alive(os.path.join(service_dir, "supervise.pid")):
@@ -189,9 +193,13 @@ class Supervisor:
         for stale in ("exit-status", "pid"):
             if os.path.exists(os.path.join(service_dir, stale)):
                 os.unlink(os.path.join(service_dir, stale))
-        with open(os.devnull, "r+") as null:
-            subprocess.Popen([self.binary, service_dir, restart_delay], stdin=null, stdout=null,
-                             stderr=null, start_new_session=True, close_fds=True)
+        # Detached in its own session (setsid --fork), with /dev/null for its
+        # standard streams (the service's output goes to its log), so
+        # run_command returns as soon as setsid has forked.
+        rc, _out, err = self.run_command(["setsid", "--fork", "sh", "-c", 'exec "$0" "$@" </dev/null >/dev/null 2>&1',
+                                          self.binary, service_dir, restart_delay])
+        if rc != 0:
+            raise RuntimeError(f"cannot start the supervisor of {service_dir}: {err.strip()}")
         deadline = time.monotonic() + 5
         while not _alive(os.path.join(service_dir, "supervise.pid")):
             if time.monotonic() > deadline:
@@ -224,7 +232,7 @@ def _pid_alive(pid):
 class SystemdUser:
     """Services as the service user's systemd units (installed by lab_bootstrap)."""
 
-    def __init__(self, prefix):
+    def __init__(self, prefix, run_command):
         self.env = dict(os.environ, XDG_RUNTIME_DIR=f"/run/user/{os.getuid()}")
 
     def _systemctl(self, *args):
@@ -251,7 +259,7 @@ class HostInstances:
         self.p = module.params
         self.root = os.path.join(self.p["work_dir"], baremetal.INSTANCES_DIR)
         self.supervisor = (SystemdUser if os.path.isdir("/run/systemd/system") else Supervisor)(
-            self.p["prefix"])
+            self.p["prefix"], module.run_command)
         self.changed = []
         self.downloaded = {}
 
