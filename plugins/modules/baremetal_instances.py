@@ -20,7 +20,7 @@ description:
     image cache C(<work_dir>/image-cache/sha256/<hex>), keyed by digest and shared by all
     instances on the host, and their C(digest) is verified before QEMU starts; the instance
     directory links to the cached file. An image whose digest does not match, or that cannot
-    be fetched, starts nothing: the instance is C(Failed) with reason C(ImageDigestMismatch),
+    be fetched, starts nothing; the instance is C(Failed) with reason C(ImageDigestMismatch),
     C(ImageUnavailable) or C(ImageInvalid) and a message naming the url (and the expected and
     actual digests).
 author:
