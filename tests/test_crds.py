@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from jep_examples import jep_examples
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 from testbed import upstream_crd_files
@@ -338,3 +339,23 @@ def test_upstream_samples_are_accepted(ours, upstream, sample):
 def test_every_sample_kind_is_covered():
     kinds = {param.values[0]["kind"] for param in upstream_samples()}
     assert kinds == set(PLURALS)
+
+
+JEP_EXAMPLES = jep_examples()
+
+
+@pytest.mark.parametrize("example", JEP_EXAMPLES, ids=[e["_example"] for e in JEP_EXAMPLES])
+def test_jep_examples_are_accepted_as_written(ours, upstream, example):
+    """Every VirtualTargetClass and ExporterSet of JEP-0014, by server-side
+    dry-run, by our CRDs and upstream's alike (their parameters are checked by
+    tests/unit/test_jep_examples.py)."""
+    name = example["metadata"]["name"]
+    ours_accepted, ours_spec = dry_run_create(ours, example["kind"], example["spec"], name)
+    upstream_accepted, upstream_spec = dry_run_create(upstream, example["kind"], example["spec"], name)
+    assert ours_accepted, ours_spec
+    assert upstream_accepted, upstream_spec
+    assert ours_spec == upstream_spec
+
+
+def test_jep_gives_examples_of_both_kinds():
+    assert {e["kind"] for e in JEP_EXAMPLES} == set(PLURALS)

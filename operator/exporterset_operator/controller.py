@@ -23,6 +23,9 @@ from .workqueue import WorkQueue
 log = logging.getLogger(__name__)
 
 SET_LABEL_SELECTOR = constants.LABEL_EXPORTER_SET
+# Work-queue keys: (namespace, name) for an ExporterSet, (namespace, name,
+# CLASS_KEY) for a VirtualTargetClass (its finalizer and status).
+CLASS_KEY = "VirtualTargetClass"
 
 RESOURCES = (
     Resource("ExporterSet", constants.GROUP, "v1alpha1", "exportersets"),
@@ -97,12 +100,17 @@ class Controller:
     def _map_set(obj, previous):
         meta = obj["metadata"]
         yield meta["namespace"], meta["name"]
+        # The class it names (and the one it named before) counts its sets.
+        classes = {(s.get("spec") or {}).get("virtualTargetClassName") for s in (obj, previous or {})}
+        for class_name in sorted(c for c in classes if c):
+            yield meta["namespace"], class_name, CLASS_KEY
 
     def _sets_in(self, namespace):
         return self.caches["ExporterSet"].list(namespace)
 
     def _map_class(self, obj, previous):
         meta = obj["metadata"]
+        yield meta["namespace"], meta["name"], CLASS_KEY
         for exporter_set in self._sets_in(meta["namespace"]):
             if exporter_set["spec"].get("virtualTargetClassName") == meta["name"]:
                 yield meta["namespace"], exporter_set["metadata"]["name"]
@@ -203,6 +211,9 @@ class Controller:
             for exporter_set in self.caches["ExporterSet"].list():
                 meta = exporter_set["metadata"]
                 self.queue.add((meta["namespace"], meta["name"]))
+            for vclass in self.caches["VirtualTargetClass"].list():
+                meta = vclass["metadata"]
+                self.queue.add((meta["namespace"], meta["name"], CLASS_KEY))
 
     def _work(self) -> None:
         worker = threading.current_thread().name

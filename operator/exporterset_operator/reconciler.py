@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (
+    class_status,
     constants,
     controller_ca,
     k8s_apply,
@@ -148,7 +149,9 @@ class Reconciler:
         return k8s_observe.observe(exporter_set, objects, self.clock())
 
     # -- reconcile -----------------------------------------------------------
-    def reconcile(self, key: tuple[str, str]) -> Result:
+    def reconcile(self, key: tuple) -> Result:
+        if len(key) == 3:
+            return self.reconcile_class(key)
         namespace, name = key
         exporter_set = self.caches["ExporterSet"].get(namespace, name)
         if exporter_set is None:
@@ -158,8 +161,13 @@ class Reconciler:
             return Result(path="gone")
         observed = self.observe(exporter_set)
         vclass = observed["class"]
-        if vclass is not None and k8s_observe.provisioner_of(observed) not in self.provisioners:
-            return Result(path="skipped")
+        provisioner = k8s_observe.provisioner_of(observed)
+        if vclass is not None and provisioner not in self.provisioners:
+            if class_status.known_provisioner(provisioner):
+                return Result(path="skipped")  # another operator's
+            # Unknown to the collection (a typo): every operator reports it,
+            # the same status and Event, and touches nothing else.
+            return self._report_unusable(exporter_set, observed)
         if self.watch is not None and self.watch.selector and not selector_matches(
                 self.watch.selector, exporter_set["metadata"].get("labels") or {}):
             return Result(path="skipped")
@@ -278,6 +286,51 @@ class Reconciler:
             )
         except ApiException as exc:
             log.warning("could not report failure", extra={"error": str(exc)[:300]})
+
+    def _report_unusable(self, exporter_set: dict, observed: dict) -> Result:
+        """Status and Events of a set whose class cannot be used (its plan
+        creates nothing); no finalizer, no playbook."""
+        plan = k8s_observe.plan_for(exporter_set, observed, self.plan_options)
+        if plan.get("changed"):
+            try:
+                self._apply_in_process(exporter_set, plan, "")
+            except (k8s_apply.ApplyError, ApiException) as exc:
+                return Result(error=str(exc), path="unusable")
+        return Result(path="unusable")
+
+    # -- classes -----------------------------------------------------------------
+    def _serves_class(self, vclass: dict) -> bool:
+        """A class of this operator's provisioners, or of one the collection
+        does not know (every operator reports those, idempotently)."""
+        provisioner = (vclass.get("spec") or {}).get("provisioner")
+        return provisioner in self.provisioners or not class_status.known_provisioner(provisioner)
+
+    def reconcile_class(self, key: tuple) -> Result:
+        """The class's finalizer (kept while a set names it) and status (its
+        sets, whether its parameters are valid); class_status.py."""
+        namespace, name, _ = key
+        vclass = self.caches["VirtualTargetClass"].get(namespace, name)
+        if vclass is None:
+            return Result(path="gone")
+        if not self._serves_class(vclass):
+            return Result(path="skipped")
+        names = class_status.sets_using(vclass, self.caches["ExporterSet"].list(namespace))
+        wanted = class_status.desired(vclass, names, self.clock())
+        finalizers = vclass["metadata"].get("finalizers") or []
+        status_stale = wanted["status"] is not None and class_status.status_differs(
+            vclass.get("status"), wanted["status"])
+        if not status_stale and wanted["finalizers"] == finalizers:
+            return Result(path="fastpath")
+        # Releasing the class is decided on a fresh list of its sets, not the
+        # cache: a set created a moment ago still holds it.
+        releasing = class_status.FINALIZER in finalizers and class_status.FINALIZER not in wanted["finalizers"]
+        try:
+            class_status.sync(self.api_client, namespace, name,
+                              None if releasing else self.caches["ExporterSet"].list(namespace),
+                              now=self.clock(), vclass=vclass)
+        except ApiException as exc:
+            return Result(error=str(exc), path="class")
+        return Result(path="class")
 
     # -- finalizer -------------------------------------------------------------
     def _add_finalizer(self, exporter_set: dict) -> None:

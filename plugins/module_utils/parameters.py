@@ -213,8 +213,7 @@ def validate_parameters(provisioner, parameters):
     errors, warnings = [], []
     schema = PROVISIONER_SCHEMAS.get(provisioner)
     if schema is None:
-        known = ", ".join(sorted(PROVISIONER_SCHEMAS))
-        errors.append(f"provisioner: unknown provisioner {provisioner!r} (known: {known})")
+        errors.append(unknown_provisioner_message(provisioner))
         return {"errors": errors, "warnings": warnings}
     if parameters is None:
         parameters = {}
@@ -223,6 +222,12 @@ def validate_parameters(provisioner, parameters):
         for rule in _CROSS_FIELD_RULES.get(provisioner, ()):
             rule(parameters, errors)
     return {"errors": errors, "warnings": warnings}
+
+
+def unknown_provisioner_message(provisioner):
+    """The error of a class whose spec.provisioner the collection does not know."""
+    known = ", ".join(sorted(PROVISIONER_SCHEMAS))
+    return f'spec.provisioner: unknown provisioner "{provisioner}"; known: {known}'
 
 
 def describe_parameters(provisioner):

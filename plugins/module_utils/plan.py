@@ -32,6 +32,8 @@ import json
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (
     class_status,
+)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (
     constants as c,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.exporter_state import (

@@ -98,8 +98,8 @@ def test_valid_parameters(provisioner, parameters):
          'parameters.api.host: "h:99999" has an invalid port'),
         (CORELLIUM, {**GOOD_CORELLIUM, "device": {"flavor": "kronos"}},
          "parameters.device.os: required"),
-        ("nope.example.com", {}, "provisioner: unknown provisioner 'nope.example.com' (known: "
-         "corellium.jumpstarter.dev, qemu-baremetal.jumpstarter.dev, qemu.jumpstarter.dev)"),
+        ("nope.example.com", {}, 'spec.provisioner: unknown provisioner "nope.example.com"; known: '
+         "corellium.jumpstarter.dev, qemu-baremetal.jumpstarter.dev, qemu.jumpstarter.dev"),
     ],
 )
 def test_one_error_names_its_path(provisioner, parameters, error):

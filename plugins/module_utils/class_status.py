@@ -1,0 +1,221 @@
+"""A VirtualTargetClass's finalizer and status, and what its sets say about it.
+
+A class in use cannot vanish under its sets: while any ExporterSet of its
+namespace names it (a terminating set included, as its teardown still reads
+the class), the class carries ``FINALIZER``; once none does, the finalizer
+goes, so deleting an unused class is immediate and a deleted class that is
+still in use stays (Terminating) until its last set is gone. Its sets keep
+working meanwhile and show ``ClassTerminating``.
+
+The class's status says which sets use it (``sets``, ``setCount``) and
+whether its own parameters are valid (condition ``Valid``: ``Valid``,
+``InvalidParameters`` or ``UnknownProvisioner``, the message naming each
+field), with ``observedGeneration``.
+
+Who writes it: the operator serving the class's provisioner; a class whose
+provisioner the collection does not know (a typo such as
+``qemu.jumpstater.dev``) is written by every operator, idempotently (the
+same status and finalizers, guarded by resourceVersion). The reconcile
+playbook does the same for the class of the set it reconciles
+(``exporterset_apply``'s ``sync_class``).
+
+``desired`` and the condition helpers are pure; ``sync`` reads and writes
+through the ``kubernetes`` client.
+"""
+
+import time
+from datetime import UTC, datetime
+
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants as c
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import k8s_status
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.parameters import (
+    PROVISIONER_SCHEMAS,
+    unknown_provisioner_message,
+    validate_parameters,
+)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.status import (
+    merge_condition,
+)
+
+FINALIZER = c.GROUP + "/in-use"
+VERSION = "v1alpha1"
+PLURAL = "virtualtargetclasses"
+KIND = "VirtualTargetClass"
+CONDITION_VALID = "Valid"
+# The class's own spec is fine.
+REASON_VALID = "Valid"
+
+
+def known_provisioner(provisioner):
+    return provisioner in PROVISIONER_SCHEMAS
+
+
+def sets_using(vclass, exporter_sets):
+    """Names of the sets of the class's namespace that name it, sorted."""
+    meta = vclass["metadata"]
+    return sorted(
+        s["metadata"]["name"] for s in exporter_sets
+        if s["metadata"].get("namespace") == meta.get("namespace")
+        and (s.get("spec") or {}).get("virtualTargetClassName") == meta["name"]
+    )
+
+
+def validity(vclass):
+    """The class's ``Valid`` condition (type, status, reason, message)."""
+    spec = vclass.get("spec") or {}
+    provisioner = spec.get("provisioner")
+    if not known_provisioner(provisioner):
+        return _condition(CONDITION_VALID, False, c.REASON_UNKNOWN_PROVISIONER,
+                          unknown_provisioner_message(provisioner))
+    errors = validate_parameters(provisioner, spec.get("parameters"))["errors"]
+    if errors:
+        return _condition(CONDITION_VALID, False, c.REASON_INVALID_PARAMETERS,
+                          "; ".join(f"spec.{e}" for e in errors))
+    return _condition(CONDITION_VALID, True, REASON_VALID, f"parameters are valid for {provisioner}")
+
+
+def unusable(vclass, exporter_set):
+    """(reason, message) when the set cannot use ``vclass`` at all, else None.
+
+    A missing class and one whose provisioner is unknown; the message names
+    the field at fault (the set's or the class's).
+    """
+    spec = exporter_set.get("spec") or {}
+    namespace = exporter_set["metadata"].get("namespace")
+    if vclass is None:
+        name = spec.get("virtualTargetClassName")
+        return c.REASON_CLASS_NOT_FOUND, (
+            f"spec.virtualTargetClassName: VirtualTargetClass {name!r} not found in namespace "
+            f"{namespace!r}")
+    provisioner = (vclass.get("spec") or {}).get("provisioner")
+    if not known_provisioner(provisioner):
+        return c.REASON_UNKNOWN_PROVISIONER, (
+            f"VirtualTargetClass {vclass['metadata']['name']!r} "
+            f"{unknown_provisioner_message(provisioner)}")
+    return None
+
+
+def terminating_condition(vclass):
+    """The set's ``ClassTerminating`` condition: True while its class is being deleted."""
+    deleted = ((vclass or {}).get("metadata") or {}).get("deletionTimestamp")
+    if not deleted:
+        return _condition(c.CONDITION_CLASS_TERMINATING, False, "ClassActive", "")
+    return _condition(
+        c.CONDITION_CLASS_TERMINATING, True, c.REASON_CLASS_TERMINATING,
+        f"VirtualTargetClass {vclass['metadata']['name']!r} is being deleted (since {deleted}); "
+        "it stays until the last set using it is gone, and this set keeps working meanwhile")
+
+
+def desired(vclass, set_names, now):
+    """What the class should carry: {"finalizers", "status", "events"}.
+
+    ``status`` is None when the class is going (deleted and unused: only its
+    finalizer is to be dropped). ``events`` are the Warning Events of a
+    ``Valid`` condition that has just turned False.
+    """
+    meta = vclass["metadata"]
+    had = meta.get("finalizers") or []
+    finalizers = [f for f in had if f != FINALIZER]
+    # The API server refuses a new finalizer on an object being deleted.
+    if set_names and (FINALIZER in had or not meta.get("deletionTimestamp")):
+        finalizers.append(FINALIZER)
+    if meta.get("deletionTimestamp") and not set_names:
+        return {"finalizers": finalizers, "status": None, "events": []}
+    generation = meta.get("generation")
+    previous = (vclass.get("status") or {}).get("conditions") or []
+    valid = validity(vclass)
+    status = {
+        "observedGeneration": generation,
+        "sets": list(set_names),
+        "setCount": len(set_names),
+        "conditions": [merge_condition(previous, valid, generation, now)]
+        + [dict(x) for x in previous if x.get("type") != CONDITION_VALID],
+    }
+    was = next((x for x in previous if x.get("type") == CONDITION_VALID), {})
+    events = []
+    if valid["status"] == "False" and (was.get("status"), was.get("reason")) != (
+            "False", valid["reason"]):
+        events.append({"type": "Warning", "reason": valid["reason"], "message": valid["message"]})
+    return {"finalizers": finalizers, "status": status, "events": events}
+
+
+def status_differs(current, wanted):
+    """Whether writing ``wanted`` changes ``current`` (transition times aside)."""
+    def comparable(status):
+        status = dict(status or {})
+        status["conditions"] = sorted(
+            ({k: v for k, v in x.items() if k != "lastTransitionTime"}
+             for x in status.get("conditions") or []),
+            key=lambda x: x["type"])
+        return status
+    return comparable(current) != comparable(wanted)
+
+
+def sync(api_client, namespace, name, exporter_sets=None, now=None, attempts=5, vclass=None):
+    """Bring one class's finalizer and status to what its sets ask for.
+
+    ``exporter_sets`` are the namespace's sets (the operator passes its
+    cache); without them they are listed. Every write is guarded by the
+    class's resourceVersion, so several operators writing the same class
+    converge: after a 409 the class is read again and the write retried,
+    unless the caller gave the class it has (``vclass``, from a cache): then
+    the 409 is raised, for the caller to look again once its cache has the
+    newer class. Returns {"exists", "changed", "sets", "events", "finalizers",
+    "status"} (``exists`` False once a deleted, unused class is let go).
+    """
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    api = client.CustomObjectsApi(api_client)
+    given = vclass
+    for attempt in range(1 if given is not None else attempts):
+        if given is None:
+            try:
+                vclass = api.get_namespaced_custom_object(c.GROUP, VERSION, namespace, PLURAL, name)
+            except ApiException as exc:
+                if exc.status == 404:
+                    return {"exists": False, "changed": False, "sets": [], "events": []}
+                raise
+        if exporter_sets is None or attempt:
+            exporter_sets = api.list_namespaced_custom_object(
+                c.GROUP, VERSION, namespace, "exportersets")["items"]
+        names = sets_using(vclass, exporter_sets)
+        wanted = desired(vclass, names, now or datetime.now(UTC))
+        meta = vclass["metadata"]
+        changed = False
+        try:
+            # The finalizer first: a status that counts no set finds the
+            # class already released (and a deleted one gone).
+            if wanted["finalizers"] != (meta.get("finalizers") or []):
+                written = api.patch_namespaced_custom_object(
+                    c.GROUP, VERSION, namespace, PLURAL, name,
+                    {"metadata": {"finalizers": wanted["finalizers"],
+                                  "resourceVersion": meta["resourceVersion"]}})
+                meta = written["metadata"]
+                changed = True
+            if wanted["status"] is not None and status_differs(vclass.get("status"), wanted["status"]):
+                api.patch_namespaced_custom_object_status(
+                    c.GROUP, VERSION, namespace, PLURAL, name,
+                    {"metadata": {"resourceVersion": meta["resourceVersion"]},
+                     "status": wanted["status"]})
+                changed = True
+                if wanted["events"]:
+                    k8s_status.emit_events(api_client, {**vclass, "kind": KIND,
+                                                        "apiVersion": f"{c.GROUP}/{VERSION}"},
+                                           wanted["events"])
+        except ApiException as exc:
+            if exc.status == 404:
+                return {"exists": False, "changed": changed, "sets": names, "events": []}
+            if exc.status != 409 or given is not None or attempt == attempts - 1:
+                raise
+            time.sleep(0.05 * (2**attempt))
+            continue
+        return {"exists": wanted["status"] is not None or bool(wanted["finalizers"]),
+                "changed": changed, "sets": names, "events": wanted["events"],
+                "finalizers": wanted["finalizers"], "status": wanted["status"]}
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _condition(kind, status, reason, message):
+    return {"type": kind, "status": "True" if status else "False", "reason": reason,
+            "message": message}

@@ -1,0 +1,127 @@
+#!/usr/bin/python
+# Copyright: Jumpstarter virtual exporters maintainers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+
+DOCUMENTATION = r"""
+---
+module: virtualtargetclass_sync
+short_description: Keep a VirtualTargetClass's in-use finalizer and status
+version_added: 0.1.0
+description:
+  - Reads a VirtualTargetClass and the ExporterSets of its namespace, and
+    writes what the operator writes for it (C(plugins/module_utils/class_status.py)),
+    so the reconcile playbook run by hand treats classes as the operator does.
+  - While any ExporterSet names the class (one being deleted included) the
+    class carries the finalizer C(virtualtarget.jumpstarter.dev/in-use); once
+    none does the finalizer is removed, and a class deleted meanwhile goes.
+  - The status lists the sets (C(sets), C(setCount)), says whether the class's
+    parameters are valid (condition C(Valid), reason C(Valid),
+    C(InvalidParameters) or C(UnknownProvisioner), the message naming each
+    field) and carries C(observedGeneration). A C(Valid) condition that turns
+    False is also recorded as a Warning Event on the class.
+  - Writes are guarded by the class's resourceVersion and retried on a 409
+    Conflict with a fresh read.
+author:
+  - Jumpstarter virtual exporters maintainers (@jumpstarter-dev)
+attributes:
+  check_mode:
+    support: full
+    description: Reports what would change and writes nothing.
+  diff_mode:
+    support: none
+    description: Returns no diff.
+  idempotent:
+    support: full
+    description: A second run on the state it produced reports no change.
+options:
+  name:
+    description: Name of the VirtualTargetClass.
+    type: str
+    required: true
+  namespace:
+    description: Namespace of the VirtualTargetClass (and of the sets that may name it).
+    type: str
+    required: true
+extends_documentation_fragment:
+  - jumpstarter.virtual_exporters.kubernetes
+"""
+
+EXAMPLES = r"""
+- name: Keep the class of a set protected while the set names it
+  jumpstarter.virtual_exporters.virtualtargetclass_sync:
+    name: qemu-rpi4
+    namespace: jumpstarter
+  register: vclass
+
+- name: Show the sets that use it
+  ansible.builtin.debug:
+    var: vclass.sets
+"""
+
+RETURN = r"""
+exists:
+  description: Whether the class exists (after the run; a deleted, unused class is gone).
+  returned: always
+  type: bool
+sets:
+  description: Names of the ExporterSets that name the class.
+  returned: always
+  type: list
+  elements: str
+finalizers:
+  description: The class's finalizers as wanted.
+  returned: when the class exists
+  type: list
+  elements: str
+status:
+  description: The class's status as wanted (null when the class is going).
+  returned: when the class exists
+  type: dict
+"""
+
+from datetime import UTC, datetime
+
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import class_status
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s_client import (
+    k8s_module,
+    module_api_client,
+)
+
+
+def main():
+    module = k8s_module(
+        dict(
+            name=dict(type="str", required=True),
+            namespace=dict(type="str", required=True),
+        ),
+        supports_check_mode=True,
+    )
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    name, namespace = module.params["name"], module.params["namespace"]
+    api = module_api_client(module)
+    if not module.check_mode:
+        result = class_status.sync(api, namespace, name)
+        module.exit_json(changed=result["changed"], exists=result["exists"], sets=result["sets"],
+                         finalizers=result.get("finalizers"), status=result.get("status"))
+    custom = client.CustomObjectsApi(api)
+    try:
+        vclass = custom.get_namespaced_custom_object(
+            class_status.c.GROUP, class_status.VERSION, namespace, class_status.PLURAL, name)
+    except ApiException as exc:
+        if exc.status == 404:
+            module.exit_json(changed=False, exists=False, sets=[])
+        raise
+    sets = custom.list_namespaced_custom_object(
+        class_status.c.GROUP, class_status.VERSION, namespace, "exportersets")["items"]
+    names = class_status.sets_using(vclass, sets)
+    wanted = class_status.desired(vclass, names, datetime.now(UTC))
+    changed = wanted["finalizers"] != (vclass["metadata"].get("finalizers") or []) or (
+        wanted["status"] is not None and class_status.status_differs(vclass.get("status"), wanted["status"]))
+    module.exit_json(changed=changed, exists=True, sets=names, finalizers=wanted["finalizers"],
+                     status=wanted["status"])
+
+
+if __name__ == "__main__":
+    main()
