@@ -139,7 +139,9 @@ class Reconciler:
                 variables.pop(snake, None)
             variables.update(exporter_set.get("spec") or {})
         extra = self.watch.finalizer_vars() if teardown else self.watch.vars
-        return {**extra, **variables}
+        # manageStatus false: the run's exporterset_apply leaves the outcome
+        # conditions to the playbook, as the operator itself does.
+        return {**extra, **variables, "exporterset_manage_status": self.manage_status}
 
     # -- observation -------------------------------------------------------
     def observe(self, exporter_set: dict) -> dict:
