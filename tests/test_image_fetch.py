@@ -21,6 +21,8 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils impo
     qemu_argv,
 )
 from image_servers import ImageServer, Registry, free_port
+from kubernetes import client
+from pool_helpers import QEMU_PARAMETERS, make_class, make_set, settle_pool
 
 KERNEL = os.urandom(256 * 1024)
 OTHER = b"not the image the class names"
@@ -216,3 +218,29 @@ def test_images_by_path_need_no_fetch_container():
     spec = pod({"resources": {"memory": "128Mi"}, "kernel": {"path": "/images/vmlinuz"}})["spec"]
     assert "images" not in [c["name"] for c in spec["initContainers"]]
     assert "image-cache" not in [v["name"] for v in spec["volumes"]]
+
+
+def test_the_operator_renders_the_images_init_container_that_fetches_for_real(api, namespace, standin,
+                                                                             operator, server, tmp_path):
+    """On the bed (kwok runs no containers): the Pod the operator makes carries the
+    fetch script; run as its command, it fetches and verifies into a node cache."""
+    url, digest = server.add("guest/vmlinuz", KERNEL)
+    custom = client.CustomObjectsApi(api)
+    make_class(custom, namespace, parameters={**QEMU_PARAMETERS, "kernel": {"url": url, "digest": digest}})
+    make_set(custom, namespace, minAvailableReplicas=1)
+    operator()
+    settle_pool(standin, 1, custom, namespace)
+    pod = api.sanitize_for_serialization(standin.pods()[0])
+    init = pod["spec"]["initContainers"]
+    assert init[0]["name"] == "images"
+    assert init[0]["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    assert {"name": "image-cache", "mountPath": k8s_pod.IMAGE_CACHE_DIR, "readOnly": True} in \
+        pod["spec"]["containers"][0]["volumeMounts"]
+    command = pod["spec"]["containers"][0]["command"]
+    assert command[command.index("-kernel") + 1] == f"{k8s_pod.RUN_DIR}/kernel"
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    done = run_init_container(init[0], tmp_path / "node-cache", run_dir)
+    assert done.returncode == 0, done.stderr
+    assert (run_dir / "kernel").read_bytes() == KERNEL
+    assert server.gets["/guest/vmlinuz"] == 1
