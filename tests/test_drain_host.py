@@ -19,7 +19,8 @@ DRAINED = "virtualtarget.jumpstarter.dev/drained-hosts"
 
 def drain(namespace, host):
     completed = subprocess.run(
-        ["ansible-playbook", "playbooks/drain_host.yml", "-e", f"lab_host={host}", "-e", f"drain_namespace={namespace}"],
+        ["ansible-playbook", "playbooks/drain_host.yml", "-e", f"lab_host={host}",
+         "-e", f"drain_namespace={namespace}"],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
         env={**os.environ, "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json", "ANSIBLE_SHOW_CUSTOM_STATS": "1"})
     assert completed.returncode == 0, completed.stdout[-5000:] + completed.stderr[-2000:]
