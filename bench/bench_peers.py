@@ -169,8 +169,11 @@ class Ours(Controller):
     name = "ours"
 
     def start(self) -> None:
+        # Its own identity (a client certificate), by which the audit log
+        # tells its requests apart.
         self._operator = OperatorProcess(
-            str(self.kubeconfig), self.namespace, self.workdir, provisioners=(PROVISIONER,)
+            str(self.kubeconfig), self.namespace, self.workdir, provisioners=(PROVISIONER,),
+            service_account=False,
         )
         self.port = self._operator.port
         self._operator.start()

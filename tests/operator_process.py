@@ -1,18 +1,147 @@
-"""Runs the real operator as a separate process against the test bed."""
+"""Runs the real operator as a separate process against the test bed, as
+its own service account with the project's RBAC (config/rbac): a verb the
+operator needs and the Roles lack fails the test that needs it."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
+import yaml
+
 ROOT = Path(__file__).resolve().parents[1]
+CONFIG = ROOT / "config"
+# config/rbac as an overlay would install it for the tests: its own
+# namespace and a name prefix, so that it never collides with an install the
+# tests make of config/ or the operator_install role (same names, other
+# subjects) on the same bed.
+OPERATOR_NAMESPACE = "jve-operator"
+NAME_PREFIX = "jve-"
+ACCOUNT = NAME_PREFIX + "exporterset-operator"
+USERNAME = f"system:serviceaccount:{OPERATOR_NAMESPACE}:{ACCOUNT}"
+TOKEN_SECONDS = 24 * 3600
+_installed: set[tuple[str, str]] = set()
+_install_lock = threading.Lock()
+
+
+def _kubectl(kubeconfig, *args: str, input: str | None = None) -> str:
+    from testbed import BIN_DIR
+
+    done = subprocess.run([str(BIN_DIR / "kubectl"), f"--kubeconfig={kubeconfig}", *args],
+                          input=input, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise AssertionError(f"kubectl {' '.join(args)} failed:\n{done.stdout}{done.stderr}")
+    return done.stdout
+
+
+def kustomize(kubeconfig, directory: Path) -> list[dict]:
+    """The objects ``kubectl kustomize`` builds from ``directory``."""
+    return [doc for doc in yaml.safe_load_all(_kubectl(kubeconfig, "kustomize", str(directory))) if doc]
+
+
+def operator_rbac(kubeconfig) -> list[dict]:
+    """config/rbac with the tests' namespace and name prefix (a kustomize overlay)."""
+    with tempfile.TemporaryDirectory() as overlay:
+        Path(overlay, "kustomization.yaml").write_text(yaml.safe_dump({
+            "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+            "namespace": OPERATOR_NAMESPACE, "namePrefix": NAME_PREFIX,
+            "resources": [os.path.relpath(CONFIG / "rbac", overlay)],
+        }))
+        return kustomize(kubeconfig, Path(overlay))
+
+
+def _apply(kubeconfig, objects: list[dict]) -> None:
+    _kubectl(kubeconfig, "apply", "--server-side", "--force-conflicts", "--field-manager=jve-tests", "-f", "-",
+             input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
+
+
+def _bound(binding: dict, namespace: str) -> dict:
+    """A RoleBinding of config/rbac moved to ``namespace``, for the tests' account."""
+    binding = json.loads(json.dumps(binding))
+    binding["metadata"] = {"name": NAME_PREFIX + binding["metadata"]["name"].removeprefix(NAME_PREFIX),
+                           "namespace": namespace}
+    binding["roleRef"]["name"] = NAME_PREFIX + binding["roleRef"]["name"].removeprefix(NAME_PREFIX)
+    binding["subjects"] = [{"kind": "ServiceAccount", "name": ACCOUNT, "namespace": OPERATOR_NAMESPACE}]
+    return binding
+
+
+def grant(kubeconfig, pool_namespaces=(), election_namespaces=()) -> None:
+    """Install config/rbac (once per bed and process), bind the pool
+    ClusterRole in each pool namespace (config/rbac/pool) and the leader
+    election Role in each election namespace, and wait until the API
+    server's authorizer has seen them."""
+    server = json.loads(Path(kubeconfig).read_text())["clusters"][0]["cluster"]["server"]
+    objects = operator_rbac(kubeconfig)
+    extra = []
+    for namespace in pool_namespaces:
+        (binding,) = kustomize(kubeconfig, CONFIG / "rbac" / "pool")
+        extra.append(_bound(binding, namespace))
+    election = [o for o in objects if o["metadata"]["name"] == NAME_PREFIX + "exporterset-operator-leader-election"]
+    for namespace in election_namespaces:
+        if namespace == OPERATOR_NAMESPACE:
+            continue
+        for obj in election:
+            moved = json.loads(json.dumps(obj))
+            moved["metadata"]["namespace"] = namespace
+            extra.append(_bound(moved, namespace) if moved["kind"] == "RoleBinding" else moved)
+    with _install_lock:
+        key = (str(kubeconfig), server)
+        if key not in _installed:
+            _apply(kubeconfig, objects)
+            _installed.add(key)
+    if extra:
+        _apply(kubeconfig, extra)
+    checks = [("list", "exportersets.virtualtarget.jumpstarter.dev", ns) for ns in pool_namespaces or ["default"]]
+    checks += [("create", "pods", ns) for ns in pool_namespaces]
+    checks += [("update", "leases.coordination.k8s.io", ns) for ns in election_namespaces]
+    deadline = time.monotonic() + 30
+    for verb, resource, namespace in checks:
+        while not _may(kubeconfig, verb, resource, namespace):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{USERNAME} may not {verb} {resource} in {namespace} after 30s")
+            time.sleep(0.2)
+
+
+def _may(kubeconfig, verb: str, resource: str, namespace: str) -> bool:
+    from testbed import BIN_DIR
+
+    answer = subprocess.run([str(BIN_DIR / "kubectl"), f"--kubeconfig={kubeconfig}", "auth", "can-i", verb,
+                             resource, "-n", namespace, f"--as={USERNAME}"],
+                            capture_output=True, text=True, check=False)
+    return answer.stdout.strip() == "yes"
+
+
+def token_kubeconfig(admin_kubeconfig, path: Path, namespace: str = OPERATOR_NAMESPACE, account: str = ACCOUNT,
+                     server: str | None = None) -> Path:
+    """A kubeconfig that authenticates as ``namespace/account`` with a token
+    from the TokenRequest API, against the admin kubeconfig's API server (or
+    ``server``)."""
+    admin = json.loads(Path(admin_kubeconfig).read_text())
+    cluster = dict(admin["clusters"][0]["cluster"])
+    if server:
+        cluster["server"] = server
+    token = _kubectl(admin_kubeconfig, "create", "token", account, "-n", namespace,
+                     f"--duration={TOKEN_SECONDS}s").strip()
+    user = f"system:serviceaccount:{namespace}:{account}"
+    path.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": "testbed", "cluster": cluster}],
+        "users": [{"name": user, "user": {"token": token}}],
+        "contexts": [{"name": "testbed", "context": {"cluster": "testbed", "user": user}}],
+        "current-context": "testbed",
+    }, indent=2))
+    path.chmod(0o600)
+    return path
 
 
 def free_port() -> int:
@@ -21,30 +150,68 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-class OperatorProcess:
-    """One ``python -m exporterset_operator`` limited to one namespace."""
+def _option(args: list[str], name: str) -> str | None:
+    """The value of ``--name VALUE`` or ``--name=VALUE`` (the last one given)."""
+    value = None
+    for index, arg in enumerate(args):
+        if arg == name and index + 1 < len(args):
+            value = args[index + 1]
+        elif arg.startswith(name + "="):
+            value = arg.split("=", 1)[1]
+    return value
 
-    def __init__(self, kubeconfig: str, namespace: str, workdir: Path, *extra_args: str,
-                 provisioners=("qemu.jumpstarter.dev",), env: dict | None = None):
-        self.kubeconfig = kubeconfig
+
+class OperatorProcess:
+    """One ``python -m exporterset_operator`` limited to one namespace.
+
+    ``kubeconfig`` is the bed's admin kubeconfig: with it config/rbac is
+    installed and a token requested, and the operator runs as its own
+    service account (``USERNAME``), bound in ``namespace`` (the pool
+    ClusterRole) and in its leader election namespace. ``server`` points the
+    operator at another address of the API server (a proxy).
+    ``service_account=False`` runs it with ``kubeconfig`` as given."""
+
+    def __init__(self, kubeconfig: str, namespace: str | None, workdir: Path, *extra_args: str,
+                 provisioners=("qemu.jumpstarter.dev",), env: dict | None = None, server: str | None = None,
+                 service_account: bool = True):
+        self.admin_kubeconfig = kubeconfig
         self.namespace = namespace
         self.workdir = workdir
         self.extra_args = list(extra_args)
         self.provisioners = provisioners
         self.env = dict(env or {})
+        self.server = server
+        self.service_account = service_account
         self.port = free_port()
         self.proc: subprocess.Popen | None = None
         self.starts = 0
+        self._kubeconfig: str | None = None
 
     @property
     def log_path(self) -> Path:
         return self.workdir / f"operator-{self.port}.log"
 
+    @property
+    def kubeconfig(self) -> str:
+        """What the operator runs with: its service account's kubeconfig."""
+        if self._kubeconfig is None:
+            if not self.service_account:
+                self._kubeconfig = self.admin_kubeconfig
+            else:
+                election = []
+                if "--leader-elect" in self.extra_args:
+                    election = [_option(self.extra_args, "--leader-election-namespace") or self.namespace]
+                grant(self.admin_kubeconfig, [self.namespace] if self.namespace else [], election)
+                self.workdir.mkdir(parents=True, exist_ok=True)
+                self._kubeconfig = str(token_kubeconfig(
+                    self.admin_kubeconfig, self.workdir / f"operator-{self.port}.kubeconfig", server=self.server))
+        return self._kubeconfig
+
     def start(self) -> OperatorProcess:
         args = [
             sys.executable, "-m", "exporterset_operator",
             "--kubeconfig", self.kubeconfig,
-            "--namespace", self.namespace,
+            *(["--namespace", self.namespace] if self.namespace else []),
             "--metrics-bind-address", f"127.0.0.1:{self.port}",
             "--artifacts-dir", str(self.workdir / "artifacts"),
             "--log-level", "DEBUG",
@@ -52,6 +219,9 @@ class OperatorProcess:
             *self.extra_args,
         ]
         env = {**os.environ, **self.env}
+        if self.service_account:
+            # Nothing the operator runs (playbooks, lookups) falls back to the admin's.
+            env["KUBECONFIG"] = self.kubeconfig
         log = open(self.log_path, "a")  # noqa: SIM115 (closed with the process)
         self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
         self.starts += 1
@@ -106,10 +276,12 @@ class OperatorProcess:
             self.proc.wait()
 
     def stop(self) -> None:
+        """SIGTERM, then SIGKILL after a Pod's default grace period (30 s):
+        the operator finishes its reconciles and releases its Lease first."""
         if self.proc and self.proc.poll() is None:
             self.proc.terminate()
             try:
-                self.proc.wait(timeout=10)
+                self.proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 self.kill()
 

@@ -6,16 +6,21 @@ The bed tests use a private bed holding only upstream Jumpstarter's CRDs
 (Exporter, Lease, Client, ExporterAccessPolicy): a Jumpstarter cluster before
 this project is installed. config/default installs the CRDs itself there,
 and uninstalling it (CRDs included) cannot disturb the run's shared bed.
-kwok runs no containers, so the operator processes never start: the tests
-check what the API server and the controllers make of the objects (CRDs
+kwok runs no containers, so the operator Pods never run: the tests check
+what the API server and the controllers make of the objects (CRDs
 established, Deployments with their ReplicaSets and scheduled Pods, RBAC
-decisions), not the operator's own readiness.
+decisions). Then the operator runs as a local process the way the installed
+qemu Deployment would run it (its service account's token, its arguments and
+environment) until a pool is warm, once for config/default and once for a
+second bed installed by playbooks/install.yml; the two installs are compared
+object by object.
 """
 
 import json
 import os
 import re
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -24,7 +29,13 @@ import pytest
 import yaml
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.parameters import validate_parameters
+from ansible_play import ansible_env
 from exporterset_operator.metrics import Metrics
+from jumpstarter_standin import wait_for
+from jumpstarter_standin.pytest_plugin import serve_namespace
+from kubernetes import client
+from operator_process import OperatorProcess, token_kubeconfig
+from pool_helpers import GROUP, make_class, make_set, settle_pool
 from testbed import BIN_DIR, default_crd_files, namespace_name, upstream_core_crd_files
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,8 +80,8 @@ def test_default_builds_the_crds_rbac_and_one_deployment_per_provisioner():
     objects = _kustomize(CONFIG / "default")
     kinds = sorted(obj["kind"] for obj in objects)
     assert kinds == sorted(["Namespace", "CustomResourceDefinition", "CustomResourceDefinition",
-                            "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
-                            "Deployment", "Deployment", "Deployment"])
+                            "ServiceAccount", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "Role",
+                            "RoleBinding", "Deployment", "Deployment", "Deployment"])
     cluster_scoped = {"Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding"}
     for obj in objects:
         assert obj["metadata"].get("namespace") == (None if obj["kind"] in cluster_scoped else NAMESPACE), _key(obj)
@@ -87,6 +98,13 @@ def test_crd_kustomization_holds_exactly_the_crds_the_bed_installs():
     assert built == {obj["metadata"]["name"]: obj for obj in _listed(CONFIG / "crd")}
 
 
+def _pool_binding(namespace: str) -> dict:
+    """config/rbac/pool as ``kubectl apply -k config/rbac/pool -n NAMESPACE`` makes it."""
+    (binding,) = _kustomize(CONFIG / "rbac" / "pool")
+    binding["metadata"]["namespace"] = namespace
+    return binding
+
+
 def test_rbac_is_what_the_operator_install_role_creates():
     """config/rbac and rbac.yml.j2 (with the role's defaults: cluster-wide,
     namespace jumpstarter-virtual) hold the same objects, rules included."""
@@ -95,23 +113,51 @@ def test_rbac_is_what_the_operator_install_role_creates():
     assert kustomize == role
     # ...and kustomize leaves them as written.
     assert {_key(obj): obj for obj in _kustomize(CONFIG / "rbac")} == kustomize
+    # A pool namespace of the role is config/rbac/pool applied there.
+    pools = ["jumpstarter-lab", "team-b"]
+    role = {_key(obj): obj for obj in _render_role_template("rbac.yml.j2", operator_install_pool_namespaces=pools)}
+    assert role == kustomize | {_key(b): b for b in map(_pool_binding, pools)}
 
 
-def _comparable(deployment: dict) -> dict:
-    """A Deployment without how it passes the leader election namespace: the
-    role writes it as an argument, config/manager takes it from the Pod's
-    own namespace (which an overlay may change)."""
-    copy = json.loads(json.dumps(deployment))
-    for container in copy["spec"]["template"]["spec"]["containers"]:
-        container.pop("command", None)
-        container.pop("env", None)
-        container["args"] = [arg for arg in container["args"] if not arg.startswith("--leader-election-namespace=")]
-    return copy
+def test_no_secret_or_configmap_is_listed_watched_or_written_outside_the_pool_namespaces():
+    """Secrets and ConfigMaps are read by name only, and only where the pool
+    ClusterRole is bound; the cluster-wide role grants nothing on them, nor
+    pods/exec, nor any write on Pods or Exporters."""
+    by_name = {obj["metadata"]["name"]: obj for obj in _listed(CONFIG / "rbac") if obj["kind"] == "ClusterRole"}
+    cluster_wide = {(group, resource, verb) for rule in by_name["exporterset-operator"]["rules"]
+                    for group in rule["apiGroups"] for resource in rule["resources"] for verb in rule["verbs"]}
+    assert not {r for _, r, _ in cluster_wide} & {"secrets", "configmaps", "pods/exec"}
+    assert {v for _, r, v in cluster_wide if r in ("pods", "exporters")} == {"list", "watch"}
+    for rule in by_name["exporterset-operator-pool"]["rules"]:
+        if {"secrets", "configmaps"} & set(rule["resources"]):
+            assert not {"list", "watch"} & set(rule["verbs"]), rule
+        assert "pods/exec" not in rule["resources"]
+    (binding,) = [obj for obj in _kustomize(CONFIG / "default") if obj["kind"] == "ClusterRoleBinding"]
+    assert binding["roleRef"]["name"] == "exporterset-operator"
+    assert _pool_binding("x")["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                             "name": "exporterset-operator-pool"}
+
+
+def test_watching_one_namespace_makes_only_namespaced_rbac_there():
+    objects = _render_role_template("rbac.yml.j2", operator_install_watch_namespace="team-a",
+                                    operator_install_pool_namespaces=["ignored"])
+    kinds = {(obj["kind"], obj["metadata"]["name"]): obj["metadata"].get("namespace") for obj in objects}
+    assert kinds == {
+        ("Namespace", NAMESPACE): None, ("ServiceAccount", "exporterset-operator"): NAMESPACE,
+        ("Role", "exporterset-operator"): "team-a", ("RoleBinding", "exporterset-operator"): "team-a",
+        ("Role", "exporterset-operator-pool"): "team-a", ("RoleBinding", "exporterset-operator-pool"): "team-a",
+        ("Role", "exporterset-operator-leader-election"): NAMESPACE,
+        ("RoleBinding", "exporterset-operator-leader-election"): NAMESPACE,
+    }
+    cluster = {obj["metadata"]["name"]: obj["rules"] for obj in _listed(CONFIG / "rbac")
+               if obj["kind"] == "ClusterRole"}
+    assert {obj["metadata"]["name"]: obj["rules"] for obj in objects if obj["kind"] == "Role"
+            and obj["metadata"]["namespace"] == "team-a"} == cluster
 
 
 def test_manager_deployments_are_what_the_role_creates():
-    role = {_key(obj): _comparable(obj) for obj in _render_role_template("deployment.yml.j2")}
-    kustomize = {_key(obj): _comparable(obj) for obj in _listed(CONFIG / "manager")}
+    role = {_key(obj): obj for obj in _render_role_template("deployment.yml.j2")}
+    kustomize = {_key(obj): obj for obj in _listed(CONFIG / "manager")}
     assert kustomize == role
 
 
@@ -294,17 +340,41 @@ def test_every_deployment_gets_scheduled_pods(cluster):
 @pytest.mark.testbed
 @pytest.mark.parametrize(("verb", "resource", "allowed"), [
     ("patch", "exportersets.virtualtarget.jumpstarter.dev/status", "yes"),
-    ("create", "exporters.jumpstarter.dev", "yes"),
-    ("delete", "secrets", "yes"),
+    ("watch", "exporters.jumpstarter.dev", "yes"),
+    ("create", "exporters.jumpstarter.dev", "no"),
+    ("create", "pods", "no"),
+    ("get", "secrets", "no"),
     ("list", "configmaps", "no"),
     ("delete", "exportersets.virtualtarget.jumpstarter.dev", "no"),
     ("create", "leases.jumpstarter.dev", "no"),
 ])
-def test_the_service_account_may_do_what_the_operator_needs(cluster, verb, resource, allowed):
+def test_outside_the_pool_namespaces_the_account_only_reads_and_reports(cluster, verb, resource, allowed):
     def decided():
         answer = cluster.kubectl("auth", "can-i", verb, resource, "-n", "some-team", f"--as={ACCOUNT}", check=False)
         assert answer.stdout.strip() == allowed
     _eventually(decided, timeout=20)
+
+
+@pytest.mark.testbed
+def test_a_pool_namespace_gets_the_writes_and_reads_by_name(cluster, request):
+    """`kubectl apply -k config/rbac/pool -n NAMESPACE` (docs/install.md)."""
+    namespace = namespace_name(request.node.name)
+    cluster.kubectl("create", "namespace", namespace)
+    try:
+        cluster.kubectl("apply", "--server-side", "-k", str(CONFIG / "rbac" / "pool"), "-n", namespace)
+        expected = [("create", "exporters.jumpstarter.dev", "yes"), ("create", "pods", "yes"),
+                    ("get", "secrets", "yes"), ("delete", "secrets", "yes"), ("get", "configmaps", "yes"),
+                    ("list", "secrets", "no"), ("watch", "secrets", "no"), ("list", "configmaps", "no"),
+                    ("create", "pods/--subresource=exec", "no"), ("update", "leases.jumpstarter.dev", "no")]
+
+        def decided():
+            answers = [(verb, resource, cluster.kubectl("auth", "can-i", verb, *resource.split("/"), "-n", namespace,
+                                                        f"--as={ACCOUNT}", check=False).stdout.strip())
+                       for verb, resource, _ in expected]
+            assert answers == expected
+        _eventually(decided, timeout=20)
+    finally:
+        cluster.kubectl("delete", "namespace", namespace, "--wait=false")
 
 
 @pytest.mark.testbed
@@ -332,3 +402,113 @@ def test_samples_apply_in_a_team_namespace(cluster, request):
         assert len(sets) == len(PROVISIONERS)
     finally:
         cluster.kubectl("delete", "namespace", namespace, "--wait=false")
+
+
+# -- from either install to a warm pool, as the installed service account ---------
+
+POOL_NAMESPACE = "jumpstarter-lab"
+# Set by the API server or by who applied, not by the install.
+SERVER_FIELDS = ("uid", "resourceVersion", "creationTimestamp", "managedFields", "generation")
+
+
+@pytest.fixture(scope="module")
+def playbook_cluster(testbed_factory, cluster, tmp_path_factory):
+    """Another bed with only upstream's CRDs, installed by playbooks/install.yml
+    with the pool namespace the stand-in will serve."""
+    bed = testbed_factory("install-playbook", crd_files=upstream_core_crd_files())
+    bed.kubectl("create", "namespace", POOL_NAMESPACE)
+    workdir = tmp_path_factory.mktemp("install-playbook")
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,",
+         str(ROOT / "playbooks" / "install.yml"),
+         "-e", json.dumps({"operator_install_pool_namespaces": [POOL_NAMESPACE]})],
+        env={**ansible_env(), "K8S_AUTH_KUBECONFIG": str(bed.kubeconfig), "KUBECONFIG": str(bed.kubeconfig),
+             "ANSIBLE_STDOUT_CALLBACK": "default"},
+        capture_output=True, text=True, timeout=600, cwd=workdir,
+    )
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    return bed
+
+
+@pytest.fixture(scope="module")
+def kustomize_cluster(cluster):
+    """The config/default bed, with config/rbac/pool applied to the pool namespace."""
+    cluster.kubectl("create", "namespace", POOL_NAMESPACE)
+    cluster.kubectl("apply", "--server-side", "-k", str(CONFIG / "rbac" / "pool"), "-n", POOL_NAMESPACE)
+    yield cluster
+    cluster.kubectl("delete", "namespace", POOL_NAMESPACE, "--wait=false")
+
+
+def _installed(bed) -> dict[tuple, dict]:
+    """The live objects of the install, without what the API server adds."""
+    wanted = [_key(obj) for obj in _kustomize(CONFIG / "default")] + [_key(_pool_binding(POOL_NAMESPACE))]
+    live = {}
+    for kind, namespace, name in wanted:
+        obj = _get(bed, kind, name, *(["-n", namespace] if namespace else []))
+        obj.pop("status", None)
+        for field in SERVER_FIELDS:
+            obj["metadata"].pop(field, None)
+        annotations = obj["metadata"].get("annotations") or {}
+        annotations.pop("deployment.kubernetes.io/revision", None)
+        if not annotations:
+            obj["metadata"].pop("annotations", None)
+        live[(kind, namespace, name)] = obj
+    return live
+
+
+@pytest.mark.testbed
+def test_the_playbook_and_kustomize_install_the_same_objects(kustomize_cluster, playbook_cluster):
+    from_kustomize = _installed(kustomize_cluster)
+    from_playbook = _installed(playbook_cluster)
+    assert sorted(from_playbook) == sorted(from_kustomize)
+    for key, obj in from_kustomize.items():
+        assert from_playbook[key] == obj, key
+
+
+def _deployment_process(bed, deployment: str, workdir: Path) -> OperatorProcess:
+    """The operator as the installed Deployment runs it (its service account,
+    command arguments and environment), as a local process: kwok runs no
+    containers. Only the metrics address is a free local port instead."""
+    installed = _get(bed, "deployment", deployment, "-n", NAMESPACE)
+    pod = installed["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["command"] == ["python3", "-m", "exporterset_operator"]
+    args = [arg for arg in container["args"] if not arg.startswith("--metrics-bind-address")]
+    env = {}
+    for entry in container.get("env", []):
+        field = (entry.get("valueFrom") or {}).get("fieldRef", {}).get("fieldPath")
+        env[entry["name"]] = installed["metadata"]["namespace"] if field == "metadata.namespace" else entry["value"]
+    kubeconfig = token_kubeconfig(bed.kubeconfig, workdir / "operator.kubeconfig", namespace=NAMESPACE,
+                                  account=pod["serviceAccountName"])
+    return OperatorProcess(str(kubeconfig), None, workdir, *args, provisioners=(),
+                           env={**env, "KUBECONFIG": str(kubeconfig)}, service_account=False)
+
+
+@pytest.mark.testbed
+@pytest.mark.parametrize("install", ["kustomize", "playbook"])
+def test_installed_operator_reaches_a_warm_pool(install, request, tmp_path):
+    """The qemu Deployment's operator, as its own service account with only
+    the installed RBAC, fills a pool the controller stand-in registers."""
+    bed = request.getfixturevalue(f"{install}_cluster")
+    proc = _deployment_process(bed, "exporterset-operator-qemu", tmp_path)
+    assert proc.kubeconfig != str(bed.kubeconfig)
+    with bed.api_client() as api, serve_namespace(bed.kubeconfig, POOL_NAMESPACE) as standin:
+        custom = client.CustomObjectsApi(api)
+        make_class(custom, POOL_NAMESPACE)
+        make_set(custom, POOL_NAMESPACE)
+        proc.start()
+        try:
+            proc.wait_ready()
+            started = time.monotonic()
+            status = settle_pool(standin, 2, custom, POOL_NAMESPACE, timeout=180)
+            print(f"{install}: warm pool of 2 after {time.monotonic() - started:.1f}s")
+            assert status["readyReplicas"] == 2
+            assert proc.leads()
+            lease = client.CoordinationV1Api(api).read_namespaced_lease("exporterset-operator-qemu", NAMESPACE)
+            assert lease.spec.holder_identity.endswith(f"_{proc.proc.pid}")
+            custom.delete_namespaced_custom_object(*GROUP, POOL_NAMESPACE, "exportersets", "pool")
+            wait_for(lambda: not custom.list_namespaced_custom_object(*GROUP, POOL_NAMESPACE, "exportersets")["items"],
+                     timeout=120, message="the set torn down")
+        finally:
+            proc.stop()
+            print(f"--- operator log ---\n{proc.log_tail(30)}")

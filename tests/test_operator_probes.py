@@ -11,12 +11,12 @@ from pathlib import Path
 
 import yaml
 from jumpstarter_standin import wait_for
-from kubernetes import client
+from kubernetes import client, watch
 from operator_process import ROOT, OperatorProcess
 from pool_helpers import GROUP, make_class, make_set, settle_pool
 
 ELECTION = ("--leader-elect", "--leader-election-id", "pool-operator")
-KINDS = "ExporterSet, VirtualTargetClass, Exporter, Lease, Pod, Secret"
+KINDS = "ExporterSet, VirtualTargetClass, Exporter, Lease, Pod"
 
 
 class GatedProxy:
@@ -82,12 +82,8 @@ def test_not_ready_before_the_caches_sync_then_ready_without_leading(testbed, na
     server = json.loads(testbed.kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
     host, port = server.removeprefix("https://").rsplit(":", 1)
     proxy = GatedProxy((host, int(port)))
-    kubeconfig = json.loads(testbed.kubeconfig.read_text())
-    kubeconfig["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{proxy.port}"
-    gated = tmp_path / "gated-kubeconfig"
-    gated.write_text(json.dumps(kubeconfig))
-    proc = OperatorProcess(str(gated), namespace, tmp_path, *ELECTION, "--leader-election-namespace", namespace,
-                           "--watch-silence-timeout", "2")
+    proc = OperatorProcess(str(testbed.kubeconfig), namespace, tmp_path, *ELECTION, "--leader-election-namespace",
+                           namespace, "--watch-silence-timeout", "2", server=f"https://127.0.0.1:{proxy.port}")
     try:
         proc.start()
         status, body = wait_for(lambda: proc.probe("/readyz"), timeout=60, message="/readyz answers")
@@ -155,6 +151,62 @@ def test_a_rolling_update_of_two_replicas_completes(testbed, api, namespace, sta
     finally:
         for proc in old + new:
             proc.stop()
+
+
+# What __main__.py gives the election (LeaderElection's lease_duration).
+LEASE_DURATION_SECONDS = 15
+
+
+def test_a_stopped_leader_releases_its_lease_and_the_standby_takes_over_at_once(
+        testbed, api, namespace, standin, tmp_path):
+    """SIGTERM (a rollout, a drain): the leader finishes its reconciles and
+    clears the Lease's holder; the standby takes over at its next attempt
+    instead of waiting out the lease duration. Watched on the Lease itself:
+    leader, then no holder, then the standby."""
+    custom = client.CustomObjectsApi(api)
+    make_class(custom, namespace)
+    make_set(custom, namespace, minAvailableReplicas=1)
+    election = (*ELECTION, "--leader-election-namespace", namespace)
+    first = OperatorProcess(str(testbed.kubeconfig), namespace, tmp_path, *election).start()
+    second = OperatorProcess(str(testbed.kubeconfig), namespace, tmp_path, *election).start()
+    holders: list[str | None] = []
+    watcher = watch.Watch()
+
+    def record():
+        coordination = client.CoordinationV1Api(api)
+        for event in watcher.stream(coordination.list_namespaced_lease, namespace,
+                                    field_selector="metadata.name=pool-operator", timeout_seconds=300):
+            holder = event["object"].spec.holder_identity
+            if not holders or holders[-1] != holder:
+                holders.append(holder)
+
+    try:
+        first.wait_ready()
+        second.wait_ready()
+        leader = wait_for(lambda: next((p for p in (first, second) if p.leads()), None), message="a leader")
+        standby = second if leader is first else first
+        settle_pool(standin, 1, custom, namespace)
+        threading.Thread(target=record, daemon=True).start()
+        wait_for(lambda: holders and holders[-1].endswith(f"_{leader.proc.pid}"), message="the watch sees the leader")
+
+        started = time.monotonic()
+        leader.stop()
+        wait_for(standby.leads, timeout=4 * LEASE_DURATION_SECONDS, interval=0.1, message="the standby leads")
+        handover = time.monotonic() - started
+        print(f"handover after SIGTERM: {handover:.1f}s (lease duration {LEASE_DURATION_SECONDS}s)")
+        assert leader.proc.returncode == 0, leader.log_tail()
+        wait_for(lambda: holders[-1].endswith(f"_{standby.proc.pid}"), message="the watch sees the standby")
+        assert holders[-3:] == [holders[-3], None, holders[-1]] and holders[-3].endswith(f"_{leader.proc.pid}")
+        # Generous: without the release it cannot be under the lease duration.
+        assert handover < LEASE_DURATION_SECONDS
+        # The new leader serves new demand.
+        custom.patch_namespaced_custom_object(*GROUP, namespace, "exportersets", "pool",
+                                              {"spec": {"minAvailableReplicas": 2}})
+        settle_pool(standin, 2, custom, namespace)
+    finally:
+        watcher.stop()
+        first.stop()
+        second.stop()
 
 
 HOLD_PLAYBOOK = """\

@@ -29,6 +29,9 @@ from .watches import load_watches
 log = logging.getLogger("exporterset_operator")
 
 DEFAULT_PROVISIONERS = ("qemu.jumpstarter.dev",)
+# How long SIGTERM waits for the reconciles in flight before the Lease is
+# released; below the Pod's default terminationGracePeriodSeconds (30).
+SHUTDOWN_GRACE_SECONDS = 20.0
 
 
 def _collection_root() -> Path:
@@ -149,7 +152,6 @@ def main(argv: list[str] | None = None) -> int:
 
     def shutdown(signum, frame):
         log.info("shutting down", extra={"signal": signum})
-        controller.stop()
         stopped.set()
 
     signal.signal(signal.SIGTERM, shutdown)
@@ -161,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         controller.wait_synced()
         controller.start_workers()
 
+    lock = None
     if args.leader_elect:
         from kubernetes.leaderelection import electionconfig, leaderelection
 
@@ -188,6 +191,14 @@ def main(argv: list[str] | None = None) -> int:
     else:
         lead()
     stopped.wait()
+    controller.stop()
+    if lock is not None:
+        # A rollout's new replica takes over at once instead of after the
+        # Lease expires; but only once no reconcile of ours is still writing.
+        if controller.wait_idle(SHUTDOWN_GRACE_SECONDS):
+            lock.release()
+        else:
+            log.warning("a reconcile is still running; the leader election Lease is left to expire")
     return 0
 
 

@@ -32,9 +32,10 @@ RESOURCES = (
     Resource("VirtualTargetClass", constants.GROUP, "v1alpha1", "virtualtargetclasses"),
     Resource("Exporter", "jumpstarter.dev", "v1alpha1", "exporters"),
     Resource("Lease", "jumpstarter.dev", "v1alpha1", "leases"),
-    # Only the Pods and Secrets the pool made, never the whole namespace.
+    # Only the Pods the pool made, never the whole namespace. Secrets are
+    # not watched (nothing is planned from them): they are read by name only,
+    # so the operator needs no list or watch on Secrets.
     Resource("Pod", "", "v1", "pods", label_selector=SET_LABEL_SELECTOR),
-    Resource("Secret", "", "v1", "secrets", label_selector=SET_LABEL_SELECTOR),
 )
 
 
@@ -86,7 +87,6 @@ class Controller:
             "Exporter": self._map_exporter,
             "Lease": self._map_lease,
             "Pod": self._map_labelled,
-            "Secret": self._map_labelled,
         }[kind]
 
         def handle(event_type: str, obj: dict, previous: dict | None) -> None:
@@ -258,6 +258,16 @@ class Controller:
                 self.queue.done(key)
                 with self._in_flight_lock:
                     self._in_flight.pop(worker, None)
+
+    def wait_idle(self, timeout: float) -> bool:
+        """After ``stop()``: wait up to ``timeout`` seconds for the reconciles
+        in flight to end. True when none is left."""
+        deadline = time.monotonic() + timeout
+        for thread in self._threads:
+            if thread.name.startswith("worker-"):
+                thread.join(max(0.0, deadline - time.monotonic()))
+        with self._in_flight_lock:
+            return not self._in_flight
 
     def stop(self) -> None:
         self._stop.set()
