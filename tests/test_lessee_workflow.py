@@ -5,9 +5,9 @@ stand-in over TLS, a real ``jmp run`` with the runtime's real QEMU); a real
 ``jmp shell`` leases it and runs, through the exporter's virtual QEMU driver:
 power off and on, the console showing the guest boot, a flash refused while
 on, power off, flash of the root filesystem image scripts/guest-image makes,
-power on and the flashed image booting with the CPUs, memory, disk and
-machine of the class, a power cycle booting it again, and a dump of the disk
-that holds the image. QEMU stays the provisioner's process throughout.
+a dump of the disk showing the image on it, power on and the flashed image
+booting with the CPUs, memory, disk and machine of the class, and a power
+cycle booting it again. QEMU stays the provisioner's process throughout.
 """
 
 from __future__ import annotations
@@ -60,15 +60,14 @@ if j qemu flasher flash rootfs.img > refused.log 2>&1; then echo "flash while on
 echo "== power off, flash"
 j qemu power off
 j qemu flasher flash rootfs.img
+echo "== dump"
+j qemu flasher dump disk.img
 echo "== power on"
 j qemu power on
 boot boot-2.log "booted from its disk"
 echo "== power cycle"
 j qemu power cycle --wait 1
 boot boot-3.log "booted from its disk"
-echo "== dump"
-j qemu power off
-j qemu flasher dump disk.img
 echo "== done"
 """.replace("BOOT_TIMEOUT", str(BOOT_TIMEOUT))
 
@@ -143,7 +142,8 @@ def test_a_lessee_powers_flashes_and_watches_the_console_of_a_lab_host_target(
         assert "i440FX" in facts["machine"], facts
         # Each boot's console starts at that boot: nothing of the first one.
         assert "jumpstarter-guest ready" not in text
-    # The disk holds the image, then zeros up to the class's storage size.
+    # Once flashed, the disk held the image, then zeros up to the class's
+    # storage size (dumped before the guest mounted it).
     image = (workdir / "rootfs.img").read_bytes()
     disk = (workdir / "disk.img").read_bytes()
     assert len(disk) == DISK_MIB * 2**20
