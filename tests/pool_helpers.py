@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
+import time
+
 import pytest
 from jumpstarter_standin import wait_for
 from operator_process import OperatorProcess
@@ -88,3 +92,140 @@ def settle_pool(standin, available, custom, namespace, name="pool", timeout=90, 
         return status if all(status.get(k) == v for k, v in expected.items()) else None
 
     return wait_for(step, timeout=timeout, message=f"{expected} in {name}")
+
+
+# kind -> (group, version, plural); "" group is the core API.
+WATCHABLE = {
+    "ExporterSet": ("virtualtarget.jumpstarter.dev", "v1alpha1", "exportersets"),
+    "VirtualTargetClass": ("virtualtarget.jumpstarter.dev", "v1alpha1", "virtualtargetclasses"),
+    "Exporter": ("jumpstarter.dev", "v1alpha1", "exporters"),
+    "Lease": ("jumpstarter.dev", "v1alpha1", "leases"),
+    "Pod": ("", "v1", "pods"),
+    "Secret": ("", "v1", "secrets"),
+    "Event": ("", "v1", "events"),
+}
+
+
+class EventRecorder:
+    """Every watch event of ``kind`` in ``namespace`` from the moment it
+    starts (a list gives the resourceVersion the watch starts from, so
+    nothing between the two is missed), as ``(type, object as a dict)``.
+    ``on_event(type, obj)`` is called from the watch thread as each arrives."""
+
+    def __init__(self, api_client, kind, namespace, label_selector=None, on_event=None):
+        from kubernetes import client
+
+        self.api_client = api_client
+        self.kind = kind
+        group, version, plural = WATCHABLE[kind]
+        if group:
+            custom = client.CustomObjectsApi(api_client)
+
+            def lister(**kwargs):
+                return custom.list_namespaced_custom_object(group, version, namespace, plural, **kwargs)
+        else:
+            core = client.CoreV1Api(api_client)
+            lister = getattr(core, f"list_namespaced_{plural[:-1]}")
+            lister = (lambda method: lambda **kwargs: method(namespace, **kwargs))(lister)
+        self._list = lister
+        self._selector = label_selector
+        self._on_event = on_event
+        self.events: list[tuple[str, dict]] = []
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self.error: BaseException | None = None
+        listed = lister(label_selector=label_selector) if label_selector else lister()
+        meta = listed["metadata"] if isinstance(listed, dict) else listed.metadata.to_dict()
+        self._resource_version = meta["resource_version"] if "resource_version" in meta else meta["resourceVersion"]
+        self._thread = threading.Thread(target=self._run, name=f"watch-{kind}", daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        from kubernetes import watch
+        from kubernetes.client.rest import ApiException
+
+        while not self._stop.is_set():
+            # Every object as a plain dict, whatever its kind.
+            stream = watch.Watch(return_type="object")
+            kwargs = {"resource_version": self._resource_version, "timeout_seconds": 5,
+                      "allow_watch_bookmarks": True}
+            if self._selector:
+                kwargs["label_selector"] = self._selector
+            try:
+                for event in stream.stream(self._list, **kwargs):
+                    obj = event["object"]
+                    self._resource_version = obj["metadata"]["resourceVersion"]
+                    if event["type"] == "BOOKMARK":
+                        continue
+                    if self._on_event is not None:
+                        self._on_event(event["type"], obj)
+                    with self._changed:
+                        self.events.append((event["type"], obj))
+                        self._changed.notify_all()
+                    if self._stop.is_set():
+                        stream.stop()
+            except ApiException as exc:
+                # 410: history compacted away; the bed keeps plenty, so a
+                # test that meets it cannot tell what it missed.
+                self.error = exc
+                return
+            except Exception:  # noqa: BLE001 (connection dropped: watch again from where it was)
+                if self._stop.is_set():
+                    return
+                time.sleep(0.1)
+
+    def matching(self, predicate) -> list[tuple[str, dict]]:
+        with self._lock:
+            return [(t, o) for t, o in self.events if predicate(t, o)]
+
+    def wait(self, predicate, timeout: float, message: str = "an event"):
+        """The first event ``predicate`` accepts, waiting up to ``timeout``."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while True:
+                found = [(t, o) for t, o in self.events if predicate(t, o)]
+                if found:
+                    return found[0]
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise AssertionError(f"no {message} within {timeout}s")
+                self._changed.wait(remaining)
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join(10)
+
+
+def _describe(event):
+    event_type, obj = event
+    return f"{event_type} {obj.get('kind', '')} {obj['metadata'].get('name')}"
+
+
+@contextlib.contextmanager
+def no_event(api_client, kind, predicate, within, namespace, label_selector=None, what="event"):
+    """Watch ``kind`` from the start of the block until at least ``within``
+    seconds after it began; fail at once on the first event that
+    ``predicate(type, obj)`` accepts (it names the event). The block is
+    where the action that must have no such effect happens."""
+    recorder = EventRecorder(api_client, kind, namespace, label_selector)
+    started = time.monotonic()
+    try:
+        yield recorder
+        remaining = within - (time.monotonic() - started)
+        try:
+            found = recorder.wait(predicate, max(remaining, 0.0))
+        except AssertionError:
+            found = None
+        assert found is None, f"unexpected {what}: {_describe(found)}"
+        assert recorder.error is None, f"the {kind} watch failed: {recorder.error}"
+    finally:
+        recorder.stop()
+
+
+def assert_no_event(api_client, kind, predicate, within, namespace, label_selector=None, what="event"):
+    """Fail if ``kind`` in ``namespace`` sees an event ``predicate(type,
+    obj)`` accepts within ``within`` seconds from now (a bounded watch, not
+    a sleep: it fails at the first such event)."""
+    with no_event(api_client, kind, predicate, within, namespace, label_selector, what):
+        pass

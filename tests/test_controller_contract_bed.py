@@ -19,7 +19,7 @@ from jumpstarter_standin import wait_for
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 from operator_process import ROOT
-from pool_helpers import GROUP, SET_LABEL, condition, get_set, make_class, make_set
+from pool_helpers import GROUP, SET_LABEL, condition, get_set, make_class, make_set, no_event
 
 JUMPSTARTER = ("jumpstarter.dev", "v1alpha1")
 QEMU = "qemu.jumpstarter.dev"
@@ -284,8 +284,9 @@ def test_scale_down_to_zero_never_leaves_only_disabled_exporters(api, namespace,
         raise AssertionError(f"not scaled to the dormant Exporter: {enabled_names()}")
 
     # A lease now waits for the set instead of ending.
-    standin.create_lease("after", {"board": "qemu-x86"})
-    time.sleep(3)
+    with no_event(api, "Lease", lambda t, o: o["metadata"]["name"] == "after" and (o.get("status") or {}).get("ended"),
+                  3.0, namespace, what="end of the waiting lease"):
+        standin.create_lease("after", {"board": "qemu-x86"})
     assert not (standin.lease("after").get("status") or {}).get("ended")
 
 

@@ -14,14 +14,13 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 
 from corellium_fake.server import Delays, FakeCorellium
 from jumpstarter_standin import wait_for
 from jumpstarter_standin.pytest_plugin import serve_namespace
 from kubernetes import client
 from operator_process import ROOT
-from pool_helpers import GROUP, condition, get_set, make_class, make_set
+from pool_helpers import GROUP, assert_no_event, condition, get_set, make_class, make_set, no_event
 from test_molecule_baremetal import scenario_namespace
 
 PROVISIONER = "corellium.jumpstarter.dev"
@@ -69,6 +68,10 @@ def start_operator(start):
     return start(provisioners=(PROVISIONER,))
 
 
+def added(event_type, obj):
+    return event_type == "ADDED"
+
+
 def instances_by_name(fake):
     return {instance["name"]: instance for instance in fake.instances()}
 
@@ -113,8 +116,8 @@ def test_wait_for_first_consumer_creates_for_leases_through_a_rate_limit_storm(
     wait_for(lambda: (get_set(custom, namespace).get("status") or {}).get("replicas") == 0
              and condition(get_set(custom, namespace), "Available"), message="status of an empty set")
     # A lease that only another board's set could serve is no demand for this one.
-    standin.create_lease("other-board", {"board": "rpi4"})
-    time.sleep(1.5)
+    with no_event(api, "Exporter", added, 1.5, namespace, what="Exporter for another board's lease"):
+        standin.create_lease("other-board", {"board": "rpi4"})
     # Only the dormant Exporter, which leases wait on; it has no instance.
     assert [e["metadata"]["name"] for e in standin.exporters()] == ["pool-dormant-0"]
     assert corellium_fake.instances() == [] and corellium_fake.requests == []
@@ -154,7 +157,7 @@ def test_wait_for_first_consumer_creates_for_leases_through_a_rate_limit_storm(
         assert driver["config"]["project_id"] == corellium_fake.projects[0].id
 
     # Only the leases' instances: nothing more, and nothing twice, while they wait.
-    time.sleep(1)
+    assert_no_event(api, "Exporter", added, 1.0, namespace, what="Exporter beyond the leases'")
     assert sorted(instances_by_name(corellium_fake)) == ["pool-0", "pool-1"]
     assert_token_nowhere(api, namespace, corellium_fake.token, proc.log_path.read_text())
 
@@ -180,9 +183,14 @@ def test_rejected_token_gives_condition_and_backs_off(api, namespace, standin, o
     assert events[0].involved_object.name == "pool"
     assert corellium_fake.instances() == []
 
-    # No retry storm: nothing is asked of the API until the backoff ends.
+    # No retry storm: nothing is asked of the API until the backoff ends (a
+    # new refusal would be recorded on the set).
     refused_requests = len(corellium_fake.requests)
-    time.sleep(4)
+    refusal = (get_set(custom, namespace)["metadata"].get("annotations") or {}).get(REFUSAL_ANNOTATION)
+    with no_event(api, "Pod", added, 4.0, namespace, what="Pod while the backend refuses"):
+        assert_no_event(api, "ExporterSet",
+                        lambda t, o: (o["metadata"].get("annotations") or {}).get(REFUSAL_ANNOTATION) != refusal,
+                        4.0, namespace, what="retry before the backoff ended")
     assert len(corellium_fake.requests) == refused_requests
     assert standin.pods() == []
     assert proc.metric("jumpstarter_exporterset_playbook_runs_total", 'result="failed"') == 0
@@ -215,7 +223,8 @@ def test_quota_refusal_limits_scaling_with_the_api_message(api, namespace, stand
     assert "Not enough quota in project Default Project" in cond["message"]
     assert len(corellium_fake.instances()) == 1
     # The refused Exporter waits without a Pod; no third Exporter is made for it.
-    time.sleep(2)
+    with no_event(api, "Pod", added, 2.0, namespace, what="Pod for the refused Exporter"):
+        assert_no_event(api, "Exporter", added, 2.0, namespace, what="third Exporter")
     assert len(standin.exporters()) == 2
     assert len(standin.pods()) == 1
 
@@ -251,7 +260,8 @@ def test_a_set_cannot_send_the_token_to_another_api_host(api, namespace, standin
         proc = start_operator(operator)
 
         redirect_refused(api, namespace, "spec.parameters.api.host")
-        time.sleep(2)
+        with no_event(api, "Pod", added, 2.0, namespace, what="Pod of a redirected set"):
+            assert_no_event(api, "Exporter", added, 2.0, namespace, what="Exporter of a redirected set")
         assert elsewhere.requests == [] and corellium_fake.requests == []
         assert standin.pods() == []
         # Nothing but the dormant Exporter, which has no backend.
@@ -283,7 +293,8 @@ def test_a_set_cannot_give_the_token_to_another_exporter_image(
     start_operator(operator)
 
     redirect_refused(api, namespace, "spec.images.exporter")
-    time.sleep(2)
+    with no_event(api, "Pod", added, 2.0, namespace, what="Pod with the set's image"):
+        assert_no_event(api, "Exporter", added, 2.0, namespace, what="Exporter of a redirected set")
     # No instance, and no Pod at all: none with the set's image gets the token.
     assert corellium_fake.requests == [] and corellium_fake.instances() == []
     assert standin.pods() == []

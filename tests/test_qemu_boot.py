@@ -106,8 +106,12 @@ def test_kvm_probe_matches_what_qemu_really_does(tmp_path):
                                stderr=subprocess.DEVNULL)
     try:
         answered = wait_for_qmp(str(tmp_path / "qmp.sock"), 20, process)
-        time.sleep(1.5)
-        kvm_ran = answered and process.poll() is None
+        # Still running 1.5 s on: the guest did not exit on its own.
+        try:
+            process.wait(timeout=1.5)
+            kvm_ran = False
+        except subprocess.TimeoutExpired:
+            kvm_ran = answered
     finally:
         process.kill()
         process.wait()

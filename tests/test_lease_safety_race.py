@@ -1,0 +1,260 @@
+"""Lease safety under a race, on the bed: the operator scales two sets down
+and up and recycles them (one ExitAndReplace, one InPlaceReuse) while the
+Jumpstarter controller stand-in assigns leases on its own, from Leases a
+lessee thread creates and releases without pause.
+
+Every write to an Exporter or its instance is caught by a watch on
+Exporters, Leases and Pods. The API server stamps all three kinds from one
+etcd revision counter, so ordering the events by resourceVersion replays the
+namespace as it was at the moment of each write: a disable, a delete (the
+deletionTimestamp appears) or an instance Pod removed or reset while a lease
+held that Exporter from either side (its ``status.leaseRef``, or a Lease not
+ended naming it in ``status.exporterRef``) is a violation. There must be
+none.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass
+
+from jumpstarter_standin import LEASE_ENDED_LABEL
+from kubernetes import client, watch
+from pool_helpers import GROUP, SET_LABEL, make_class, make_set, settle_pool
+
+JS = ("jumpstarter.dev", "v1alpha1")
+CHURN_SECONDS = 90.0
+SETS = {"replace": ("board-replace", "ExitAndReplace"), "reuse": ("board-reuse", "InPlaceReuse")}
+
+
+@dataclass
+class Seen:
+    revision: int
+    kind: str
+    type: str
+    obj: dict
+
+
+class Recorder:
+    """Every event of Exporters, Leases and Pods in ``namespace``, from now on."""
+
+    def __init__(self, api, namespace):
+        self.api = api
+        self.namespace = namespace
+        self.custom = client.CustomObjectsApi(api)
+        self.core = client.CoreV1Api(api)
+        self.events: list[Seen] = []
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.errors: list[str] = []
+        self.threads = []
+
+    def _lister(self, kind):
+        if kind == "Pod":
+            return self.core.list_namespaced_pod, (self.namespace,)
+        plural = {"Exporter": "exporters", "Lease": "leases"}[kind]
+        return self.custom.list_namespaced_custom_object, (*JS, self.namespace, plural)
+
+    def start(self):
+        for kind in ("Exporter", "Lease", "Pod"):
+            func, args = self._lister(kind)
+            listed = func(*args)
+            version = listed["metadata"]["resourceVersion"] if isinstance(listed, dict) \
+                else listed.metadata.resource_version
+            thread = threading.Thread(target=self._watch, args=(kind, func, args, version), daemon=True)
+            thread.start()
+            self.threads.append(thread)
+        return self
+
+    def _watch(self, kind, func, args, version):
+        while not self.stop.is_set():
+            stream = watch.Watch()
+            try:
+                for event in stream.stream(func, *args, resource_version=version, timeout_seconds=20):
+                    obj = event["object"]
+                    if not isinstance(obj, dict):
+                        obj = self.api.sanitize_for_serialization(obj)
+                    version = obj["metadata"]["resourceVersion"]
+                    with self.lock:
+                        self.events.append(Seen(int(version), kind, event["type"], obj))
+                    if self.stop.is_set():
+                        break
+            except client.ApiException as exc:  # a 410 would lose events: the test says so
+                self.errors.append(f"{kind} watch: {exc.status} {exc.reason}")
+                return
+            finally:
+                stream.stop()
+
+    def close(self):
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(timeout=30)
+
+
+def _lease_state(lease):
+    status = lease.get("status") or {}
+    ended = bool(status.get("ended")) or LEASE_ENDED_LABEL in (lease["metadata"].get("labels") or {})
+    return ((status.get("exporterRef") or {}).get("name"), ended)
+
+
+def analyse(events):
+    """Replay the namespace in revision order; count writes and the ones that hit a lease."""
+    leases: dict[str, tuple] = {}
+    exporters: dict[str, dict] = {}
+    pods: dict[str, dict] = {}
+    counts = Counter()
+    assigned = set()
+    violations = []
+
+    def holders(name):
+        held = {lease for lease, (exporter, ended) in leases.items() if exporter == name and not ended}
+        ref = (((exporters.get(name) or {}).get("status") or {}).get("leaseRef") or {}).get("name")
+        if ref:
+            held.add(ref)
+        return held
+
+    def check(what, name, revision):
+        held = holders(name)
+        if held:
+            violations.append(f"{what} {name} at revision {revision} while leased by {sorted(held)}")
+
+    for seen in sorted(events, key=lambda s: s.revision):
+        meta = seen.obj["metadata"]
+        name = meta["name"]
+        if seen.kind == "Lease":
+            if seen.type == "DELETED":
+                leases.pop(name, None)
+                continue
+            leases[name] = _lease_state(seen.obj)
+            if leases[name][0]:
+                assigned.add(name)
+        elif seen.kind == "Exporter":
+            before = exporters.get(name)
+            if before is not None and seen.type != "DELETED":
+                was = (before.get("spec") or {}).get("enabled", True) is not False
+                now = (seen.obj.get("spec") or {}).get("enabled", True) is not False
+                if was and not now:
+                    counts["disables"] += 1
+                    check("disabled", name, seen.revision)
+            going = seen.type == "DELETED" or meta.get("deletionTimestamp")
+            if going and not (before or {}).get("metadata", {}).get("deletionTimestamp"):
+                counts["deletes"] += 1
+                check("deleted", name, seen.revision)
+            if seen.type == "DELETED":
+                exporters.pop(name, None)
+            else:
+                exporters[name] = seen.obj
+        else:
+            before = pods.get(name)
+            going = seen.type == "DELETED" or meta.get("deletionTimestamp")
+            if going and before is not None and not before["metadata"].get("deletionTimestamp"):
+                exporter = (meta.get("labels") or {}).get("virtualtarget.jumpstarter.dev/exporter", name)
+                notes = ((exporters.get(exporter) or {}).get("metadata") or {}).get("annotations") or {}
+                # A reset in place (InPlaceReuse), or the removal of the instance of
+                # an Exporter that goes (before or after its delete).
+                resetting = notes.get("virtualtarget.jumpstarter.dev/retiring") == "InPlaceReuse"
+                counts["resets" if resetting else "instance_removals"] += 1
+                check("reset" if resetting else "instance removed of", exporter, seen.revision)
+            if seen.type == "DELETED":
+                pods.pop(name, None)
+            else:
+                pods[name] = seen.obj
+    counts["leases_assigned"] = len(assigned)
+    return counts, violations
+
+
+class Lessee:
+    """Users asking for targets without pause: short leases, some released early."""
+
+    def __init__(self, standin, rng):
+        self.standin = standin
+        self.rng = rng
+        self.stop = threading.Event()
+        self.created = 0
+        self.errors: list[str] = []
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        open_leases = []
+        while not self.stop.is_set():
+            try:
+                board = self.rng.choice([b for b, _ in SETS.values()])
+                name = f"race-{self.created}"
+                self.standin.create_lease(name, {"board": board},
+                                          duration=self.rng.choice(["2s", "4s", "8s"]))
+                self.created += 1
+                open_leases.append(name)
+                if len(open_leases) > 3 or self.rng.random() < 0.3:
+                    self.standin.release(open_leases.pop(self.rng.randrange(len(open_leases))))
+            except client.ApiException as exc:
+                if exc.status != 404:
+                    self.errors.append(f"{exc.status} {exc.reason}")
+            self.stop.wait(self.rng.uniform(0.2, 1.0))
+
+
+def held_events(core, namespace):
+    events = [e for e in core.list_namespaced_event(namespace).items if e.reason == "ExporterHeld"]
+    total = sum(e.count or 1 for e in events)
+    conflicts = sum(e.count or 1 for e in events if "409" in (e.message or ""))
+    return total, conflicts
+
+
+def test_no_leased_exporter_is_disabled_deleted_or_reset_under_a_race(api, namespace, standin, operator):
+    custom = client.CustomObjectsApi(api)
+    core = client.CoreV1Api(api)
+    recorder = Recorder(api, namespace).start()
+    make_class(custom, namespace)
+    for name, (board, strategy) in SETS.items():
+        make_set(custom, namespace, name=name, board=board, maxReplicas=4, minAvailableReplicas=2,
+                 scaleDownCooldown="1s", recycleStrategy=strategy)
+    operator()
+    for name in SETS:
+        settle_pool(standin, 2, custom, namespace, name=name, timeout=120)
+
+    rng = random.Random(20261125)
+    lessee = Lessee(standin, rng)
+    lessee.thread.start()
+    iterations = 0
+    deadline = time.monotonic() + CHURN_SECONDS
+    try:
+        while time.monotonic() < deadline:
+            # Scale each set down or up; the lessee and the controller go on meanwhile.
+            for name in SETS:
+                custom.patch_namespaced_custom_object(*GROUP, namespace, "exportersets", name,
+                                                      {"spec": {"minAvailableReplicas": rng.randint(0, 3)}})
+            iterations += 1
+            lessee.stop.wait(rng.uniform(2.0, 5.0))
+    finally:
+        lessee.stop.set()
+        lessee.thread.join(timeout=30)
+    # Every lease ends; the sets settle back to two warm exporters each,
+    # recycling whatever was used.
+    for lease in standin.leases():
+        if not _lease_state(lease)[1]:
+            standin.release(lease["metadata"]["name"])
+    for name in SETS:
+        custom.patch_namespaced_custom_object(*GROUP, namespace, "exportersets", name,
+                                              {"spec": {"minAvailableReplicas": 2}})
+    for name in SETS:
+        settle_pool(standin, 2, custom, namespace, name=name, timeout=180, leasedReplicas=0)
+    recorder.close()
+
+    counts, violations = analyse(recorder.events)
+    held, conflicts = held_events(core, namespace)
+    exporters_left = len(standin.exporters(SET_LABEL))
+    print(f"\nlease safety race: {iterations} iterations in {CHURN_SECONDS:.0f} s, "
+          f"{lessee.created} leases created, {counts['leases_assigned']} assigned, "
+          f"{counts['disables']} disables, {counts['deletes']} Exporter deletes, "
+          f"{counts['resets']} instance resets, {counts['instance_removals']} instance removals, "
+          f"{held} holds ({conflicts} precondition conflicts), {exporters_left} Exporters left; "
+          f"leased Exporters disabled, deleted or reset: {len(violations)}")
+    for line in violations[:20]:
+        print("  ", line)
+    assert not recorder.errors and not lessee.errors, recorder.errors + lessee.errors
+    # The race was run: leases were assigned while the sets were scaled and recycled.
+    assert iterations >= 20 and counts["leases_assigned"] >= 20
+    assert counts["deletes"] > 0 and counts["disables"] > 0 and counts["resets"] > 0
+    assert violations == []
