@@ -38,11 +38,11 @@ def owner(obj, kind):
             "uid": meta["uid"], "controller": True, "blockOwnerDeletion": True}
 
 
-def make_exporter(custom, namespace, name):
+def make_exporter(custom, namespace, name, enabled=True):
     return custom.create_namespaced_custom_object(
         *JUMPSTARTER, namespace, "exporters",
         {"apiVersion": "jumpstarter.dev/v1alpha1", "kind": "Exporter",
-         "metadata": {"name": name}, "spec": {"enabled": True}})
+         "metadata": {"name": name}, "spec": {"enabled": enabled}})
 
 
 def make_lease(custom, namespace, name, exporter):
@@ -75,7 +75,8 @@ def gone(reader, *args):
 def test_an_exporter_goes_without_its_leases_and_with_its_own_objects(api, namespace):
     custom = client.CustomObjectsApi(api)
     core = client.CoreV1Api(api)
-    exporter = make_exporter(custom, namespace, "pool-0")
+    # Disabled, as lease safety wants an Exporter before it is deleted.
+    exporter = make_exporter(custom, namespace, "pool-0", enabled=False)
     refs = [client.V1OwnerReference(api_version="jumpstarter.dev/v1alpha1", kind="Exporter",
                                     name="pool-0", uid=exporter["metadata"]["uid"], controller=True)]
     make_lease(custom, namespace, "history-1", exporter)
