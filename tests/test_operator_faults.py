@@ -2,57 +2,236 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import random
-import time
+import signal
+import threading
+from collections import Counter
+from pathlib import Path
 
+import pytest
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import k8s_status
 from jumpstarter_standin import JumpstarterStandIn, wait_for
 from jumpstarter_standin.pytest_plugin import serve_namespace
 from kubernetes import client
 from operator_process import OperatorProcess
-from pool_helpers import GROUP, SET_LABEL, get_set, make_class, make_set, settle_pool
+from pool_helpers import (
+    GROUP,
+    SET_LABEL,
+    EventRecorder,
+    assert_no_event,
+    get_set,
+    make_class,
+    make_set,
+    no_event,
+    settle_pool,
+)
+
+EXPORTER_LABEL = "virtualtarget.jumpstarter.dev/exporter"
+
+
+def duplicates(api, namespace, set_name="pool"):
+    """What is there twice, read from the API as it is (lists, not sets):
+    a live Exporter with more than one live Pod, an ordinal with more than
+    one live Exporter of the set. Empty when there is nothing twice."""
+    standin = JumpstarterStandIn(api, namespace)
+    exporters = [e for e in standin.exporters(f"{SET_LABEL}={set_name}") if not e["metadata"].get("deletionTimestamp")]
+    found = []
+    ordinals = Counter(e["metadata"]["name"].rsplit("-", 1)[1] for e in exporters)
+    found += [f"ordinal {o} has {n} Exporters" for o, n in sorted(ordinals.items()) if n > 1]
+    pods = Counter(p.metadata.labels.get(EXPORTER_LABEL) for p in standin.pods() if not p.metadata.deletion_timestamp)
+    found += [f"Exporter {name} has {n} Pods" for name, n in sorted(pods.items()) if n > 1]
+    return found
 
 
 def assert_no_orphans(api, namespace, set_name="pool"):
     """Every Pod and config Secret belongs to an existing Exporter of the set,
-    and every Exporter of the set is owned by it."""
+    every Exporter of the set is owned by it, and nothing is there twice."""
     standin = JumpstarterStandIn(api, namespace)
     core = client.CoreV1Api(api)
     exporter_set = get_set(client.CustomObjectsApi(api), namespace, set_name)
     exporters = standin.exporters(f"{SET_LABEL}={set_name}")
-    names = {e["metadata"]["name"] for e in exporters}
+    names = [e["metadata"]["name"] for e in exporters]
     for exporter in exporters:
         refs = exporter["metadata"].get("ownerReferences") or []
         assert [r["uid"] for r in refs if r.get("controller")] == [exporter_set["metadata"]["uid"]]
     live_pods = [p for p in standin.pods() if not p.metadata.deletion_timestamp]
-    assert {p.metadata.labels["virtualtarget.jumpstarter.dev/exporter"] for p in live_pods} <= names
+    assert not [p.metadata.name for p in live_pods if p.metadata.labels[EXPORTER_LABEL] not in names]
     secrets = core.list_namespaced_secret(namespace, label_selector=SET_LABEL).items
-    assert {s.metadata.labels["virtualtarget.jumpstarter.dev/exporter"] for s in secrets} <= names
+    assert not [s.metadata.name for s in secrets if s.metadata.labels[EXPORTER_LABEL] not in names]
+    assert duplicates(api, namespace, set_name) == []
     return names
 
 
-def test_sigkill_during_scale_up_leaves_no_duplicates_or_orphans(testbed, api, namespace, standin, tmp_path):
+def _descendants(pid: int) -> list[int]:
+    children = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            children += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return children
+
+
+def kill_tree(proc: OperatorProcess) -> None:
+    """SIGKILL the operator and everything it started (its playbook runs),
+    as a container's end does: each is stopped first, so none starts
+    another or writes once this returns."""
+    stopped, pending = [], [proc.proc.pid]
+    while pending:
+        pid = pending.pop()
+        try:
+            os.kill(pid, signal.SIGSTOP)
+        except ProcessLookupError:
+            continue
+        stopped.append(pid)
+        pending += _descendants(pid)
+    for pid in stopped:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    proc.proc.wait()
+
+
+def _operator_write(event_type, obj):
+    """Only the operator adds or deletes Exporters of the set and their Pods."""
+    return event_type in ("ADDED", "DELETED")
+
+
+class WriteCounter:
+    """Counts the operator's writes (Exporters and Pods of the set added or
+    deleted) from watches, and SIGKILLs the operator the moment a count is
+    reached: from the watch thread, between two of its writes."""
+
+    def __init__(self, api, namespace):
+        self.lock = threading.Lock()
+        self.writes: list[tuple[str, str, str]] = []
+        self.kill_at = None
+        self.proc = None
+        self.killed_at = None
+        self.killed = threading.Event()
+        self.recorders = [EventRecorder(api, kind, namespace, label_selector=SET_LABEL, on_event=self._seen)
+                          for kind in ("Exporter", "Pod")]
+
+    def _seen(self, event_type, obj):
+        if not _operator_write(event_type, obj):
+            return
+        with self.lock:
+            self.writes.append((event_type, obj["kind"], obj["metadata"]["name"]))
+            if self.kill_at is not None and len(self.writes) >= self.kill_at:
+                kill_tree(self.proc)
+                self.killed_at = len(self.writes)
+                self.kill_at = None
+                self.killed.set()
+
+    def count(self) -> int:
+        with self.lock:
+            return len(self.writes)
+
+    def arm(self, proc, kill_at):
+        with self.lock:
+            self.proc, self.kill_at, self.killed_at = proc, kill_at, None
+            self.killed.clear()
+
+    def disarm(self):
+        with self.lock:
+            self.kill_at = None
+
+    def stop(self):
+        for recorder in self.recorders:
+            recorder.stop()
+
+
+def _scaled_up_names(core, namespace):
+    """Exporters a finished reconcile reported creating (its ScaledUp Event is
+    among its last writes, after the creations)."""
+    names = set()
+    for event in core.list_namespaced_event(namespace).items:
+        if event.reason == "ScaledUp" and event.involved_object.name == "pool":
+            names.update(n.strip() for n in event.message.split(":", 1)[1].split(","))
+    return names
+
+
+def _unfinished_runs(artifacts: Path) -> list[str]:
+    """Playbook runs that never wrote their final status (killed mid-run)."""
+    if not artifacts.is_dir():
+        return []
+    return sorted(run.name for run in artifacts.iterdir() if run.is_dir() and not (run / "status").exists())
+
+
+def test_sigkill_mid_reconcile_leaves_no_duplicates_or_orphans(testbed, api, namespace, standin, tmp_path):
+    """Twenty SIGKILLs, each at a chosen count of the operator's writes (1 to 3
+    writes into a run), read from watches. A kill lands between two writes of
+    one reconcile when the Exporters it created never made it into a
+    ScaledUp Event (written after the creations) or its playbook run never
+    wrote a final status; both are counted and printed. Whatever was cut,
+    the restarted operator converges with nothing twice and nothing orphaned."""
     custom = client.CustomObjectsApi(api)
+    core = client.CoreV1Api(api)
     make_class(custom, namespace)
     make_set(custom, namespace, minAvailableReplicas=6, maxReplicas=8)
     rng = random.Random(20261121)
     proc = OperatorProcess(str(testbed.kubeconfig), namespace, tmp_path)
-    high_water = 0
-    for _ in range(20):
-        proc.start()
-        time.sleep(rng.uniform(0.3, 2.5))
-        proc.kill()
-        high_water = max(high_water, len(standin.exporters(f"{SET_LABEL}=pool")))
-        assert high_water <= 8, "more Exporters than maxReplicas"
+    artifacts = tmp_path / "artifacts"
+    counter = WriteCounter(api, namespace)
+    cut_applies = cut_runs = 0
+    try:
+        for cycle in range(20):
+            before = counter.count()
+            counter.arm(proc, before + rng.randint(1, 3))
+            proc.start()
+            if not counter.killed.wait(30):
+                counter.disarm()
+                kill_tree(proc)
+                print(f"kill {cycle}: fewer writes than the kill waited for in 30 s after {before}: "
+                      f"nothing more to do\n{proc.log_tail(30)}")
+                break
+            # The whole process tree is gone: nothing the operator started
+            # writes any more (a write sent just before the kill may still
+            # land before this watch starts, and is counted as "after").
+            with no_event(api, "Pod", _operator_write, 1.0, namespace, label_selector=SET_LABEL,
+                          what="Pod write after the kill"):
+                assert_no_event(api, "Exporter", _operator_write, 1.0, namespace, label_selector=SET_LABEL,
+                                what="Exporter write after the kill")
+            # The dormant Exporter is not in ScaledUp's list.
+            created = [name for kind_type, kind, name in counter.writes[before:counter.killed_at]
+                       if kind == "Exporter" and kind_type == "ADDED" and "dormant" not in name]
+            unreported = sorted(set(created) - _scaled_up_names(core, namespace))
+            unfinished = _unfinished_runs(artifacts)
+            cut_applies += bool(unreported)
+            cut_runs += bool(unfinished)
+            print(f"kill {cycle}: writes {before} -> {counter.killed_at} at the kill "
+                  f"({counter.count()} once the tree was gone); Exporters created but never reported: {unreported}; "
+                  f"playbook runs cut: {len(unfinished)}")
+            for run in unfinished:  # counted once
+                (artifacts / run / "status").write_text("killed")
+            high_water = len(JumpstarterStandIn(api, namespace).exporters(f"{SET_LABEL}=pool"))
+            assert high_water <= 8 + 1, "more Exporters than maxReplicas and the dormant one"
+            assert duplicates(api, namespace) == []
+        print(f"kills between the writes of one reconcile: {cut_applies} in-process applies, "
+              f"{cut_runs} playbook runs")
+        assert cut_applies + cut_runs >= 3, "the kills did not land inside reconciles"
+    finally:
+        counter.stop()
     proc.start()
     try:
         status = settle_pool(standin, 6, custom, namespace, timeout=120)
         names = assert_no_orphans(api, namespace)
         assert status["replicas"] == 6
-        assert names == {f"pool-{i}" for i in range(6)}
+        assert sorted(n for n in names if "dormant" not in n) == [f"pool-{i}" for i in range(6)]
     finally:
         proc.stop()
-    assert proc.starts == 21
+
+    # The duplicate check sees a duplicate: a second Pod for pool-0.
+    pod = client.V1Pod(
+        metadata=client.V1ObjectMeta(name="pool-0-twice", labels={SET_LABEL: "pool", EXPORTER_LABEL: "pool-0"}),
+        spec=client.V1PodSpec(containers=[client.V1Container(name="c", image="none")],
+                              node_selector={"no-such-node": "true"}))
+    core.create_namespaced_pod(namespace, pod)
+    try:
+        assert duplicates(api, namespace) == ["Exporter pool-0 has 2 Pods"]
+    finally:
+        core.delete_namespaced_pod("pool-0-twice", namespace, grace_period_seconds=0)
 
 
 def test_operator_converges_across_an_api_server_restart(testbed_factory, tmp_path):
@@ -136,3 +315,25 @@ def test_only_the_leader_acts(testbed, api, namespace, standin, tmp_path):
         first.stop()
         second.stop()
 
+
+
+def test_the_no_event_watch_fails_on_what_it_guards_against(api, namespace):
+    """The negative checks above and elsewhere (pool_helpers.no_event) are
+    watches that do fail: an Exporter added inside the block, or within the
+    bound after it, is reported by name."""
+    custom = client.CustomObjectsApi(api)
+
+    def exporter(name):
+        custom.create_namespaced_custom_object("jumpstarter.dev", "v1alpha1", namespace, "exporters", {
+            "apiVersion": "jumpstarter.dev/v1alpha1", "kind": "Exporter",
+            "metadata": {"name": name, "labels": {SET_LABEL: "pool"}}, "spec": {}})
+
+    added = lambda event_type, obj: event_type == "ADDED"  # noqa: E731
+    with pytest.raises(AssertionError, match="unexpected Exporter in the block: ADDED Exporter inside"):
+        with no_event(api, "Exporter", added, 2.0, namespace, what="Exporter in the block"):
+            exporter("inside")
+    with pytest.raises(AssertionError, match="ADDED Exporter later"):
+        with no_event(api, "Exporter", added, 5.0, namespace, what="Exporter in the bound"):
+            threading.Timer(1.0, exporter, args=("later",)).start()
+    # Objects that were there before the watch are not events.
+    assert_no_event(api, "Exporter", added, 1.0, namespace, what="Exporter")
