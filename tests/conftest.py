@@ -66,3 +66,11 @@ def pytest_runtest_makereport(item, call):
     if report.failed and bed is not None:
         report.sections.append(("test bed", failure_report(bed)))
     return report
+
+
+def pytest_collection_modifyitems(config, items):
+    # The lab hosts are machine-wide network namespaces: with xdist
+    # (`--dist loadgroup`) every test that uses them runs on one worker.
+    for item in items:
+        if "lab_hosts" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("labhosts"))
