@@ -7,6 +7,7 @@ import json
 import socket
 import threading
 import time
+from datetime import datetime
 from pathlib import Path
 
 import yaml
@@ -208,6 +209,31 @@ def test_a_stopped_leader_releases_its_lease_and_the_standby_takes_over_at_once(
         watcher.stop()
         first.stop()
         second.stop()
+
+
+def test_the_lock_releases_only_its_own_lease_and_then_stops_renewing(api, namespace):
+    """ResilientLeaseLock.release on the real API: the holder is cleared only
+    when this process holds the Lease; once released the lock neither
+    renews nor takes the Lease again."""
+    from exporterset_operator.election import ResilientLeaseLock
+    from kubernetes.leaderelection.leaderelectionrecord import LeaderElectionRecord
+
+    client.Configuration.set_default(api.configuration)
+    coordination = client.CoordinationV1Api(api)
+    now = str(datetime.now())
+    ours = ResilientLeaseLock("released", namespace, "ours")
+    assert ours.create("released", namespace, LeaderElectionRecord("ours", "15", now, now))
+    theirs = ResilientLeaseLock("released", namespace, "theirs")
+    assert theirs.release() is False
+    assert coordination.read_namespaced_lease("released", namespace).spec.holder_identity == "ours"
+
+    assert ours.release() is True
+    lease = coordination.read_namespaced_lease("released", namespace)
+    assert lease.spec.holder_identity is None
+    assert ours.get("released", namespace)[0]
+    assert ours.update("released", namespace, LeaderElectionRecord("ours", "15", now, now)) is False
+    assert ours.create("other", namespace, LeaderElectionRecord("ours", "15", now, now)) is False
+    assert coordination.read_namespaced_lease("released", namespace).spec.holder_identity is None
 
 
 HOLD_PLAYBOOK = """\
