@@ -174,7 +174,8 @@ class Controller:
         if self.stuck_reconcile_timeout:
             with self._in_flight_lock:
                 in_flight = sorted(self._in_flight.items())
-            for worker, ((namespace, name), started) in in_flight:
+            # A set's key is (namespace, name), a class's (namespace, name, CLASS_KEY).
+            for worker, ((namespace, name, *_), started) in in_flight:
                 if now - started > self.stuck_reconcile_timeout:
                     problems.append(
                         f"{worker} has been reconciling {namespace}/{name} for {now - started:.0f}s "
