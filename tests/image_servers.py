@@ -3,8 +3,9 @@ counts the requests per path, and a real OCI registry (the distribution
 project's, ``scripts/oci-registry``) whose access log counts the blob pulls.
 Images are pushed to it with a real client (``oras``).
 
-Both listen on 10.213.0.1, where the lab hosts reach this machine
-(scripts/labhosts), and so serve the tests that run outside the lab too.
+Both listen on 10.213.0.1 by default, where the lab hosts reach this
+machine (scripts/labhosts, which puts that address on the loopback); tests
+without lab hosts pass ``address="127.0.0.1"``.
 """
 
 from __future__ import annotations
