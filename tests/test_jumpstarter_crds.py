@@ -34,11 +34,14 @@ def _differences(ours, theirs, path=""):
     if isinstance(ours, list):
         if len(ours) != len(theirs):
             return [f"{path}: {len(ours)} items != {len(theirs)}"]
-        return [line for index, pair in enumerate(zip(ours, theirs)) for line in _differences(*pair, f"{path}[{index}]")]
+        pairs = enumerate(zip(ours, theirs, strict=True))
+        return [line for index, pair in pairs for line in _differences(*pair, f"{path}[{index}]")]
     return [] if ours == theirs else [f"{path}: {ours!r} != {theirs!r}"]
 
 
-@pytest.mark.parametrize("index", range(4), ids=lambda i: ["exporters", "leases", "clients", "exporteraccesspolicies"][i])
+@pytest.mark.parametrize(
+    "index", range(4), ids=lambda i: ["exporters", "leases", "clients", "exporteraccesspolicies"][i]
+)
 def test_core_crd_matches_the_upstream_release(index):
     ours_path = upstream_core_crd_files()[index]
     theirs_path = upstream_release_crd_files()[index]
@@ -49,7 +52,10 @@ def test_core_crd_matches_the_upstream_release(index):
     theirs = yaml.safe_load(theirs_path.read_text())
     assert ours["metadata"]["name"] == theirs["metadata"]["name"]
     for aspect in ASPECTS:
-        assert _differences(_without_descriptions(ours["spec"][aspect]), _without_descriptions(theirs["spec"][aspect])) == []
+        assert (
+            _differences(_without_descriptions(ours["spec"][aspect]), _without_descriptions(theirs["spec"][aspect]))
+            == []
+        )
 
 
 def test_differences_are_reported_by_path():
@@ -71,7 +77,9 @@ def test_lease_rules_hold_on_the_bed(testbed, namespace):
         crd = client.CustomObjectsApi(api)
 
         def create(name, spec):
-            return crd.create_namespaced_custom_object("jumpstarter.dev", "v1alpha1", namespace, "leases", _lease(name, spec))
+            return crd.create_namespaced_custom_object(
+                "jumpstarter.dev", "v1alpha1", namespace, "leases", _lease(name, spec)
+            )
 
         with pytest.raises(ApiException) as refused:
             create("no-selector", {"clientRef": {"name": "me"}})
@@ -79,12 +87,21 @@ def test_lease_rules_hold_on_the_bed(testbed, namespace):
         assert "one of selector or exporterRef.name is required" in refused.value.body
 
         with pytest.raises(ApiException) as refused:
-            create("long-context", {"clientRef": {"name": "me"}, "selector": {"matchLabels": {"a": "b"}},
-                                    "context": {"k" * 33: "v"}})
+            create(
+                "long-context",
+                {"clientRef": {"name": "me"}, "selector": {"matchLabels": {"a": "b"}}, "context": {"k" * 33: "v"}},
+            )
         assert "context keys max 32 chars" in refused.value.body
 
-        made = create("tagged", {"clientRef": {"name": "me"}, "selector": {"matchLabels": {"a": "b"}},
-                                 "tags": {"team": "x"}, "unknownField": 1})
+        made = create(
+            "tagged",
+            {
+                "clientRef": {"name": "me"},
+                "selector": {"matchLabels": {"a": "b"}},
+                "tags": {"team": "x"},
+                "unknownField": 1,
+            },
+        )
         assert "unknownField" not in made["spec"]
         made["spec"]["tags"] = {"team": "y"}
         with pytest.raises(ApiException) as refused:

@@ -88,7 +88,13 @@ def _crd(kind: str, plural: str, spec: dict, status: dict, columns: list[dict] |
         "subresources": {"status": {}},
         "schema": {
             "openAPIV3Schema": _object(
-                {"apiVersion": _string(), "kind": _string(), "metadata": {"type": "object"}, "spec": spec, "status": status}
+                {
+                    "apiVersion": _string(),
+                    "kind": _string(),
+                    "metadata": {"type": "object"},
+                    "spec": spec,
+                    "status": status,
+                }
             )
         },
     }
@@ -112,8 +118,14 @@ def _column(name: str, path: str, kind: str = "string", **extra) -> dict:
 
 
 EXPORTER_STATES = [
-    "Unspecified", "Offline", "Available", "BeforeLeaseHook", "LeaseReady",
-    "AfterLeaseHook", "BeforeLeaseHookFailed", "AfterLeaseHookFailed",
+    "Unspecified",
+    "Offline",
+    "Available",
+    "BeforeLeaseHook",
+    "LeaseReady",
+    "AfterLeaseHook",
+    "BeforeLeaseHookFailed",
+    "AfterLeaseHookFailed",
 ]
 
 
