@@ -242,20 +242,41 @@ def test_reconcile_by_hand_keeps_the_class_as_the_operator_does(api, namespace):
     make_class(custom, namespace)
     make_set(custom, namespace, minAvailableReplicas=0)
 
-    def by_hand():
+    def by_hand(*extra):
         result = subprocess.run(
             ["ansible-playbook", "playbooks/reconcile.yml",
-             "-e", "exporterset_name=pool", "-e", f"exporterset_namespace={namespace}"],
+             "-e", "exporterset_name=pool", "-e", f"exporterset_namespace={namespace}", *extra],
             cwd=ROOT, capture_output=True, text=True, timeout=300)
         assert result.returncode == 0, result.stdout + result.stderr
         return result
 
+    def read_class():
+        return custom.get_namespaced_custom_object(*GROUP, namespace, "virtualtargetclasses", "qemu-small")
+
+    # The status as the operator writes it; no finalizer unless asked for, as
+    # nothing would remove it after the last set when no operator runs.
     by_hand()
-    vclass = custom.get_namespaced_custom_object(*GROUP, namespace, "virtualtargetclasses", "qemu-small")
-    assert FINALIZER in vclass["metadata"]["finalizers"]
+    vclass = read_class()
     assert (vclass["status"]["sets"], vclass["status"]["setCount"]) == (["pool"], 1)
     assert condition(vclass, "Valid")["status"] == "True"
+    assert not vclass["metadata"].get("finalizers")
+
+    by_hand("-e", "reconcile_class_finalizer=true")
+    vclass = read_class()
+    assert vclass["metadata"]["finalizers"] == [FINALIZER]
     # A second run does not write the class again.
-    by_hand()
-    again = custom.get_namespaced_custom_object(*GROUP, namespace, "virtualtargetclasses", "qemu-small")
-    assert again["metadata"]["resourceVersion"] == vclass["metadata"]["resourceVersion"]
+    by_hand("-e", "reconcile_class_finalizer=true")
+    assert read_class()["metadata"]["resourceVersion"] == vclass["metadata"]["resourceVersion"]
+
+    # Once no set names the class, the module run for it releases it (a
+    # reconcile by hand only looks at the class of its own set).
+    make_class(custom, namespace, name="qemu-other")
+    custom.patch_namespaced_custom_object(*GROUP, namespace, "exportersets", "pool",
+                                          {"spec": {"virtualTargetClassName": "qemu-other"}})
+    released = subprocess.run(
+        ["ansible", "localhost", "-m", "jumpstarter.virtual_exporters.virtualtargetclass_sync",
+         "-a", f"name=qemu-small namespace={namespace}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert released.returncode == 0 and "CHANGED" in released.stdout, released.stdout + released.stderr
+    vclass = read_class()
+    assert not vclass["metadata"].get("finalizers") and vclass["status"]["setCount"] == 0

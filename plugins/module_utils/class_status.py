@@ -16,8 +16,11 @@ Who writes it: the operator serving the class's provisioner; a class whose
 provisioner the collection does not know (a typo such as
 ``qemu.jumpstater.dev``) is written by every operator, idempotently (the
 same status and finalizers, guarded by resourceVersion). The reconcile
-playbook does the same for the class of the set it reconciles
-(``exporterset_apply``'s ``sync_class``).
+playbook run by hand writes the status of the class of the set it
+reconciles and releases the class once unused (module
+``virtualtargetclass_sync``); it adds the finalizer only when asked
+(``reconcile_class_finalizer``), as nothing would remove it after the last
+set is deleted when no operator runs.
 
 ``desired`` and the condition helpers are pure; ``sync`` reads and writes
 through the ``kubernetes`` client.
@@ -106,18 +109,20 @@ def terminating_condition(vclass):
         "it stays until the last set using it is gone, and this set keeps working meanwhile")
 
 
-def desired(vclass, set_names, now):
+def desired(vclass, set_names, now, add_finalizer=True):
     """What the class should carry: {"finalizers", "status", "events"}.
 
     ``status`` is None when the class is going (deleted and unused: only its
     finalizer is to be dropped). ``events`` are the Warning Events of a
-    ``Valid`` condition that has just turned False.
+    ``Valid`` condition that has just turned False. Without
+    ``add_finalizer`` the finalizer is kept while in use and removed once
+    unused, but never added (a writer that cannot be there to remove it).
     """
     meta = vclass["metadata"]
     had = meta.get("finalizers") or []
     finalizers = [f for f in had if f != FINALIZER]
     # The API server refuses a new finalizer on an object being deleted.
-    if set_names and (FINALIZER in had or not meta.get("deletionTimestamp")):
+    if set_names and (FINALIZER in had or (add_finalizer and not meta.get("deletionTimestamp"))):
         finalizers.append(FINALIZER)
     if meta.get("deletionTimestamp") and not set_names:
         return {"finalizers": finalizers, "status": None, "events": []}
@@ -151,7 +156,8 @@ def status_differs(current, wanted):
     return comparable(current) != comparable(wanted)
 
 
-def sync(api_client, namespace, name, exporter_sets=None, now=None, attempts=5, vclass=None):
+def sync(api_client, namespace, name, exporter_sets=None, now=None, attempts=5, vclass=None,
+         add_finalizer=True):
     """Bring one class's finalizer and status to what its sets ask for.
 
     ``exporter_sets`` are the namespace's sets (the operator passes its
@@ -180,7 +186,7 @@ def sync(api_client, namespace, name, exporter_sets=None, now=None, attempts=5, 
             exporter_sets = api.list_namespaced_custom_object(
                 c.GROUP, VERSION, namespace, "exportersets")["items"]
         names = sets_using(vclass, exporter_sets)
-        wanted = desired(vclass, names, now or datetime.now(UTC))
+        wanted = desired(vclass, names, now or datetime.now(UTC), add_finalizer)
         meta = vclass["metadata"]
         changed = False
         try:

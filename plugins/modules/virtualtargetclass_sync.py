@@ -14,6 +14,8 @@ description:
   - While any ExporterSet names the class (one being deleted included) the
     class carries the finalizer C(virtualtarget.jumpstarter.dev/in-use); once
     none does the finalizer is removed, and a class deleted meanwhile goes.
+    With I(add_finalizer=false) a finalizer already there is kept or removed
+    the same way, but none is added.
   - The status lists the sets (C(sets), C(setCount)), says whether the class's
     parameters are valid (condition C(Valid), reason C(Valid),
     C(InvalidParameters) or C(UnknownProvisioner), the message naming each
@@ -42,6 +44,13 @@ options:
     description: Namespace of the VirtualTargetClass (and of the sets that may name it).
     type: str
     required: true
+  add_finalizer:
+    description:
+      - Add the in-use finalizer to a class in use that does not have it yet.
+      - Leave it C(false) where nothing runs once the last set is deleted (no
+        operator), or the class would stay Terminating when deleted.
+    type: bool
+    default: true
 extends_documentation_fragment:
   - jumpstarter.virtual_exporters.kubernetes
 """
@@ -93,6 +102,7 @@ def main():
         dict(
             name=dict(type="str", required=True),
             namespace=dict(type="str", required=True),
+            add_finalizer=dict(type="bool", default=True),
         ),
         supports_check_mode=True,
     )
@@ -102,7 +112,7 @@ def main():
     name, namespace = module.params["name"], module.params["namespace"]
     api = module_api_client(module)
     if not module.check_mode:
-        result = class_status.sync(api, namespace, name)
+        result = class_status.sync(api, namespace, name, add_finalizer=module.params["add_finalizer"])
         module.exit_json(changed=result["changed"], exists=result["exists"], sets=result["sets"],
                          finalizers=result.get("finalizers"), status=result.get("status"))
     custom = client.CustomObjectsApi(api)
@@ -116,7 +126,7 @@ def main():
     sets = custom.list_namespaced_custom_object(
         class_status.c.GROUP, class_status.VERSION, namespace, "exportersets")["items"]
     names = class_status.sets_using(vclass, sets)
-    wanted = class_status.desired(vclass, names, datetime.now(UTC))
+    wanted = class_status.desired(vclass, names, datetime.now(UTC), module.params["add_finalizer"])
     changed = wanted["finalizers"] != (vclass["metadata"].get("finalizers") or []) or (
         wanted["status"] is not None and class_status.status_differs(vclass.get("status"), wanted["status"]))
     module.exit_json(changed=changed, exists=True, sets=names, finalizers=wanted["finalizers"],

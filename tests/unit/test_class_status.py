@@ -61,6 +61,14 @@ def test_a_deleted_class_in_use_keeps_the_finalizer_and_one_unused_lets_go():
     assert going == {"finalizers": [], "status": None, "events": []}
 
 
+def test_without_add_finalizer_it_is_kept_or_removed_but_never_added():
+    assert class_status.desired(a_class(), ["a"], NOW, add_finalizer=False)["finalizers"] == []
+    held = a_class(finalizers=[class_status.FINALIZER])
+    assert class_status.desired(held, ["a"], NOW, add_finalizer=False)["finalizers"] == [
+        class_status.FINALIZER]
+    assert class_status.desired(held, [], NOW, add_finalizer=False)["finalizers"] == []
+
+
 def test_no_finalizer_is_added_to_a_class_already_being_deleted():
     # The API server refuses new finalizers on an object being deleted.
     assert class_status.desired(a_class(deleting=True), ["a"], NOW)["finalizers"] == []
