@@ -153,9 +153,12 @@ def test_recycled_exporters_each_get_an_event(api, namespace, standin, operator)
     make_set(custom, namespace, minAvailableReplicas=2, maxReplicas=4)
     operator()
     settle_pool(standin, 2, custom, namespace)
-    standin.create_lease("lease-a", {"board": "qemu-x86"})
-    standin.create_lease("lease-b", {"board": "qemu-x86"})
-    leased = sorted([standin.wait_assigned("lease-a"), standin.wait_assigned("lease-b")])
+    leased = []
+    for lease in ("lease-a", "lease-b"):
+        standin.create_lease(lease, {"board": "qemu-x86"})
+        leased.append(standin.wait_assigned(lease))
+    leased.sort()
+    assert len(set(leased)) == 2, leased
     standin.release("lease-a")
     standin.release("lease-b")
 
