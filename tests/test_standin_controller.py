@@ -108,6 +108,23 @@ def test_all_leased_waits_not_available_then_release_frees_the_exporter(standin)
     assert standin.wait_assigned("second") == "only"
 
 
+def test_leases_waiting_together_never_share_an_exporter(standin):
+    """Three Leases wait on one offline Exporter; when it comes online they
+    are matched in one pass, and only the first gets it."""
+    make_exporter(standin, "shared")
+    names = ["wait-a", "wait-b", "wait-c"]
+    for name in names:
+        standin.create_lease(name, BOARD)
+    for name in names:
+        wait_lease(standin, name, lambda x: lease_condition(x, "Pending"), f"{name} Pending")
+    report_online(standin, "shared")
+    assert standin.wait_assigned("wait-a") == "shared"
+    for name in names[1:]:
+        lease = wait_lease(standin, name, lambda x: (lease_condition(x, "Pending") or {}).get("reason")
+                           == "NotAvailable", f"{name} NotAvailable")
+        assert not lease["status"].get("exporterRef"), lease["status"]
+
+
 def test_lease_expires_after_its_duration(standin):
     make_exporter(standin, "brief")
     report_online(standin, "brief")

@@ -419,6 +419,12 @@ class StandInController:
             body["status"] = status
             lease = self.custom.replace_namespaced_custom_object_status(
                 GROUP, VERSION, self.namespace, "leases", lease["metadata"]["name"], body)
+            # The controller reconciles one Lease at a time and reads the others
+            # afresh each time, so a Lease assigned in this pass holds its
+            # Exporter for the Leases after it.
+            for index, other in enumerate(leases):
+                if other["metadata"]["name"] == lease["metadata"]["name"]:
+                    leases[index] = lease
         metadata = lease["metadata"]
         labels = dict(metadata.get("labels") or {})
         refs = list(metadata.get("ownerReferences") or [])
