@@ -22,7 +22,10 @@ _YAML_BLOCK = re.compile(r"^```ya?ml\n(.*?)^```", re.S | re.M)
 def jep_examples(path: Path = JEP_0014) -> list[dict]:
     """Every class and set in the JEP's YAML blocks, in order; each object
     gets ``_example`` (kind/name#n, n counting repeats of the same name)."""
-    assert path.is_file(), f"JEP-0014 not found at {path} (set JVE_JEP_0014)"
+    if not path.is_file():
+        # A plain clone has no JEP beside it: the example tests report
+        # themselves skipped through require_jep().
+        return []
     found, seen = [], {}
     for block in _YAML_BLOCK.findall(path.read_text()):
         for document in yaml.safe_load_all(block):
@@ -40,3 +43,12 @@ def class_for(examples: list[dict], exporter_set: dict) -> dict | None:
     earlier = examples[: examples.index(exporter_set)]
     return next((e for e in reversed(earlier)
                  if e["kind"] == "VirtualTargetClass" and e["metadata"]["name"] == name), None)
+
+
+def require_jep(path: Path = JEP_0014) -> None:
+    """Skips the calling test, naming the path, when the JEP is not beside
+    the checkout (a plain clone); where it is, the examples must be found."""
+    import pytest
+
+    if not path.is_file():
+        pytest.skip(f"JEP-0014 not beside the checkout: {path} (set JVE_JEP_0014)")

@@ -13,7 +13,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.para
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.set_overrides import (
     resolve,
 )
-from jep_examples import class_for, jep_examples
+from jep_examples import class_for, jep_examples, require_jep
 
 EXAMPLES = jep_examples()
 CLASSES = [e for e in EXAMPLES if e["kind"] == "VirtualTargetClass"]
@@ -21,6 +21,7 @@ SETS = [e for e in EXAMPLES if e["kind"] == "ExporterSet"]
 
 
 def test_the_jep_gives_examples_of_every_provisioner():
+    require_jep()
     assert {c["spec"]["provisioner"] for c in CLASSES} == set(PROVISIONER_SCHEMAS)
     assert len(SETS) >= 4
 
