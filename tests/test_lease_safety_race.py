@@ -263,7 +263,11 @@ def test_no_leased_exporter_is_disabled_deleted_or_reset_under_a_race(api, names
     for name in SETS:
         settle_pool(standin, 2, custom, namespace, name=name, timeout=180, leasedReplicas=0)
     # Lease end comes from the Lease objects: every used Exporter is recycled.
-    wait_for(lambda: not not_recycled(standin), timeout=180, message="every used exporter recycled")
+    try:
+        wait_for(lambda: not not_recycled(standin), timeout=180, message="every used exporter recycled")
+        recycled = None
+    except AssertionError as exc:
+        recycled = f"{exc}: {not_recycled(standin)}"
     recorder.close()
 
     counts, violations = analyse(recorder.events)
@@ -274,7 +278,8 @@ def test_no_leased_exporter_is_disabled_deleted_or_reset_under_a_race(api, names
           f"{counts['disables']} disables, {counts['deletes']} Exporter deletes, "
           f"{counts['resets']} instance resets, {counts['instance_removals']} instance removals, "
           f"{held} holds ({conflicts} precondition conflicts), {exporters_left} Exporters left; "
-          f"leased Exporters disabled, deleted or reset: {len(violations)}")
+          f"leased Exporters disabled, deleted or reset: {len(violations)}; "
+          f"used Exporters not recycled: {recycled or 'none'}")
     for line in violations[:20]:
         print("  ", line)
     assert not recorder.errors and not lessee.errors, recorder.errors + lessee.errors
@@ -282,3 +287,4 @@ def test_no_leased_exporter_is_disabled_deleted_or_reset_under_a_race(api, names
     assert iterations >= 12 and counts["leases_assigned"] >= 15
     assert counts["deletes"] > 0 and counts["disables"] > 0 and counts["resets"] > 0
     assert violations == []
+    assert recycled is None, recycled

@@ -16,7 +16,9 @@ description:
   - Disables (C(spec.enabled=false)) the unleased Exporters placed on the host, so no lease
     takes them while they are removed, and returns them per ExporterSet with what the
     C(qemu_baremetal) role's C(remove) entry point needs. Leased Exporters are left alone
-    until their lease ends.
+    until their lease ends - leased from either side (C(status.leaseRef), or a Lease not
+    ended naming it), checked on a fresh read, the disable guarded by the Exporter's
+    resourceVersion (lease safety, docs/pool-semantics.md).
   - When that would leave a set with no enabled Exporter, its dormant Exporter (no backend,
     never Online) is created first, so the Jumpstarter controller keeps leases for the set
     waiting instead of ending them.
@@ -168,12 +170,20 @@ def main():
             if applier.create(k8s_objects.exporter_manifest(
                     exporter_set, entry, constants.PROVISIONER_QEMU_BAREMETAL)):
                 dormant.append(entry["name"])
-        for name in to_disable:
-            changed = True
-            if not module.check_mode:
-                custom.patch_namespaced_custom_object(
-                    k8s_status.EXPORTER_GROUP, k8s_status.EXPORTER_VERSION, namespace,
-                    k8s_status.EXPORTER_PLURAL, name, {"spec": {"enabled": False}})
+        # Lease safety (lease_safety.py), on a fresh read: disabled only while
+        # unleased from both sides, with its resourceVersion as precondition;
+        # removed only once seen disabled and unleased. The others wait for
+        # their lease to end, as leased ones do.
+        safety = k8s_apply.PlanApplier(api, exporter_set, check_mode=module.check_mode)
+        for name in list(remove):
+            if name in to_disable:
+                done = safety.disable(name)
+                changed = changed or done
+            else:
+                done = safety.safe_to_act(name) is not None
+            if not done:
+                remove.remove(name)
+                leased.append(name)
         changed = changed or bool(dormant)
         sets.append({
             "exporterset": exporter_set,
