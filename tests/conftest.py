@@ -74,3 +74,13 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "lab_hosts" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.xdist_group("labhosts"))
+
+
+def pytest_sessionfinish(session, exitstatus):
+    # The xdist controller (a run with workers) takes the lab hosts down once
+    # every worker is done; a plain run does so in the lab_hosts fixture.
+    if session.config.pluginmanager.hasplugin("xdist") and getattr(session.config.option, "numprocesses", None) \
+            and not hasattr(session.config, "workerinput"):
+        from labhosts import lab_down
+
+        lab_down()
