@@ -56,6 +56,9 @@ def make_lease(custom, namespace, name, exporter):
                   "duration": "1h"}})
 
 
+HOLD = "test.virtualtarget.jumpstarter.dev/hold"
+
+
 def make_secret(core, namespace, name, owners):
     return core.create_namespaced_secret(namespace, client.V1Secret(
         metadata=client.V1ObjectMeta(name=name, owner_references=owners),
@@ -117,15 +120,22 @@ def test_a_stale_credential_keeps_its_name_from_a_new_exporter(api, namespace):
     core = client.CoreV1Api(api)
     stale = [client.V1OwnerReference(api_version="jumpstarter.dev/v1alpha1", kind="Exporter",
                                      name="pool-0", uid="a-deleted-uid")]
-    make_secret(core, namespace, "pool-0-exporter", stale)
+    # The garbage collector removes a Secret whose owner is gone at a moment
+    # of its choosing; a finalizer holds it here until the first apply ran.
+    secret = make_secret(core, namespace, "pool-0-exporter", stale)
+    core.patch_namespaced_secret("pool-0-exporter", namespace,
+                                 {"metadata": {"finalizers": [HOLD],
+                                               "resourceVersion": secret.metadata.resource_version}})
     entry = {"name": "pool-0", "labels": {}, "annotations": {}}
 
     first = k8s_apply.PlanApplier(api, the_set(namespace))
     first.apply_plan({"create": [entry]}, QEMU)
     assert first.result["blocked"] == ["pool-0"] and first.result["created"] == []
     assert gone(custom.get_namespaced_custom_object, *JUMPSTARTER, namespace, "exporters", "pool-0")
-    # Nobody alive owned it, so it went; the next reconcile may take the name.
-    assert gone(core.read_namespaced_secret, "pool-0-exporter", namespace)
+    # Nobody alive owned it, so it goes; the next reconcile may take the name.
+    core.patch_namespaced_secret("pool-0-exporter", namespace, {"metadata": {"finalizers": None}})
+    wait_for(lambda: gone(core.read_namespaced_secret, "pool-0-exporter", namespace), timeout=60,
+             message="the stale Secret collected")
     second = k8s_apply.PlanApplier(api, the_set(namespace))
     second.apply_plan({"create": [entry]}, QEMU)
     assert second.result["created"] == ["pool-0"]

@@ -326,9 +326,18 @@ def test_printer_columns_short_names_and_category(testbed, custom, namespace):
     assert header.split() == ["NAME", "REPLICAS", "READY", "AVAILABLE", "LEASED", "CLASS", "AGE"]
     assert row.split()[:6] == ["pool", "6", "5", "2", "3", "qemu-rpi4"]
 
+    custom.patch_namespaced_custom_object_status(
+        GROUP, VERSION, namespace, "virtualtargetclasses", "qemu-rpi4",
+        {"status": {"sets": ["pool"], "setCount": 1, "conditions": [
+            {"type": "Valid", "status": "True", "reason": "Valid", "message": "",
+             "lastTransitionTime": "2026-01-01T00:00:00Z"}]}},
+    )
     header, row = kubectl(testbed, "get", "vtc", "-n", namespace).splitlines()
-    assert header.split() == ["NAME", "PROVISIONER", "BINDING", "AGE"]
-    assert row.split()[:3] == ["qemu-rpi4", "qemu.jumpstarter.dev", "WaitForFirstConsumer"]
+    assert header.split() == ["NAME", "PROVISIONER", "SETS", "VALID", "AGE"]
+    assert row.split()[:4] == ["qemu-rpi4", "qemu.jumpstarter.dev", "1", "True"]
+    header, row = kubectl(testbed, "get", "vtc", "-n", namespace, "-o", "wide").splitlines()
+    assert header.split() == ["NAME", "PROVISIONER", "SETS", "VALID", "BINDING", "RECLAIM", "AGE"]
+    assert row.split()[4] == "WaitForFirstConsumer"
 
     assert (
         kubectl(testbed, "get", "exset", "-n", namespace, "-o", "name")
