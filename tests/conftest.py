@@ -68,19 +68,11 @@ def pytest_runtest_makereport(item, call):
     return report
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    # The lab hosts are machine-wide network namespaces: with xdist
-    # (`--dist loadgroup`) every test that uses them runs on one worker.
+    # Every test on the lab hosts (machine-wide network namespaces) carries
+    # the `labhosts` mark, before `-m` selects: scripts/test runs those in one
+    # process and the rest in another, side by side.
     for item in items:
         if "lab_hosts" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.xdist_group("labhosts"))
-
-
-def pytest_sessionfinish(session, exitstatus):
-    # The xdist controller (a run with workers) takes the lab hosts down once
-    # every worker is done; a plain run does so in the lab_hosts fixture.
-    if session.config.pluginmanager.hasplugin("xdist") and getattr(session.config.option, "numprocesses", None) \
-            and not hasattr(session.config, "workerinput"):
-        from labhosts import lab_down
-
-        lab_down()
+            item.add_marker(pytest.mark.labhosts)

@@ -45,16 +45,19 @@ def guest_images(server):
     return {"url": kernel_url, "digest": kernel_digest}, {"url": initrd_url, "digest": initrd_digest}
 
 
-def qemu_running_for(name):
-    """Pids of QEMU processes started for the instance ``name`` (its ``-name`` argument)."""
+def qemu_running_for(namespace, name):
+    """Pids of QEMU processes started for the instance ``name`` of ``namespace``
+    (its ``-name`` argument and its instance directory: other tests may run a
+    ``pool-0`` of their own at the same time)."""
     pids = []
+    instance = f"/instances/{namespace}.{name}/".encode()
     for proc in Path("/proc").iterdir():
         try:
             argv = (proc / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
         if argv and argv[0].endswith(b"qemu-system-x86_64") and b"-name" in argv:
-            if argv[argv.index(b"-name") + 1] == name.encode():
+            if argv[argv.index(b"-name") + 1] == name.encode() and any(instance in arg for arg in argv):
                 pids.append(int(proc.name))
     return pids
 
@@ -98,7 +101,7 @@ def test_images_by_url_are_verified_cached_and_shared_on_the_host(testbed, names
         assert not (directory / service / "supervise.pid").exists()
         assert not (directory / service / "pid").exists()
     assert not (directory / "kernel").exists()
-    assert qemu_running_for("pool-2") == []
+    assert qemu_running_for(namespace, "pool-2") == []
     assert server.gets["/guest/vmlinuz"] == 2
     # It stays refused without fetching again until the instance is replaced.
     again, _ = bed.run("provision", ["pool-2"])
@@ -115,7 +118,7 @@ def test_images_by_url_are_verified_cached_and_shared_on_the_host(testbed, names
     state = results[HOST]["instances"]["pool-3"]
     assert (state["phase"], state["reason"]) == ("Failed", "ImageUnavailable")
     assert state["message"].startswith(f"{closed}: cannot be fetched: ")
-    assert qemu_running_for("pool-3") == []
+    assert qemu_running_for(namespace, "pool-3") == []
     bed.run("remove", ["pool-3"])
 
 
@@ -172,7 +175,7 @@ def test_wrong_digest_is_a_replica_failure_on_the_set(api, namespace, standin, o
     assert {e.reason for e in warnings} & {"ReplicaFailed", "ReplicaFailure"}, warnings
     # Nothing booted: no QEMU for any of the set's Exporters, and the wrong image stayed out of the cache.
     assert not any(p for name in [e["metadata"]["name"] for e in standin.exporters()]
-                   for p in qemu_running_for(name))
+                   for p in qemu_running_for(namespace, name))
     assert not (lab.work_dir(HOST) / "image-cache" / "sha256" / WRONG.split(":")[1]).exists()
     # One refused instance, then the pool backs off instead of fetching again and again.
     assert server.gets["/guest/vmlinuz"] == 1

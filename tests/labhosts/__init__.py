@@ -128,10 +128,10 @@ def lab_hosts():
     lab.playbook(ROOT / "playbooks" / "lab_bootstrap.yml", lab.bootstrap_vars(), "--forks", "1")
     lab.install_guest()
     yield lab
-    # Under xdist the other workers' stand-ins may still advertise 10.213.0.1
-    # (the lab bridge): the controlling process takes the hosts down at the
-    # very end instead (tests/conftest.py).
-    if not os.environ.get("PYTEST_XDIST_WORKER"):
+    # scripts/test runs the other tests beside this process; their stand-ins
+    # may still advertise 10.213.0.1 (the lab bridge), so it takes the hosts
+    # down itself once both are done.
+    if not os.environ.get("JVE_KEEP_LAB_HOSTS"):
         lab_down()
 
 
