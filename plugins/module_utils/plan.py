@@ -266,28 +266,30 @@ def scale_plan(exporter_set, virtual_target_class, exporters, pending_leases, no
     # retiring), a later one, that sees it disabled and still unleased,
     # deletes or resets it.
     retire = []  # (member, why): enabled, to disable first
+
+    def depart(member, why):
+        """The member goes (or, with InPlaceReuse, is reset): disabled first,
+        removed or reset once seen disabled."""
+        if member.enabled:
+            retire.append((member, why))
+        elif why == c.RECYCLE_IN_PLACE_REUSE:
+            recycling.append(member)
+        else:
+            builder.remove(member.exporter, why)
+            leaving.add(member.name)
+
     for member in members:
         retiring = member.annotations.get(c.ANNOTATION_RETIRING)
         if not member.enabled and not retiring and c.ANNOTATION_SCALE_DOWN not in member.annotations:
             held.append(member)
             continue
         if retiring:
-            if member.enabled:
-                retire.append((member, retiring))
-            elif retiring == c.RECYCLE_IN_PLACE_REUSE:
-                recycling.append(member)
-            else:
-                builder.remove(member.exporter, retiring)
-                leaving.add(member.name)
+            depart(member, retiring)
             continue
         failure = _failure_of(member, now, options, builder)
         if failure is not None:
             failed.append((member, *failure))
-            if member.enabled:
-                retire.append((member, failure[0]))
-            else:
-                builder.remove(member.exporter, failure[0])
-                leaving.add(member.name)
+            depart(member, failure[0])
             continue
         ended = lease_view.lease_to_recycle(member.exporter,
                                             member.annotations.get(c.ANNOTATION_REUSED_AFTER))
@@ -299,13 +301,7 @@ def scale_plan(exporter_set, virtual_target_class, exporters, pending_leases, no
                           + ("resetting in place (InPlaceReuse)" if why == c.RECYCLE_IN_PLACE_REUSE
                              else "replacing the exporter (ExitAndReplace)"),
                           member.name)
-            if member.enabled:
-                retire.append((member, why))
-            elif why == c.RECYCLE_IN_PLACE_REUSE:
-                recycling.append(member)
-            else:
-                builder.remove(member.exporter, why)
-                leaving.add(member.name)
+            depart(member, why)
             continue
         member.rank = _rank(member)
         if not member.enabled:
