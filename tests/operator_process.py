@@ -290,3 +290,15 @@ class OperatorProcess:
             return "\n".join(self.log_path.read_text().splitlines()[-lines:])
         except OSError:
             return "(no log)"
+
+
+def leader_and_standby(first: OperatorProcess, second: OperatorProcess) -> tuple[OperatorProcess, OperatorProcess]:
+    """Two operators of one leader election: waits until both serve /readyz
+    (caches synced, leader or not) and one of them leads; returns (leader,
+    standby)."""
+    from jumpstarter_standin import wait_for
+
+    first.wait_ready()
+    second.wait_ready()
+    leader = wait_for(lambda: next((p for p in (first, second) if p.leads()), None), message="a leader")
+    return leader, (second if leader is first else first)

@@ -15,7 +15,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils impo
 from jumpstarter_standin import JumpstarterStandIn, wait_for
 from jumpstarter_standin.pytest_plugin import serve_namespace
 from kubernetes import client
-from operator_process import OperatorProcess
+from operator_process import OperatorProcess, leader_and_standby
 from pool_helpers import (
     GROUP,
     SET_LABEL,
@@ -291,10 +291,7 @@ def test_only_the_leader_acts(testbed, api, namespace, standin, tmp_path):
     try:
         # Both serve /readyz once their caches are synced, leader or not: a
         # Deployment's rolling update waits on exactly that.
-        first.wait_ready()
-        second.wait_ready()
-        leader = wait_for(lambda: next((p for p in (first, second) if p.leads()), None), message="a leader")
-        follower = second if leader is first else first
+        leader, follower = leader_and_standby(first, second)
         settle_pool(standin, 1, custom, namespace)
         assert follower.metric("jumpstarter_exporterset_reconciles_total") == 0
         assert not follower.leads()

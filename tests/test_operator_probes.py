@@ -13,7 +13,7 @@ from pathlib import Path
 import yaml
 from jumpstarter_standin import wait_for
 from kubernetes import client, watch
-from operator_process import ROOT, OperatorProcess
+from operator_process import ROOT, OperatorProcess, leader_and_standby
 from pool_helpers import GROUP, make_class, make_set, settle_pool
 
 ELECTION = ("--leader-elect", "--leader-election-id", "pool-operator")
@@ -185,10 +185,7 @@ def test_a_stopped_leader_releases_its_lease_and_the_standby_takes_over_at_once(
             holders.append(f"watch failed: {exc}")
 
     try:
-        first.wait_ready()
-        second.wait_ready()
-        leader = wait_for(lambda: next((p for p in (first, second) if p.leads()), None), message="a leader")
-        standby = second if leader is first else first
+        leader, standby = leader_and_standby(first, second)
         settle_pool(standin, 1, custom, namespace)
         threading.Thread(target=record, daemon=True).start()
         wait_for(lambda: holders and holders[-1].endswith(f"_{leader.proc.pid}"), message="the watch sees the leader")
