@@ -82,8 +82,16 @@ def test_lost_host_is_offline_then_failed_and_replaced_elsewhere():
     report["hosts"]["lab1"]["unreachableSince"] = "2030-01-01T00:08:30Z"
     exporter_set, observed = objects(report, pool)
     plan = k8s_observe.plan_for(exporter_set, observed)
-    assert [d["name"] for d in plan["delete"]] == ["pool-0"]
+    # Lease safety: the lost instance's Exporter is disabled first (retiring) ...
+    assert plan["delete"] == [] and plan["disable"] == ["pool-0"]
+    assert plan["exporter_annotations"]["pool-0"]["virtualtarget.jumpstarter.dev/retiring"] == "Failed"
     assert any("host lab1 unreachable since" in e["message"] for e in plan["events"])
+    # ... and deleted by the plan that sees it disabled and unleased.
+    pool[0]["spec"]["enabled"] = False
+    pool[0]["metadata"]["annotations"].update(plan["exporter_annotations"]["pool-0"])
+    exporter_set, observed = objects(report, pool)
+    plan = k8s_observe.plan_for(exporter_set, observed)
+    assert [d["name"] for d in plan["delete"]] == ["pool-0"] and plan["disable"] == []
     # The replacement waits for the failure backoff; its slot is on the host that answers.
     assert observed["lab"].place(["pool-2", "pool-3"]) == {"pool-2": "lab2"}
 
