@@ -59,9 +59,9 @@ def make_lease(custom, namespace, name, exporter):
 HOLD = "test.virtualtarget.jumpstarter.dev/hold"
 
 
-def make_secret(core, namespace, name, owners):
+def make_secret(core, namespace, name, owners, finalizers=None):
     return core.create_namespaced_secret(namespace, client.V1Secret(
-        metadata=client.V1ObjectMeta(name=name, owner_references=owners),
+        metadata=client.V1ObjectMeta(name=name, owner_references=owners, finalizers=finalizers),
         string_data={"token": "issued"}))
 
 
@@ -121,11 +121,9 @@ def test_a_stale_credential_keeps_its_name_from_a_new_exporter(api, namespace):
     stale = [client.V1OwnerReference(api_version="jumpstarter.dev/v1alpha1", kind="Exporter",
                                      name="pool-0", uid="a-deleted-uid")]
     # The garbage collector removes a Secret whose owner is gone at a moment
-    # of its choosing; a finalizer holds it here until the first apply ran.
-    secret = make_secret(core, namespace, "pool-0-exporter", stale)
-    core.patch_namespaced_secret("pool-0-exporter", namespace,
-                                 {"metadata": {"finalizers": [HOLD],
-                                               "resourceVersion": secret.metadata.resource_version}})
+    # of its choosing; a finalizer, set at creation, holds it here until the
+    # first apply ran.
+    make_secret(core, namespace, "pool-0-exporter", stale, finalizers=[HOLD])
     entry = {"name": "pool-0", "labels": {}, "annotations": {}}
 
     first = k8s_apply.PlanApplier(api, the_set(namespace))
