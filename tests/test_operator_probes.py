@@ -95,7 +95,7 @@ def test_not_ready_before_the_caches_sync_then_ready_without_leading(testbed, na
 
         proxy.open()
         wait_for(_probe_is(proc, "/readyz", 200), timeout=90, message="/readyz ready once synced")
-        wait_for(_probe_is(proc, "/healthz", 200), timeout=30, message="/healthz healthy again")
+        wait_for(_probe_is(proc, "/healthz", 200), timeout=90, message="/healthz healthy again")
     finally:
         proc.stop()
         proxy.close()

@@ -29,6 +29,13 @@ RBAC = ROOT / "config" / "rbac"
 ROLE_FILES = ("role.yaml", "pool_role.yaml", "leader_election_role.yaml")
 
 # Grants this run cannot show in the audit log, each with why it is kept.
+# Grants whose use in this run depends on timing: they are neither required
+# to be used nor to go unused.
+TIMING = {
+    # A repeated Event (same object, reason and message) bumps the count of
+    # the existing one; whether a message recurs within the run is timing.
+    ("", "events", "update"): "Event repeat within the run",
+}
 UNREACHED = {
     # The OwnerReferencesPermissionEnforcement admission plugin (on in
     # OpenShift, off in the bed) checks `update` on the owner's finalizers
@@ -136,7 +143,7 @@ def test_every_grant_is_used_and_nothing_is_refused(testbed_factory, tmp_path):
     grants = granted()
     print("used:", *sorted(used), sep="\n  ")
     assert used - grants == set()
-    unused = grants - used - set(UNREACHED)
+    unused = grants - used - set(UNREACHED) - set(TIMING)
     assert unused == set(), f"granted but never used: {sorted(unused)}"
     # An UNREACHED entry that the run did reach belongs in the check above.
     assert set(UNREACHED) & used == set()
