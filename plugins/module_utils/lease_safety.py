@@ -116,9 +116,13 @@ class LeaseView:
             bucket = self.ended if lease_ended(lease) else self.active
             bucket.setdefault(name, []).append(lease)
 
+    def active_holders(self, name):
+        """Names of the Leases not ended that name the Exporter ``name``, sorted."""
+        return sorted({lease["metadata"]["name"] for lease in self.active.get(name, ())})
+
     def holders(self, exporter):
         """Names of the leases holding ``exporter`` from either side, sorted; empty when free."""
-        names = {lease["metadata"]["name"] for lease in self.active.get(exporter["metadata"]["name"], ())}
+        names = set(self.active_holders(exporter["metadata"]["name"]))
         lease_ref = read_exporter(exporter)[4]
         if lease_ref:
             names.add(lease_ref)

@@ -190,7 +190,7 @@ def scale_plan(exporter_set, virtual_target_class, exporters, pending_leases, no
         if terminating:
             continue
         # Leased from either side: its leaseRef, or a Lease naming it.
-        lease = lease or next(iter(lease_view.holders(exporter)), None)
+        lease = lease or next(iter(lease_view.active_holders(name)), None)
         annotations = exporter["metadata"].get("annotations") or {}
         if c.ANNOTATION_DORMANT in annotations:
             dormant.append((exporter, lease is not None))
