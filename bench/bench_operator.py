@@ -102,7 +102,7 @@ class ExporterWatch:
 
 def plan_now(api, namespace, name="pool"):
     """What the operator would plan right now, read from the API (for a failure report)."""
-    from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import k8s_observe
+    from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import observe as k8s_observe
     from ansible_collections.jumpstarter.virtual_exporters.plugins.modules.exporterset_info import read_namespace
 
     objects = read_namespace(api, namespace)
@@ -206,7 +206,7 @@ def bench_fill_burst_shrink(bed, api, workdir, controller, fill):
 
 def bench_noop_reconcile(rounds=2000):
     """CPU per no-op reconcile, on the operator's own code with an in-memory cache."""
-    from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.plan import scale_plan
+    from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.plan import scale_plan
     from exporterset_operator.metrics import Metrics
     from exporterset_operator.reconciler import Reconciler
 

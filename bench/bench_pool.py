@@ -8,13 +8,11 @@ import gc
 import statistics
 import time
 
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (
-    constants as c,
-)
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.merge import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants as c
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.merge import (
     deep_merge,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.plan import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.plan import (
     scale_plan,
 )
 

@@ -15,7 +15,7 @@ import os
 import tempfile
 import time
 
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import qemu_qmp
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu import qmp as qemu_qmp
 from jumpstarter_standin import wait_for
 from kubernetes import client
 from pool_helpers import GROUP, condition, get_set, make_class, make_set

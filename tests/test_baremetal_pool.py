@@ -2,10 +2,10 @@
 
 import json
 
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (
-    baremetal_pool,
-    k8s_observe,
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.baremetal import (
+    pool as baremetal_pool,
 )
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import observe as k8s_observe
 
 HOST = "virtualtarget.jumpstarter.dev/host"
 NOW = "2030-01-01T00:10:00Z"
@@ -155,7 +155,9 @@ def test_unprovisioned_and_probe_timing():
 
 
 def test_a_probe_that_only_sees_the_same_hosts_again_is_no_change():
-    from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import baremetal_pool
+    from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.baremetal import (
+        pool as baremetal_pool,
+    )
 
     results = {"lab1": {"instances": {"pool-0": {"phase": "Running"}}}}
     first = baremetal_pool.next_report({}, results, "2026-11-21T08:00:00Z")

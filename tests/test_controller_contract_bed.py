@@ -11,10 +11,8 @@ import subprocess
 import time
 
 import pytest
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (
-    controller_ca,
-    k8s_apply,
-)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import apply as k8s_apply
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import controller_ca
 from jumpstarter_standin import wait_for
 from kubernetes import client
 from kubernetes.client.rest import ApiException

@@ -28,7 +28,7 @@ import jinja2
 import pytest
 import yaml
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.parameters import validate_parameters
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.parameters import validate_parameters
 from ansible_play import ansible_env
 from exporterset_operator.metrics import Metrics
 from jumpstarter_standin import wait_for

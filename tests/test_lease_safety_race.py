@@ -23,7 +23,8 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants, lease_safety
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import lease_safety
 from jumpstarter_standin import LEASE_ENDED_LABEL, wait_for
 from kubernetes import client, watch
 from pool_helpers import GROUP, SET_LABEL, make_class, make_set, settle_pool

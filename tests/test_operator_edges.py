@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import yaml
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import k8s_status
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import status as k8s_status
 from exporterset_operator.__main__ import playbook_env
 from exporterset_operator.controller import Controller
 from exporterset_operator.metrics import Metrics

@@ -11,7 +11,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import k8s_status
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import status as k8s_status
 from jumpstarter_standin import JumpstarterStandIn, wait_for
 from jumpstarter_standin.pytest_plugin import serve_namespace
 from kubernetes import client

@@ -13,10 +13,10 @@ import re
 import time
 
 import pytest
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.exporter_config import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.exporter_config import (
     qemu_driver_overrides,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu_qmp import vm_status
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu.qmp import vm_status
 from jumpstarter.common.utils import serve
 from jumpstarter_driver_virtual_qemu.driver import VirtualQemu
 from qemu_vm import GUEST_BANNER, GUEST_DIR, guest_parameters, running_vm

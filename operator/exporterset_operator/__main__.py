@@ -11,7 +11,7 @@ import sys
 import threading
 from pathlib import Path
 
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s_client import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.client import (
     api_client as load_client,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.timeutil import (
@@ -36,9 +36,9 @@ SHUTDOWN_GRACE_SECONDS = 20.0
 
 def _collection_root() -> Path:
     """The collection the pool logic is imported from: its playbooks run too."""
-    from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import k8s_observe
+    from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import observe as k8s_observe
 
-    return Path(k8s_observe.__file__).resolve().parents[2]
+    return Path(k8s_observe.__file__).resolve().parents[3]
 
 
 def duration(value: str) -> float:

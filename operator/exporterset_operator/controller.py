@@ -7,11 +7,9 @@ import logging
 import threading
 import time
 
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (
-    constants,
-    k8s_objects,
-)
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.selectors import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import objects as k8s_objects
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.selectors import (
     selector_matches,
 )
 

@@ -15,16 +15,14 @@ import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (
-    class_status,
-    constants,
-    controller_ca,
-    k8s_apply,
-    k8s_objects,
-    k8s_observe,
-    k8s_status,
-)
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.selectors import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import apply as k8s_apply
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import controller_ca
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import objects as k8s_objects
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import observe as k8s_observe
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import status as k8s_status
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import class_status
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.selectors import (
     selector_matches,
 )
 from kubernetes.client.rest import ApiException

@@ -1,19 +1,19 @@
 """Filters that expose the pool logic of plugins/module_utils to playbooks."""
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.demand import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.demand import (
     attribute_lease_demand,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.merge import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.merge import (
     deep_merge,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.parameters import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.parameters import (
     validate_parameters,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.plan import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.plan import (
     scale_plan,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.status import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.status import (
     pool_status,
 )
 

@@ -76,21 +76,20 @@ sets:
   elements: dict
 """
 
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (
-    baremetal_pool,
-    constants,
-    k8s_apply,
-    k8s_objects,
-    k8s_status,
-    plan,
-    set_overrides,
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.baremetal import (
+    pool as baremetal_pool,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.exporter_state import (
-    read_exporter,
-)
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s_client import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import apply as k8s_apply
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import objects as k8s_objects
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import status as k8s_status
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.client import (
     k8s_module,
     module_api_client,
+)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import plan, set_overrides
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.exporter_state import (
+    read_exporter,
 )
 
 

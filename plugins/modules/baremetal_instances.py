@@ -151,13 +151,11 @@ import subprocess
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (
-    baremetal,
-    constants,
-    image_fetch,
-    qemu_argv,
-    qemu_qmp,
-)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.baremetal import hosts as baremetal
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu import argv as qemu_argv
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu import images as image_fetch
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu import qmp as qemu_qmp
 
 OWNER_FILE = "instance.json"
 # Why the instance's images could not be used (image_fetch.ImageError.as_dict).

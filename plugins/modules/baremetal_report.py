@@ -76,11 +76,11 @@ written:
 
 from datetime import UTC, datetime
 
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (
-    baremetal_pool,
-    k8s_status,
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.baremetal import (
+    pool as baremetal_pool,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s_client import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import status as k8s_status
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.client import (
     k8s_module,
     module_api_client,
 )

@@ -128,14 +128,13 @@ import copy
 import os
 from datetime import UTC, datetime
 
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (
-    baremetal,
-    baremetal_pool,
-    constants,
-    credentials,
-    exporter_config,
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.baremetal import hosts as baremetal
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.baremetal import (
+    pool as baremetal_pool,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s_client import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import credentials, exporter_config
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.client import (
     k8s_module,
     module_api_client,
 )

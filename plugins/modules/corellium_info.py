@@ -111,9 +111,7 @@ corellium_error:
 
 # Imports follow the documentation blocks, as Ansible modules lay them out.
 from ansible.module_utils.basic import AnsibleModule, env_fallback  # noqa: E402
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (  # noqa: E402
-    corellium_client,
-)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.corellium import client as corellium_client  # noqa: E402
 
 INSTANCE_FIELDS = ("id", "name", "project", "flavor", "os", "state")
 

@@ -191,11 +191,9 @@ set_changes:
 from datetime import UTC, datetime  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule, env_fallback  # noqa: E402
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (  # noqa: E402
-    backend_refusal,
-    corellium_client,
-    k8s_pod,
-)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.corellium import client as corellium_client  # noqa: E402
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import pod as k8s_pod  # noqa: E402
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import backend_refusal  # noqa: E402
 
 ABSENT = corellium_client.ABSENT
 SETTLED_STATES = ("on", "off", "paused")

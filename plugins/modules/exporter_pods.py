@@ -117,12 +117,10 @@ waiting:
   elements: str
 """
 
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (
-    credentials,
-    k8s_objects,
-    k8s_pod,
-)
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s_client import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import credentials
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import objects as k8s_objects
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import pod as k8s_pod
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.client import (
     k8s_module,
     module_api_client,
 )

@@ -157,12 +157,12 @@ events:
   type: int
 """
 
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import k8s_status
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s_apply import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import status as k8s_status
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.apply import (
     ApplyError,
     PlanApplier,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s_client import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.client import (
     k8s_module,
     module_api_client,
 )

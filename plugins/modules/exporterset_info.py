@@ -15,7 +15,7 @@ description:
     the playbook run by hand does exactly what the operator would do.
   - When the reconcile is about to make backends, reads the Jumpstarter controller's
     CA from its ConfigMap (by name, as the operator does; see
-    C(plugins/module_utils/controller_ca.py)); an unavailable CA shows in the plan's
+    C(plugins/module_utils/k8s/controller_ca.py)); an unavailable CA shows in the plan's
     C(Degraded) condition and no backend is made.
 author:
   - Jumpstarter virtual exporters maintainers (@jumpstarter-dev)
@@ -77,12 +77,10 @@ variables:
 
 from datetime import UTC, datetime
 
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (
-    constants,
-    controller_ca,
-    k8s_observe,
-)
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s_client import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import controller_ca
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import observe as k8s_observe
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.client import (
     k8s_module,
     module_api_client,
 )

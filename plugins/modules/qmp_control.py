@@ -93,7 +93,7 @@ before:
 """
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu_qmp import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu.qmp import (
     COMMANDS,
     DEFAULT_TIMEOUT,
     QMP_IMPORT_ERROR,

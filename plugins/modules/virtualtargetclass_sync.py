@@ -9,7 +9,7 @@ short_description: Keep a VirtualTargetClass's in-use finalizer and status
 version_added: 0.1.0
 description:
   - Reads a VirtualTargetClass and the ExporterSets of its namespace, and
-    writes what the operator writes for it (C(plugins/module_utils/class_status.py)),
+    writes what the operator writes for it (C(plugins/module_utils/pool/class_status.py)),
     so the reconcile playbook run by hand treats classes as the operator does.
   - While any ExporterSet names the class (one being deleted included) the
     class carries the finalizer C(virtualtarget.jumpstarter.dev/in-use); once
@@ -90,11 +90,11 @@ status:
 
 from datetime import UTC, datetime
 
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import class_status
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s_client import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.client import (
     k8s_module,
     module_api_client,
 )
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import class_status
 
 
 def main():

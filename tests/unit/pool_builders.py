@@ -2,9 +2,7 @@
 
 from datetime import timedelta
 
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (
-    constants as c,
-)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants as c
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.timeutil import (
     format_time,
     parse_time,

@@ -4,9 +4,7 @@ import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (
-    backend_refusal as refusal_log,
-)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import backend_refusal as refusal_log
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.timeutil import (
     parse_time,
 )

@@ -2,11 +2,9 @@
 set says about a class it cannot use or that is being deleted (plan.py)."""
 
 import pytest
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (
-    class_status,
-)
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants as c
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.plan import scale_plan
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import class_status
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.plan import scale_plan
 from pool_builders import NOW, at, exporter, exporter_set, target_class
 
 KNOWN = "corellium.jumpstarter.dev, qemu-baremetal.jumpstarter.dev, qemu.jumpstarter.dev"

@@ -1,14 +1,12 @@
 import pytest
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (
-    constants as c,
-)
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.demand import (
-    attribute_lease_demand,
-    is_pending_lease,
-)
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.placement import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants as c
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.baremetal.placement import (
     capacity_for,
     place_instances,
+)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.demand import (
+    attribute_lease_demand,
+    is_pending_lease,
 )
 from pool_builders import NOW, at, exporter, exporter_set, lease
 

@@ -5,7 +5,7 @@ import os
 
 import pytest
 import yaml
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.exporter_config import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.exporter_config import (
     VIRTUAL_QEMU_DRIVER_TYPE,
     exits_on_lease_end,
     qemu_driver_overrides,

@@ -1,10 +1,8 @@
 """An instance whose image digest is wrong is a ReplicaFailure at once (a retry
 fetches the same wrong image); an unreachable url counts like any failure."""
 
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (
-    constants as c,
-)
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.plan import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants as c
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.plan import (
     scale_plan,
 )
 from pool_builders import NOW, exporter, exporter_set, target_class

@@ -5,12 +5,12 @@ server's side, a server-side dry-run of each example, is in
 tests/test_crds.py.)"""
 
 import pytest
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.parameters import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.parameters import (
     PROVISIONER_SCHEMAS,
     guest_arch,
     validate_parameters,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.set_overrides import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.set_overrides import (
     resolve,
 )
 from jep_examples import class_for, jep_examples, require_jep

@@ -4,10 +4,8 @@ preconditions, what goes with an Exporter, names blocked by a stale credential."
 import copy
 
 import pytest
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (
-    constants as c,
-)
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import k8s_apply
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants as c
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import apply as k8s_apply
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 

@@ -3,8 +3,8 @@
 import json
 
 import pytest
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import k8s_pod
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.merge import merge_images
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import pod as k8s_pod
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.merge import merge_images
 
 TOKEN = "s3cr3t-token-value"
 

@@ -1,7 +1,7 @@
 import copy
 
 import pytest
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.merge import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.merge import (
     deep_merge,
     merge_images,
 )

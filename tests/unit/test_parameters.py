@@ -1,6 +1,5 @@
 import pytest
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import qemu_argv
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.parameters import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.parameters import (
     DEFAULT_MEMORY,
     PROVISIONER_SCHEMAS,
     describe_parameters,
@@ -8,6 +7,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.para
     guest_memory,
     validate_parameters,
 )
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu import argv as qemu_argv
 
 QEMU = "qemu.jumpstarter.dev"
 BAREMETAL = "qemu-baremetal.jumpstarter.dev"

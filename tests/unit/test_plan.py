@@ -2,10 +2,8 @@ import json
 import random
 
 import pytest
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (
-    constants as c,
-)
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.plan import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants as c
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.plan import (
     scale_plan,
 )
 from pool_builders import NOW, SET_NAME, at, exporter, exporter_set, lease, target_class

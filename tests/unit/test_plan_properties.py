@@ -10,18 +10,16 @@ fail, and time passes.
 import copy
 from datetime import timedelta
 
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (
-    constants as c,
-)
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.demand import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants as c
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.demand import (
     attribute_lease_demand,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.exporter_state import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.exporter_state import (
     is_available,
     is_ready,
     read_exporter,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.lease_safety import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.lease_safety import (
     LEASE_ENDED_LABEL,
     LeaseView,
     assigned_exporter,
@@ -30,7 +28,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.leas
     parse_ended_key,
     served_by,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.plan import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.plan import (
     scale_plan,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.timeutil import (

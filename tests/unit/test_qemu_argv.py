@@ -1,7 +1,7 @@
 """The QEMU command line, option by option, and the disk creation command."""
 
 import pytest
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu_argv import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu.argv import (
     disk_create_argv,
     qemu_argv,
     runtime_files,

@@ -2,12 +2,12 @@ from datetime import UTC, datetime
 from decimal import Decimal
 
 import pytest
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.quantity import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.quantity import (
     is_quantity,
     parse_quantity,
     quantity_to_bytes,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.selectors import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.selectors import (
     selector_matches,
     selector_to_string,
 )

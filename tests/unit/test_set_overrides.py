@@ -7,20 +7,16 @@ reconcile hands the provisioner entry points (``k8s_observe``).
 import copy
 
 import pytest
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (
-    constants as c,
-)
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (
-    k8s_observe,
-)
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.merge import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants as c
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import observe as k8s_observe
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.merge import (
     deep_merge,
     merge_images,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.plan import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.plan import (
     scale_plan,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.set_overrides import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.set_overrides import (
     resolve,
 )
 from hypothesis import given, settings

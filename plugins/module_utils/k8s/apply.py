@@ -28,14 +28,12 @@ A new Exporter is not created while a credential Secret of its name is in
 the way (``credentials``): the name counts as taken for this reconcile.
 """
 
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (
-    constants,
-    credentials,
-    k8s_objects,
-    k8s_pod,
-    k8s_status,
-    lease_safety,
-)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import credentials
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import objects as k8s_objects
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import pod as k8s_pod
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import status as k8s_status
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import lease_safety
 
 EXPORTER = ("jumpstarter.dev", "v1alpha1", "exporters")
 LEASE = ("jumpstarter.dev", "v1alpha1", "leases")

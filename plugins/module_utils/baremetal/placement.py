@@ -10,7 +10,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.cons
     LABEL_HOST,
     REASON_NO_FREE_SLOTS,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.exporter_state import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.exporter_state import (
     is_terminating,
 )
 

@@ -7,10 +7,8 @@ backend that serves it.
 
 import re
 
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (
-    constants,
-    image_fetch,
-)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu import images as image_fetch
 
 EXPORTER_API_VERSION = "jumpstarter.dev/v1alpha1"
 EXPORTERSET_API_VERSION = constants.GROUP + "/v1alpha1"

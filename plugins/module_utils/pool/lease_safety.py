@@ -10,7 +10,7 @@ Lease first (``status.exporterRef``) and on the Exporter later
 * a Lease that has not ended names it in ``status.exporterRef``.
 
 The rule, applied by the planner (``plan.py``) on what it observed and by
-the writers (``k8s_apply.py``) on a fresh read just before each write:
+the writers (``k8s/apply.py``) on a fresh read just before each write:
 
 1. An Exporter is disabled (``spec.enabled: false``; the controller assigns
    no new lease to a disabled Exporter) only while it is unleased from both
@@ -28,7 +28,7 @@ has it (its UID) as owner or, without an Exporter owner (orphaned when a
 namesake was deleted), began after the Exporter was created.
 """
 
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.exporter_state import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.exporter_state import (
     read_exporter,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.timeutil import (

@@ -19,7 +19,7 @@ import json
 from datetime import timedelta
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.status import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.status import (
     merge_condition,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.timeutil import (

@@ -4,10 +4,10 @@ Conditions keep their ``lastTransitionTime`` while their status does not
 change, as metav1.Condition consumers expect.
 """
 
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.exporter_state import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.exporter_state import (
     read_exporter,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.selectors import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.selectors import (
     selector_to_string,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.timeutil import (

@@ -20,13 +20,11 @@ the config Secret.
 
 import json
 
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (
-    constants,
-    exporter_config,
-    image_fetch,
-    k8s_objects,
-    qemu_argv,
-)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import exporter_config
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import objects as k8s_objects
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu import argv as qemu_argv
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu import images as image_fetch
 
 RUN_DIR = "/run/jumpstarter"
 CONFIG_DIR = "/etc/jumpstarter/exporters"

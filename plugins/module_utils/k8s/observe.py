@@ -9,18 +9,20 @@ a reconcile that is about to make backends needs it, so ``plan_for`` calls
 the reader it is given then, and no backend is made without it.
 """
 
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.baremetal import (
+    pool as baremetal_pool,
+)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import objects as k8s_objects
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import (
     backend_refusal,
-    baremetal_pool,
-    constants,
-    k8s_objects,
     lease_safety,
     set_overrides,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.demand import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.demand import (
     attribute_lease_demand,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.plan import scale_plan
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.plan import scale_plan
 
 # Provisioners whose hosts are probed by a playbook of their own when their
 # last report is old (the reconcile playbook runs only when there is work).

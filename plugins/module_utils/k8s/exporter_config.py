@@ -13,10 +13,10 @@ Pure: no I/O.
 """
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.merge import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.merge import (
     deep_merge,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu_argv import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu.argv import (
     DISK_NODE,
     QMP_SOCKET,
     SERIAL_LOG,

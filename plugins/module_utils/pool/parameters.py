@@ -15,7 +15,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.cons
     PROVISIONER_QEMU,
     PROVISIONER_QEMU_BAREMETAL,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.quantity import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.quantity import (
     parse_quantity,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.timeutil import (

@@ -30,13 +30,13 @@ import time
 from datetime import UTC, datetime
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants as c
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import k8s_status
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.parameters import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import status as k8s_status
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.parameters import (
     PROVISIONER_SCHEMAS,
     unknown_provisioner_message,
     validate_parameters,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.status import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.status import (
     merge_condition,
 )
 

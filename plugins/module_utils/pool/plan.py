@@ -30,34 +30,30 @@ another enabled Exporter exists.
 
 import json
 
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (
-    class_status,
-)
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (
-    constants as c,
-)
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.exporter_state import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants as c
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import class_status
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.exporter_state import (
     find_condition,
     read_exporter,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.image_fetch import (
-    UNRECOVERABLE_REASONS,
-)
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.lease_safety import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.lease_safety import (
     LeaseView,
     ended_key,
     format_ended_key,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.parameters import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.parameters import (
     validate_parameters,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.set_overrides import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.set_overrides import (
     resolve,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.status import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.status import (
     counters_from_tally,
     pool_status,
     tally_exporter,
+)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu.images import (
+    UNRECOVERABLE_REASONS,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.timeutil import (
     format_time,

@@ -5,10 +5,8 @@
 Pure: no I/O.
 """
 
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (
-    constants,
-    exporter_config,
-)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import exporter_config
 
 DEFAULT_WORK_DIR = "/var/lib/jumpstarter-virtual"
 DEFAULT_PREFIX = "/opt/jumpstarter-exporter"

@@ -22,11 +22,11 @@ server):
 Pure: no I/O, standard library and the collection's quantity parser only.
 """
 
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.parameters import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.parameters import (
     guest_arch,
     guest_memory,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.quantity import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.quantity import (
     parse_quantity,
     quantity_to_bytes,
 )

@@ -36,13 +36,11 @@ Pure: no I/O.
 
 import copy
 
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (
-    constants,
-)
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s_pod import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.pod import (
     DEFAULT_IMAGES,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.merge import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.merge import (
     deep_merge,
     merge_images,
 )

@@ -30,16 +30,16 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.cons
     ANNOTATION_DORMANT,
     LABEL_EXPORTER_SET,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.exporter_state import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.exporter_state import (
     exporter_name,
     is_available,
     is_terminating,
     read_exporter,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.lease_safety import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.lease_safety import (
     LeaseView,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.selectors import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.selectors import (
     selector_matches,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.timeutil import (

@@ -28,16 +28,14 @@ Pure: no I/O.
 
 import json
 
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (
-    baremetal,
-    constants,
-    placement,
-    set_overrides,
-)
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.exporter_state import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.baremetal import hosts as baremetal
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.baremetal import placement
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import set_overrides
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.exporter_state import (
     read_exporter,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.parameters import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.parameters import (
     RECONNECT_TIMEOUT_BOUNDS,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.timeutil import (
