@@ -31,7 +31,10 @@ another enabled Exporter exists.
 import json
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants as c
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import class_status
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import (
+    class_status,
+    pool_index,
+)
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.exporter_state import (
     find_condition,
     read_exporter,
@@ -89,7 +92,8 @@ _RANK_IDLE = 3
 class _Member:
     """One owned, unleased, non-terminating Exporter and what the plan learnt about it."""
 
-    __slots__ = ("exporter", "name", "ready", "enabled", "annotations", "instance", "rank")
+    __slots__ = ("exporter", "name", "ready", "enabled", "annotations", "instance", "rank",
+                 "last_ended")
 
     def __init__(self, exporter, name, ready, enabled, annotations, instance):
         self.exporter = exporter
@@ -99,6 +103,8 @@ class _Member:
         self.annotations = annotations
         self.instance = instance
         self.rank = _RANK_IDLE
+        # The latest ended Lease it served, read when it may be reset in place.
+        self.last_ended = None
 
     @property
     def created(self):
@@ -157,6 +163,153 @@ class _Builder:
         self.requeue.append(max(float(seconds), 0.0))
 
 
+# Markers of the pool survey: a note written with the plan's time, a member
+# whose failure depends on the clock, and what becomes of a member that has
+# not failed.
+_NOW = object()
+_TIMED = object()
+_DEPART = "depart"
+_ENDED = "ended"
+_PARKED = "parked"
+_IDLE = "idle"
+
+
+class _Survey:
+    """What a plan reads from the pool alone, apart from the clock.
+
+    It depends only on the Exporters, the Leases naming them, the instances
+    and the recycle strategy, so a plan over an unchanged pool reuses it
+    (``_pool_survey``). Nothing in it is changed once it is made.
+    """
+
+    __slots__ = ("counters", "live", "leased", "leased_enabled", "dormant", "notes",
+                 "became_ready", "steps", "parked", "idle", "members_enabled", "provisioning",
+                 "_scale_down_order")
+
+    def scale_down_order(self):
+        if self._scale_down_order is None:
+            self._scale_down_order = _scale_down_order(self.idle)
+        return self._scale_down_order
+
+
+def _pool_survey(exporter_set, exporters, leases, instances, recycle_strategy):
+    """The survey of the pool, kept for the set while every Exporter and Lease
+    is the same version (pool_index), the instances are equal and the
+    recycle strategy is the same; made afresh when any object lacks a
+    version."""
+    keys = pool_index.versions(exporters)
+    lease_keys = pool_index.versions(leases) if keys is not None else None
+    metadata = exporter_set["metadata"]
+    owner = (metadata.get("namespace"), metadata.get("name"), metadata.get("uid"))
+    inputs = None
+    if keys is not None and lease_keys is not None:
+        inputs = (keys, lease_keys, recycle_strategy, instances)
+    return pool_index.survey(
+        owner, inputs,
+        lambda: _survey(exporters, keys, leases, instances, recycle_strategy),
+        snapshot=lambda kept: kept[:3] + (_copy_instances(kept[3]),))
+
+
+def _copy_instances(instances):
+    return {name: dict(instance) if isinstance(instance, dict) else instance
+            for name, instance in instances.items()}
+
+
+def _survey(exporters, keys, leases, instances, recycle_strategy):
+    """One pass over the pool: counters, lease bookkeeping, and what the rules
+    make of each unleased member, as far as the clock does not matter."""
+    lease_view = LeaseView(leases)
+    active = lease_view.active
+    survey = _Survey()
+    tally = {}
+    members = []
+    dormant = []
+    notes = []  # (name, annotation, value); _NOW: the plan's time
+    live = leased = leased_enabled = 0
+    for exporter, digest in zip(exporters, pool_index.digests(exporters, keys)):
+        if digest.terminating:
+            continue
+        name = digest.name
+        # Leased from either side: its leaseRef, or a Lease naming it.
+        lease = digest.lease or (lease_view.active_holders(name)[0] if name in active else None)
+        annotations = digest.annotations
+        if digest.dormant:
+            dormant.append((exporter, lease is not None))
+            continue
+        live += 1
+        instance = instances.get(name)
+        tally_exporter(tally, digest.ready, digest.online, digest.enabled, lease is not None,
+                       instance.get("phase") if instance else None)
+        if digest.ready and c.ANNOTATION_FIRST_READY not in annotations:
+            notes.append((name, c.ANNOTATION_FIRST_READY, _NOW))
+        if lease:
+            leased += 1
+            leased_enabled += digest.enabled
+            if annotations.get(c.ANNOTATION_LEASED_BY) != lease:
+                notes.append((name, c.ANNOTATION_LEASED_BY, lease))
+            continue
+        members.append(_Member(exporter, name, digest.ready, digest.enabled, annotations,
+                               instance))
+
+    # Every member is unleased from both sides (lease_safety.py).
+    steps = []  # (member, failure or _TIMED, what follows when it has not failed)
+    parked = []
+    idle = []
+    members_enabled = 0
+    provisioning = False
+    for member in members:
+        members_enabled += member.enabled
+        provisioning = provisioning or (member.enabled and not member.ready)
+        retiring = member.annotations.get(c.ANNOTATION_RETIRING)
+        if not member.enabled and not retiring and c.ANNOTATION_SCALE_DOWN not in member.annotations:
+            continue  # disabled by someone else: counted, never touched
+        if retiring:
+            if retiring == c.RECYCLE_IN_PLACE_REUSE and not member.enabled:
+                member.last_ended = lease_view.last_ended(member.exporter)
+            steps.append((member, None, (_DEPART, retiring)))
+            continue
+        failure = _instance_failure(member)
+        if failure is not None:
+            steps.append((member, failure, None))
+            continue
+        ended = lease_view.lease_to_recycle(member.exporter,
+                                            member.annotations.get(c.ANNOTATION_REUSED_AFTER))
+        if ended is not None:
+            why = (c.RECYCLE_IN_PLACE_REUSE if recycle_strategy == c.RECYCLE_IN_PLACE_REUSE
+                   else c.DELETE_RECYCLE)
+            member.last_ended = ended
+            then = (_ENDED, ended["metadata"]["name"], why)
+        else:
+            member.rank = _rank(member)
+            if not member.enabled:
+                then = (_PARKED,)
+            else:
+                then = (_IDLE, c.ANNOTATION_SCALE_DOWN in member.annotations)
+        if not member.ready:
+            # Whether it stayed unready too long is the clock's to say.
+            steps.append((member, _TIMED, then))
+        elif then[0] == _PARKED:
+            parked.append(member)
+        elif then[0] == _IDLE and not then[1]:
+            idle.append(member)
+        else:
+            steps.append((member, None, then))
+
+    parked.sort(key=_parked_order)
+    survey.counters = counters_from_tally(tally)
+    survey.live, survey.leased, survey.leased_enabled = live, leased, leased_enabled
+    survey.dormant = dormant
+    survey.notes = notes
+    survey.became_ready = any(value is _NOW for _, _, value in notes)
+    survey.steps = steps
+    survey.parked = parked
+    survey.idle = idle
+    survey.members_enabled = members_enabled
+    survey.provisioning = provisioning
+    survey._scale_down_order = None
+    return survey
+
+
 def scale_plan(exporter_set, virtual_target_class, exporters, pending_leases, now,
                instances=None, options=None, leases=None):
     """Plan one reconcile of ``exporter_set``; see the module docstring.
@@ -167,45 +320,19 @@ def scale_plan(exporter_set, virtual_target_class, exporters, pending_leases, no
     recycle (lease_safety.py).
     """
     now = parse_time(now)
-    lease_view = LeaseView(leases)
     options = {**DEFAULT_OPTIONS, **(options or {})}
     instances = instances or {}
     metadata = exporter_set["metadata"]
     spec = exporter_set.get("spec") or {}
     builder = _Builder(metadata.get("annotations") or {}, now)
+    recycle_strategy = spec.get("recycleStrategy") or c.RECYCLE_EXIT_AND_REPLACE
 
-    # One pass over the pool: counters, lease bookkeeping, and the unleased
-    # members that the rules below look at one by one.
-    tally = {}
-    members = []
-    dormant = []
-    live = leased = leased_enabled = 0
-    became_ready = False
-    for exporter in exporters:
-        name, ready, online, enabled, lease, terminating = read_exporter(exporter)
-        if terminating:
-            continue
-        # Leased from either side: its leaseRef, or a Lease naming it.
-        lease = lease or next(iter(lease_view.active_holders(name)), None)
-        annotations = exporter["metadata"].get("annotations") or {}
-        if c.ANNOTATION_DORMANT in annotations:
-            dormant.append((exporter, lease is not None))
-            continue
-        live += 1
-        instance = instances.get(name)
-        tally_exporter(tally, ready, online, enabled, lease is not None,
-                       instance.get("phase") if instance else None)
-        if ready and c.ANNOTATION_FIRST_READY not in annotations:
-            builder.annotate(name, c.ANNOTATION_FIRST_READY, builder.now_text)
-            became_ready = True
-        if lease:
-            leased += 1
-            leased_enabled += enabled
-            if annotations.get(c.ANNOTATION_LEASED_BY) != lease:
-                builder.annotate(name, c.ANNOTATION_LEASED_BY, lease)
-            continue
-        members.append(_Member(exporter, name, ready, enabled, annotations, instance))
-    counters = counters_from_tally(tally)
+    # What the pool alone says (kept while no object changes: _pool_survey).
+    survey = _pool_survey(exporter_set, exporters, leases, instances, recycle_strategy)
+    for name, key, value in survey.notes:
+        builder.annotate(name, key, builder.now_text if value is _NOW else value)
+    counters = survey.counters
+    leased, leased_enabled, live = survey.leased, survey.leased_enabled, survey.live
 
     min_replicas = spec.get("minReplicas") or 0
     max_replicas = spec.get("maxReplicas") or 0
@@ -245,7 +372,6 @@ def scale_plan(exporter_set, virtual_target_class, exporters, pending_leases, no
         errors.append(f"spec.scaleDownCooldown: {spec.get('scaleDownCooldown')!r} is not a "
                       "duration")
         cooldown = parse_duration(DEFAULT_SCALE_DOWN_COOLDOWN)
-    recycle_strategy = spec.get("recycleStrategy") or c.RECYCLE_EXIT_AND_REPLACE
     waits_for_consumer = class_spec.get("bindingMode") == c.BINDING_WAIT_FOR_FIRST_CONSUMER
     warm_buffer = 0 if waits_for_consumer else (spec.get("minAvailableReplicas") or 0)
 
@@ -253,9 +379,10 @@ def scale_plan(exporter_set, virtual_target_class, exporters, pending_leases, no
     failed = []  # (member, reason, message)
     leaving = set()
     recycling = []
-    held = []  # disabled by someone else: counted, never touched
-    parked = []  # disabled by us for scale-down, unleased
-    idle = []  # enabled and unleased: what scale-down may pick
+    # Disabled by us for scale-down, unleased; enabled and unleased (what
+    # scale-down may pick). The survey's lists are shared: never changed here.
+    parked, extra_parked = survey.parked, []
+    idle, extra_idle = survey.idle, []
 
     # Every member is unleased from both sides (lease_safety.py). Removing or
     # resetting one takes two plans: this one disables it (and marks it
@@ -274,43 +401,41 @@ def scale_plan(exporter_set, virtual_target_class, exporters, pending_leases, no
             builder.remove(member.exporter, why)
             leaving.add(member.name)
 
-    for member in members:
-        retiring = member.annotations.get(c.ANNOTATION_RETIRING)
-        if not member.enabled and not retiring and c.ANNOTATION_SCALE_DOWN not in member.annotations:
-            held.append(member)
-            continue
-        if retiring:
-            depart(member, retiring)
-            continue
-        failure = _failure_of(member, now, options, builder)
+    # The members whose turn depends on the clock or leaves a trace (an
+    # Event, an annotation, a departure), in pool order.
+    for member, failure, then in survey.steps:
+        if failure is _TIMED:
+            failure = _timeout_failure(member, now, options, builder)
         if failure is not None:
             failed.append((member, *failure))
             depart(member, failure[0])
             continue
-        ended = lease_view.lease_to_recycle(member.exporter,
-                                            member.annotations.get(c.ANNOTATION_REUSED_AFTER))
-        if ended is not None:
-            why = (c.RECYCLE_IN_PLACE_REUSE if recycle_strategy == c.RECYCLE_IN_PLACE_REUSE
-                   else c.DELETE_RECYCLE)
+        kind = then[0]
+        if kind == _DEPART:
+            depart(member, then[1])
+        elif kind == _ENDED:
+            _, lease_name, why = then
             builder.event("Normal", "Recycling",
-                          f"lease {ended['metadata']['name']} ended, "
+                          f"lease {lease_name} ended, "
                           + ("resetting in place (InPlaceReuse)" if why == c.RECYCLE_IN_PLACE_REUSE
                              else "replacing the exporter (ExitAndReplace)"),
                           member.name)
             depart(member, why)
-            continue
-        member.rank = _rank(member)
-        if not member.enabled:
-            parked.append(member)
+        elif kind == _PARKED:
+            extra_parked.append(member)
         else:
-            if c.ANNOTATION_SCALE_DOWN in member.annotations:
+            if then[1]:
                 builder.annotate(member.name, c.ANNOTATION_SCALE_DOWN, None)
-            idle.append(member)
+            extra_idle.append(member)
+    if extra_parked:
+        parked = sorted(parked + extra_parked, key=_parked_order)
+    if extra_idle:
+        idle = idle + extra_idle
 
     for member, why in sorted(retire, key=lambda entry: entry[0].name):
         builder.disable.append(member.name)
         builder.annotate(member.name, c.ANNOTATION_RETIRING, why)
-    if became_ready:
+    if survey.became_ready:
         failures.reset(builder)
     failed.sort(key=lambda entry: entry[0].name)
     failures.record(failed, builder)
@@ -321,7 +446,6 @@ def scale_plan(exporter_set, virtual_target_class, exporters, pending_leases, no
     recycling = sorted(recycling, key=lambda m: m.name)
     useful = leased + len(idle) + len(recycling)
     need = target - useful
-    parked.sort(key=lambda m: (-m.rank, m.name))
     reenabled = parked[:max(need, 0)]
     for member in reenabled:
         builder.enable.append(member.name)
@@ -342,15 +466,17 @@ def scale_plan(exporter_set, virtual_target_class, exporters, pending_leases, no
         # Applied with the re-enable, after the reset.
         builder.annotate(member.name, c.ANNOTATION_RETIRING, None)
         builder.annotate(member.name, c.ANNOTATION_SCALE_DOWN, None)
-        last = lease_view.last_ended(member.exporter)
+        last = member.last_ended
         if last is not None:
             builder.annotate(member.name, c.ANNOTATION_REUSED_AFTER,
                              format_ended_key(ended_key(last)))
 
     surplus = -need
     waiting_for_cooldown = False
+    victims = 0
     if surplus > 0 and idle:
-        waiting_for_cooldown = _scale_down(idle, surplus, cooldown, now, builder)
+        order = _scale_down_order(idle) if extra_idle else survey.scale_down_order()
+        waiting_for_cooldown, victims = _scale_down(order, surplus, cooldown, now, builder)
     else:
         builder.annotate_set(c.ANNOTATION_SURPLUS_SINCE, None)
 
@@ -374,11 +500,11 @@ def scale_plan(exporter_set, virtual_target_class, exporters, pending_leases, no
     elif failures.exhausted(options):
         limits.apply(1, None, None)
     _create(exporter_set, provisioner, exporters, limits.allowed, options, builder)
-    disabled = set(builder.disable)
-    enabled_before = leased_enabled + sum(1 for m in members if m.enabled)
-    enabled_after = (leased_enabled + len(reenabled) + len(recycling)
-                     + sum(1 for m in idle if m.name not in disabled))
-    _keep_one_enabled(exporter_set, provisioner, exporters, dormant, enabled_before,
+    enabled_before = leased_enabled + survey.members_enabled
+    # Of the idle members, only scale-down's victims are disabled (the
+    # departing ones are never idle).
+    enabled_after = leased_enabled + len(reenabled) + len(recycling) + len(idle) - victims
+    _keep_one_enabled(exporter_set, provisioner, exporters, survey.dormant, enabled_before,
                       enabled_after, options, builder)
 
     if builder.create or builder.enable:
@@ -417,7 +543,8 @@ def scale_plan(exporter_set, virtual_target_class, exporters, pending_leases, no
     )
     conditions = [
         _available_condition(counters, warm_buffer),
-        _progressing_condition(builder, members, backoff_wait > 0, waiting_for_cooldown),
+        _progressing_condition(builder, survey.provisioning, backoff_wait > 0,
+                               waiting_for_cooldown),
         degraded,
         scaling_limited,
         class_status.terminating_condition(virtual_target_class),
@@ -432,17 +559,21 @@ def _clamp(value, lower, upper):
     return min(value, upper) if upper > 0 else value
 
 
-def _failure_of(member, now, options, builder):
-    """(reason, message) when the instance must be replaced, else None.
-
-    Also asks for a requeue at the moment a timeout would expire.
-    """
+def _instance_failure(member):
+    """(reason, message) when the backend reports the instance failed, else None."""
     instance = member.instance
     if instance is not None and instance.get("phase") == c.INSTANCE_FAILED:
         detail = instance.get("message") or instance.get("reason") or "instance failed"
         return c.DELETE_FAILED, f"{member.name}: {detail}"
-    if member.ready:
-        return None
+    return None
+
+
+def _timeout_failure(member, now, options, builder):
+    """(reason, message) when a member that is not ready has been so for too
+    long, else None.
+
+    Also asks for a requeue at the moment a timeout would expire.
+    """
     if c.ANNOTATION_FIRST_READY not in member.annotations:
         age = (now - member.created).total_seconds()
         if age >= options["startup_timeout"]:
@@ -473,10 +604,24 @@ def _rank(member):
     return _RANK_PROVISIONING
 
 
-def _scale_down(idle, surplus, cooldown, now, builder):
+def _scale_down_order(idle):
+    """Idle members, the first to disable first: least useful, then newest, then by name."""
+    # Stable sorts: by name, then newest first, then least useful first.
+    order = sorted(idle, key=lambda m: m.name)
+    order.sort(key=lambda m: m.created_sort_key, reverse=True)
+    order.sort(key=lambda m: m.rank)
+    return order
+
+
+def _parked_order(member):
+    return -member.rank, member.name
+
+
+def _scale_down(order, surplus, cooldown, now, builder):
     """Disable the least useful idle exporters once the cooldown has run out.
 
-    Returns True while the cooldown is still running.
+    ``order`` is the idle members in ``_scale_down_order``. Returns whether
+    the cooldown is still running, and how many were disabled.
     """
     since_text = builder.set_annotation_values.get(c.ANNOTATION_SURPLUS_SINCE)
     try:
@@ -489,19 +634,15 @@ def _scale_down(idle, surplus, cooldown, now, builder):
     remaining = cooldown - (now - since).total_seconds()
     if remaining > 0:
         builder.requeue_at(remaining)
-        return True
-    # Stable sorts: by name, then newest first, then least useful first.
-    victims = sorted(idle, key=lambda m: m.name)
-    victims.sort(key=lambda m: m.created_sort_key, reverse=True)
-    victims.sort(key=lambda m: m.rank)
-    victims = victims[:surplus]
+        return True, 0
+    victims = order[:surplus]
     for member in victims:
         builder.disable.append(member.name)
         builder.annotate(member.name, c.ANNOTATION_SCALE_DOWN, builder.now_text)
     names = sorted(m.name for m in victims)
     builder.event("Normal", "ScalingDown",
                   f"disabling {len(names)} idle exporter(s) before deletion: {', '.join(names)}")
-    return False
+    return False, len(victims)
 
 
 class _FailureLog:
@@ -685,7 +826,7 @@ def _available_condition(counters, warm_buffer):
     return _condition(c.CONDITION_AVAILABLE, False, "BelowMinimumAvailable", message)
 
 
-def _progressing_condition(builder, members, backing_off, waiting_for_cooldown):
+def _progressing_condition(builder, provisioning, backing_off, waiting_for_cooldown):
     if builder.create or builder.enable:
         return _condition(c.CONDITION_PROGRESSING, True, "ScalingUp", "adding exporters")
     scaling_down = any(builder.exporter_annotations.get(name, {}).get(c.ANNOTATION_SCALE_DOWN)
@@ -697,7 +838,7 @@ def _progressing_condition(builder, members, backing_off, waiting_for_cooldown):
     if backing_off:
         return _condition(c.CONDITION_PROGRESSING, True, "BackOff",
                           "waiting before replacing failed instances")
-    if any(m.enabled and not m.ready for m in members):
+    if provisioning:
         return _condition(c.CONDITION_PROGRESSING, True, "Provisioning",
                           "waiting for exporters to become ready")
     if waiting_for_cooldown:
