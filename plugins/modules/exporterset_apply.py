@@ -36,6 +36,14 @@ description:
     live Exporter owns it, so the next reconcile may use the name.
   - Backends (Pods, lab host processes, cloud instances) are left to the
     provisioner role; run its teardown before this module and its provisioning after.
+  - With I(finalizer), a normal run adds that finalizer to the set first (a set being
+    deleted gets none), and a teardown that left nothing held removes it, so the set
+    is gone once its instances are released; the operator uses the same finalizer
+    (C(plugins/module_utils/k8s/lifecycle.py)), so either may tear down a set the other made.
+  - With I(outcome), only the outcome of the whole reconcile is recorded - C(Successful)
+    (reason C(LastReconcileSucceeded)) once everything, backends included, is done, or
+    C(Failure) (reason C(ReconcileFailed)) with I(message) and a Warning Event; a set
+    being deleted gets a C(TeardownFailed) Event and no condition.
   - Writes are batched into one module run, which matters because every module
     run costs a Python start.
   - The status write is guarded by the object's resourceVersion and retried
@@ -80,9 +88,30 @@ options:
     elements: dict
     default: []
   write_outcome:
-    description: Add the Ansible Operator SDK C(Successful) outcome condition to the status.
+    description:
+      - Add the Ansible Operator SDK C(Successful) outcome condition to the status the plan writes.
+      - The reconcile role leaves it off and records the outcome with I(outcome) once the
+        backends are made.
     type: bool
     default: true
+  finalizer:
+    description:
+      - The finalizer to keep on the set - added before the plan is applied, removed after a
+        I(teardown) that left nothing held. Empty leaves the set's finalizers alone.
+    type: str
+    default: ""
+  outcome:
+    description:
+      - C(none) applies the plan (or the I(teardown)).
+      - C(Successful) or C(Failure) records only the outcome of the reconcile (see the
+        description); I(plan) is not applied.
+    type: str
+    choices: [none, Successful, Failure]
+    default: none
+  message:
+    description: With I(outcome=Failure), what failed (the role names the failing step first).
+    type: str
+    default: ""
   confirm_only:
     description:
       - Check the plan's C(delete) and C(recycle) entries against lease safety on a fresh
@@ -99,6 +128,13 @@ EXAMPLES = r"""
     exporterset: "{{ _virtualtarget_jumpstarter_dev_exporterset }}"
     plan: "{{ exporterset_plan }}"
     provisioner: "{{ virtual_target_class.spec.provisioner }}"
+
+- name: Record that the whole reconcile succeeded, backends included
+  jumpstarter.virtual_exporters.exporterset_apply:
+    exporterset: "{{ _virtualtarget_jumpstarter_dev_exporterset }}"
+    plan: {}
+    provisioner: "{{ virtual_target_class.spec.provisioner }}"
+    outcome: Successful
 
 - name: Detach every Exporter of a set that is deleted with reclaimPolicy Retain
   jumpstarter.virtual_exporters.exporterset_apply:
@@ -155,8 +191,17 @@ events:
   description: Number of Events recorded.
   returned: always
   type: int
+finalizer_changed:
+  description: Whether the set's finalizers were changed (added or removed).
+  returned: always
+  type: bool
+outcome_changed:
+  description: With I(outcome), whether the outcome condition was written.
+  returned: when outcome is not none
+  type: bool
 """
 
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import lifecycle
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import status as k8s_status
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.apply import (
     ApplyError,
@@ -166,6 +211,29 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.
     k8s_module,
     module_api_client,
 )
+
+try:
+    from kubernetes.client.rest import ApiException
+except ImportError:  # reported by k8s_module, which needs the kubernetes client
+    ApiException = Exception
+
+
+def record_outcome(module, api_client, exporter_set):
+    """The outcome of the whole reconcile (``outcome``), after everything else ran."""
+    check = module.check_mode
+    if module.params["outcome"] == "Successful":
+        changed = False
+        if not lifecycle.deleting(exporter_set):
+            changed = lifecycle.write_outcome(api_client, exporter_set, lifecycle.outcome(exporter_set), check)
+        return {"changed": changed, "outcome_changed": changed, "events": 0}
+    message = module.params["message"] or "the reconcile failed"
+    changed = False
+    if not lifecycle.deleting(exporter_set):
+        changed = lifecycle.write_outcome(api_client, exporter_set, lifecycle.outcome(exporter_set, message), check)
+    events = 0
+    if not check:
+        events = k8s_status.emit_events(api_client, exporter_set, [lifecycle.failure_event(exporter_set, message)])
+    return {"changed": True, "outcome_changed": changed, "events": events}
 
 
 def main():
@@ -178,12 +246,25 @@ def main():
             owned_exporters=dict(type="list", elements="dict", default=[]),
             write_outcome=dict(type="bool", default=True),
             confirm_only=dict(type="bool", default=False),
+            finalizer=dict(type="str", default=""),
+            outcome=dict(type="str", choices=["none", "Successful", "Failure"], default="none"),
+            message=dict(type="str", default=""),
         ),
         supports_check_mode=True,
     )
+    api_client = module_api_client(module)
+    exporterset = module.params["exporterset"]
+    finalizer = module.params["finalizer"]
+    if module.params["outcome"] != "none":
+        try:
+            module.exit_json(**record_outcome(module, api_client, exporterset))
+        except ApiException as exc:
+            meta = exporterset.get("metadata") or {}
+            module.fail_json(msg=f"recording the outcome on ExporterSet {meta.get('namespace')}/{meta.get('name')}: "
+                                 f"{exc.status} {exc.reason}")
     applier = PlanApplier(
-        module_api_client(module),
-        module.params["exporterset"],
+        api_client,
+        exporterset,
         check_mode=module.check_mode,
         write_outcome=module.params["write_outcome"],
     )
@@ -194,14 +275,31 @@ def main():
                 k8s_status.emit_events(applier.api_client, module.params["exporterset"],
                                        applier.held_events())
             module.exit_json(changed=False, plan=confirmed, **applier.result)
+        finalizer_changed = False
         if module.params["teardown"] != "none":
             applier.teardown(module.params["teardown"], module.params["owned_exporters"],
                              module.params["provisioner"])
+            if finalizer and not applier.result["held"]:
+                finalizer_changed = _finalizers(lifecycle.remove_finalizer, api_client, exporterset, finalizer,
+                                                module.check_mode)
         else:
+            if finalizer:
+                finalizer_changed = _finalizers(lifecycle.add_finalizer, api_client, exporterset, finalizer,
+                                                module.check_mode)
             applier.apply_plan(module.params["plan"], module.params["provisioner"])
     except ApplyError as exc:
         module.fail_json(msg=str(exc), **applier.result)
-    module.exit_json(changed=applier.changed(), **applier.result)
+    module.exit_json(changed=applier.changed() or finalizer_changed, finalizer_changed=finalizer_changed,
+                     **applier.result)
+
+
+def _finalizers(change, api_client, exporterset, finalizer, check_mode):
+    try:
+        return change(api_client, exporterset, finalizer, check_mode=check_mode)
+    except ApiException as exc:
+        meta = exporterset.get("metadata") or {}
+        raise ApplyError(f"finalizer {finalizer} of ExporterSet {meta.get('namespace')}/{meta.get('name')}: "
+                         f"{exc.status} {exc.reason}") from exc
 
 
 if __name__ == "__main__":

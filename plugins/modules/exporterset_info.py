@@ -13,6 +13,10 @@ description:
     pool logic the operator uses in process.
   - Returns the variables the operator passes to C(playbooks/reconcile.yml), so
     the playbook run by hand does exactly what the operator would do.
+  - Decides the set's lifecycle as the operator does
+    (C(plugins/module_utils/k8s/lifecycle.py)) - whether the run is a teardown (the set
+    is being deleted and carries the C(virtualtarget.jumpstarter.dev/teardown) finalizer)
+    and which finalizer the run keeps on the set (RV(finalizer)).
   - When the reconcile is about to make backends, reads the Jumpstarter controller's
     CA from its ConfigMap (by name, as the operator does; see
     C(plugins/module_utils/k8s/controller_ca.py)); an unavailable CA shows in the plan's
@@ -39,7 +43,11 @@ options:
     type: str
     required: true
   plan_options:
-    description: Options of the scale plan (burst, startup_timeout, failure_threshold, ...).
+    description:
+      - Options of the scale plan over the pool logic's defaults (burst 20, startup_timeout 300,
+        offline_timeout 300, failure_threshold 3, failure_backoff_base 10, failure_backoff_max 300),
+        the same the operator uses.
+      - An unknown option, or a value that is not a number >= 0, fails naming it.
     type: dict
     default: {}
 extends_documentation_fragment:
@@ -73,12 +81,23 @@ variables:
       C(merged_images) and the snake_cased spec).
   returned: when the set exists
   type: dict
+deleting:
+  description: Whether the set is being deleted.
+  returned: when the set exists
+  type: bool
+finalizer:
+  description:
+    - The finalizer this reconcile keeps on the set - added on a normal reconcile,
+      removed once a teardown is done - or an empty string when the set's class does
+      not exist and the set carries none.
+  returned: when the set exists
+  type: str
 """
 
 from datetime import UTC, datetime
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import controller_ca
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import controller_ca, lifecycle
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import observe as k8s_observe
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.client import (
     k8s_module,
@@ -113,6 +132,10 @@ def main():
         dict(
             name=dict(type="str", required=True),
             namespace=dict(type="str", required=True),
+    try:
+        options = lifecycle.plan_options(module.params["plan_options"], where="plan_options")
+    except lifecycle.LifecycleError as exc:
+        module.fail_json(msg=str(exc))
             plan_options=dict(type="dict", default={}),
         ),
         supports_check_mode=True,
@@ -124,15 +147,17 @@ def main():
     if exporter_set is None:
         module.exit_json(changed=False, exists=False)
     observed = k8s_observe.observe(exporter_set, objects, datetime.now(UTC))
-    teardown = bool(exporter_set["metadata"].get("deletionTimestamp"))
+    teardown = lifecycle.tears_down(exporter_set)
+    keeps = observed["class"] is not None or lifecycle.has_finalizer(exporter_set)
     plan = {}
-    if not teardown:
+    if not lifecycle.deleting(exporter_set):
         plan = k8s_observe.plan_for(
-            exporter_set, observed, module.params["plan_options"],
+            exporter_set, observed, options,
             read_controller_ca=lambda: controller_ca.read_controller_ca(api, namespace, observed["class"]),
         )
     variables = k8s_observe.playbook_variables(exporter_set, observed, plan, teardown=teardown)
-    module.exit_json(changed=False, exists=True, variables=variables)
+    module.exit_json(changed=False, exists=True, variables=variables, deleting=lifecycle.deleting(exporter_set),
+                     finalizer=lifecycle.FINALIZER if keeps else "")
 
 
 if __name__ == "__main__":

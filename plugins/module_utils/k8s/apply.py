@@ -29,7 +29,7 @@ the way (``credentials``): the name counts as taken for this reconcile.
 """
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import credentials
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import credentials, lifecycle
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import objects as k8s_objects
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import pod as k8s_pod
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import status as k8s_status
@@ -344,9 +344,7 @@ class PlanApplier:
         if status:
             outcome = None
             if self.write_outcome:
-                outcome = k8s_status.outcome_condition(
-                    "Successful", "LastReconcileSucceeded", "", meta.get("generation", 0)
-                )
+                outcome = lifecycle.outcome(self.set)
             if self.check:
                 desired = k8s_status.status_with_outcome(status, self.set.get("status"), outcome)
                 self.result["status_changed"] = k8s_status.status_differs(self.set.get("status"), desired)

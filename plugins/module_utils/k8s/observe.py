@@ -13,6 +13,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils impo
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.baremetal import (
     pool as baremetal_pool,
 )
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import lifecycle
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import objects as k8s_objects
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import (
     backend_refusal,
@@ -218,3 +219,5 @@ def playbook_variables(exporter_set, observed, plan, teardown=False):
         }
     )
     return variables
+            # How a teardown releases the set's instances (the class's reclaimPolicy).
+            "exporterset_reclaim": lifecycle.reclaim(observed["class"]),

@@ -1,0 +1,235 @@
+"""The lifecycle of an ExporterSet, decided once for whoever reconciles it.
+
+The operator, ``ansible-playbook playbooks/reconcile.yml`` and an AWX job
+running that playbook on a schedule all decide these things here, so a set
+ends the same way whichever of them runs it:
+
+- the finalizer (``FINALIZER``): a set whose class exists carries it
+  (``needs_finalizer``); a deleted set that carries it is torn down
+  (``tears_down``) and loses it once nothing of it is left
+  (``teardown_remaining``), so either runner can finish what the other
+  started;
+- how a deleted set is torn down (``reclaim``): backends removed and
+  Exporters deleted, or both kept and the Exporters detached, by the class's
+  ``reclaimPolicy``;
+- the options of the scale plan (``plan_options``): the pool logic's
+  defaults, overridden only by the options a caller names;
+- the outcome of a reconcile (``outcome``, ``failure_event``):
+  ``Successful`` only once the whole reconcile, backends included, is done;
+  ``Failure`` with the failing step's message otherwise;
+- and the writes of these (``add_finalizer``, ``remove_finalizer``,
+  ``write_outcome``), each on a fresh read with its resourceVersion as
+  precondition, retried on a 409 Conflict, and nothing written in check mode.
+"""
+
+import time
+
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import status as k8s_status
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import plan as pool_plan
+
+FINALIZER = constants.GROUP + "/teardown"
+RECLAIM_DELETE = "Delete"
+RECLAIM_RETAIN = "Retain"
+# The outcome conditions' reasons (the Ansible Operator SDK's).
+REASON_SUCCEEDED = "LastReconcileSucceeded"
+REASON_FAILED = "ReconcileFailed"
+REASON_TEARDOWN_FAILED = "TeardownFailed"
+# Scale plan options a caller may set (reconcile_plan_options, watches.yaml
+# vars); the others are what the reconcile observed.
+PLAN_OPTION_NAMES = ("burst", "startup_timeout", "offline_timeout", "failure_threshold",
+                     "failure_backoff_base", "failure_backoff_max")
+_ATTEMPTS = 5
+
+
+class LifecycleError(ValueError):
+    """A lifecycle input that cannot be used; the message names it."""
+
+
+def _meta(exporter_set):
+    return exporter_set.get("metadata") or {}
+
+
+def deleting(exporter_set):
+    """Whether the set is being deleted."""
+    return bool(_meta(exporter_set).get("deletionTimestamp"))
+
+
+def has_finalizer(exporter_set, finalizer=FINALIZER):
+    return bool(finalizer) and finalizer in (_meta(exporter_set).get("finalizers") or [])
+
+
+def needs_finalizer(exporter_set, vclass, finalizer=FINALIZER):
+    """Whether a reconcile adds ``finalizer`` to the set now: it lives, its
+    class exists (a set without one has nothing to tear down yet) and the
+    finalizer is not there."""
+    return (bool(finalizer) and not deleting(exporter_set) and vclass is not None
+            and not has_finalizer(exporter_set, finalizer))
+
+
+def tears_down(exporter_set, finalizer=FINALIZER):
+    """Whether this reconcile is a teardown: the set is being deleted and
+    still carries ``finalizer``. A deleted set without it is left alone (it
+    goes with the garbage collector, or another finalizer's owner holds it)."""
+    return deleting(exporter_set) and has_finalizer(exporter_set, finalizer)
+
+
+def reclaim(vclass):
+    """How a deleted set's instances go, by the class's ``reclaimPolicy``:
+    ``backends`` is the provisioner role's tasks file (``remove`` or
+    ``retain``) and ``exporters`` the teardown of the ``exporterset_apply``
+    module (``delete`` or ``detach``)."""
+    policy = ((vclass or {}).get("spec") or {}).get("reclaimPolicy") or RECLAIM_DELETE
+    if policy == RECLAIM_RETAIN:
+        return {"policy": policy, "backends": "retain", "exporters": "detach"}
+    return {"policy": RECLAIM_DELETE, "backends": "remove", "exporters": "delete"}
+
+
+def teardown_remaining(observed):
+    """What a teardown still has to release: the names of the set's
+    Exporters not already going, and of its instance Pods. The finalizer goes
+    once this is empty."""
+    exporters = [e["metadata"]["name"] for e in observed["owned"] if not e["metadata"].get("deletionTimestamp")]
+    pods = [p["metadata"]["name"] for p in observed.get("pods") or []]
+    return sorted(set(exporters) | set(pods))
+
+
+def may_drop_finalizer(observed):
+    """Whether the teardown is done (``teardown_remaining`` is empty)."""
+    return not teardown_remaining(observed)
+
+
+def plan_options(given=None, where="reconcile_plan_options"):
+    """The scale plan's options: the pool logic's defaults with the ``given``
+    ones over them. An unknown option, or one that is not a number >= 0, is
+    an error naming it (``where`` says where it was given)."""
+    given = dict(given or {})
+    unknown = sorted(set(given) - set(PLAN_OPTION_NAMES))
+    if unknown:
+        raise LifecycleError(f"{where}: unknown option(s) {unknown}; known: {list(PLAN_OPTION_NAMES)}")
+    for name, value in given.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise LifecycleError(f"{where}.{name}: {value!r} is not a number >= 0")
+    return {**{name: pool_plan.DEFAULT_OPTIONS[name] for name in PLAN_OPTION_NAMES}, **given}
+
+
+def outcome(exporter_set, error=None):
+    """The outcome condition of a reconcile of ``exporter_set``:
+    ``Successful`` when ``error`` is None (write it only once the backends,
+    too, are done), else ``Failure`` with ``error`` as its message."""
+    generation = _meta(exporter_set).get("generation", 0)
+    if error is None:
+        return k8s_status.outcome_condition("Successful", REASON_SUCCEEDED, "", generation)
+    return k8s_status.outcome_condition("Failure", REASON_FAILED, error, generation)
+
+
+def failure_message(step, message):
+    """A failure's message: the step that failed, then what it said."""
+    message = (message or "").strip() or "failed"
+    return f"{step}: {message}" if step else message
+
+
+def failure_event(exporter_set, message):
+    """The Warning Event of a failed reconcile (``TeardownFailed`` for a
+    set being deleted, which gets no outcome condition)."""
+    reason = REASON_TEARDOWN_FAILED if deleting(exporter_set) else REASON_FAILED
+    return {"type": "Warning", "reason": reason, "message": message[:1024]}
+
+
+# -- writes ----------------------------------------------------------------------
+
+def _custom(api_client):
+    from kubernetes import client
+
+    return client.CustomObjectsApi(api_client)
+
+
+def _read_set(custom, exporter_set):
+    from kubernetes.client.rest import ApiException
+
+    meta = _meta(exporter_set)
+    try:
+        return custom.get_namespaced_custom_object(*constants.EXPORTER_SET.at(meta["namespace"]), meta["name"])
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def _patch_finalizers(api_client, exporter_set, change, check_mode):
+    """Apply ``change`` (list -> list) to the set's finalizers on a fresh
+    read; returns whether they changed (or would, in check mode)."""
+    from kubernetes.client.rest import ApiException
+
+    custom = _custom(api_client)
+    meta = _meta(exporter_set)
+    for attempt in range(_ATTEMPTS):
+        current = _read_set(custom, exporter_set)
+        if current is None or (meta.get("uid") and current["metadata"].get("uid") != meta["uid"]):
+            return False
+        finalizers = list(current["metadata"].get("finalizers") or [])
+        wanted = change(finalizers)
+        if wanted == finalizers:
+            return False
+        if check_mode:
+            return True
+        body = {"metadata": {"finalizers": wanted or None,
+                             "resourceVersion": current["metadata"]["resourceVersion"]}}
+        try:
+            custom.patch_namespaced_custom_object(*constants.EXPORTER_SET.at(meta["namespace"]), meta["name"], body)
+            return True
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            if exc.status != 409 or attempt == _ATTEMPTS - 1:
+                raise
+            time.sleep(0.05 * (2 ** attempt))
+    raise AssertionError("unreachable")
+
+
+def add_finalizer(api_client, exporter_set, finalizer=FINALIZER, check_mode=False):
+    """Add ``finalizer`` to the set (a deleted set gets none)."""
+    def change(finalizers):
+        return finalizers if finalizer in finalizers else [*finalizers, finalizer]
+    if deleting(exporter_set):
+        return False
+    return _patch_finalizers(api_client, exporter_set, change, check_mode)
+
+
+def remove_finalizer(api_client, exporter_set, finalizer=FINALIZER, check_mode=False):
+    """Remove ``finalizer`` from the set; a set already gone is no change."""
+    return _patch_finalizers(api_client, exporter_set, lambda fs: [f for f in fs if f != finalizer], check_mode)
+
+
+def write_outcome(api_client, exporter_set, condition, check_mode=False):
+    """Write only the outcome ``condition`` (``outcome``) into the set's
+    status, keeping every other field; returns whether it changed."""
+    from kubernetes.client.rest import ApiException
+
+    custom = _custom(api_client)
+    meta = _meta(exporter_set)
+    for attempt in range(_ATTEMPTS):
+        current = _read_set(custom, exporter_set)
+        if current is None:
+            return False
+        status = current.get("status") or {}
+        kept = {k: v for k, v in status.items() if k != "conditions"}
+        kept["conditions"] = [c for c in status.get("conditions") or []
+                              if c.get("type") not in k8s_status.OUTCOME_CONDITIONS]
+        desired = k8s_status.status_with_outcome(kept, status, condition)
+        if not k8s_status.status_differs(status, desired):
+            return False
+        if check_mode:
+            return True
+        body = {"metadata": {"resourceVersion": current["metadata"]["resourceVersion"]}, "status": desired}
+        try:
+            custom.patch_namespaced_custom_object_status(
+                *constants.EXPORTER_SET.at(meta["namespace"]), meta["name"], body)
+            return True
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            if exc.status != 409 or attempt == _ATTEMPTS - 1:
+                raise
+            time.sleep(0.05 * (2 ** attempt))
+    raise AssertionError("unreachable")
