@@ -1,14 +1,28 @@
 """Time one scale_plan over pools of 10, 1,000 and 10,000 owned Exporters,
 and deep_merge on realistic parameters. Prints the median of several runs.
 
+Three figures per pool:
+
+* cold: the first plan over a pool the planner has not seen (every object a
+  new uid), so every Exporter is read and the pool surveyed;
+* steady: the same objects planned again, as the operator plans a set
+  between events from its informer caches (the issue's figure: the
+  operator's steady reconcile);
+* one changed: the same pool with one Exporter at a new resourceVersion,
+  the reconcile that follows an event.
+
 Run: source scripts/common.sh && link_collection && $VENV_DIR/bin/python bench/bench_pool.py
 """
 
+import copy
 import gc
+import itertools
+import os
 import statistics
 import time
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants as c
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import pool_index
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.merge import (
     deep_merge,
 )
@@ -18,6 +32,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool
 
 NOW = "2026-11-21T08:00:00Z"
 RUNS = 15
+_uids = itertools.count()
 
 
 def exporter(index):
@@ -28,6 +43,8 @@ def exporter(index):
     obj = {
         "metadata": {
             "name": name, "namespace": "lab",
+            # As the API server returns it: a uid and a resourceVersion.
+            "uid": f"uid-{next(_uids)}", "resourceVersion": str(1000 + index),
             "creationTimestamp": f"2026-11-21T0{index % 7}:{index % 60:02d}:00Z",
             "labels": {"board": "rpi4", c.LABEL_EXPORTER_SET: "pool"},
             "annotations": {c.ANNOTATION_FIRST_READY: "2026-11-21T07:00:00Z"} if ready else {},
@@ -66,16 +83,41 @@ def scenario(size, min_available):
     return the_set, klass, exporters, leases, instances
 
 
-def median_seconds(function, runs=RUNS):
+def median_seconds(function, runs=RUNS, prepare=None):
+    """Median wall time of ``function(prepare())`` over ``runs`` calls (prepare untimed)."""
     samples = []
     for _ in range(runs):
+        argument = prepare() if prepare else None
         start = time.perf_counter()
-        function()
+        function(argument)
         samples.append(time.perf_counter() - start)
     return statistics.median(samples)
 
 
+def fresh_pool(exporters):
+    """The same pool as new objects (new uids), the planner's memory of pools
+    emptied as at the operator's start: it has seen none of them."""
+    fresh = copy.deepcopy(exporters)
+    for obj in fresh:
+        obj["metadata"]["uid"] = f"uid-{next(_uids)}"
+    pool_index.clear()
+    # The copy's garbage is the benchmark's, not the plan's.
+    gc.collect()
+    return fresh
+
+
+def one_changed(exporters):
+    """The pool after one event: one Exporter (never the same) at a new resourceVersion."""
+    index = next(_uids) % len(exporters)
+    changed = copy.deepcopy(exporters[index])
+    changed["metadata"]["resourceVersion"] = str(next(_uids) + 10**9)
+    gc.collect()
+    return exporters[:index] + [changed] + exporters[index + 1:]
+
+
 def main():
+    print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}; "
+          f"median of {RUNS} plans each")
     # steady: the pool is at its target, the common reconcile.
     # scale-down: the warm buffer drops to a tenth, so most idle exporters are
     # disabled in one plan (the largest plan the rules can produce).
@@ -85,20 +127,28 @@ def main():
             warm = size // buffer_share if buffer_share else size - leased - size // 100
             the_set, klass, exporters, leases, instances = scenario(size, warm)
             plan = scale_plan(the_set, klass, exporters, leases, NOW, instances=instances)
-            def run(the_set=the_set, klass=klass, exporters=exporters, leases=leases,
-                    instances=instances):
-                scale_plan(the_set, klass, exporters, leases, NOW, instances=instances)
 
-            seconds = median_seconds(run)
+            def run(pool, the_set=the_set, klass=klass, exporters=exporters, leases=leases,
+                    instances=instances):
+                scale_plan(the_set, klass, pool if pool is not None else exporters, leases, NOW,
+                           instances=instances)
+
+            cold = median_seconds(run, prepare=lambda exporters=exporters: fresh_pool(exporters))
+            changed = median_seconds(run, prepare=lambda exporters=exporters: one_changed(exporters))
+            run(None)
+            steady = median_seconds(run)
             # A long-running operator freezes its warm informer cache out of the
             # cyclic collector (gc.freeze); this is the cost once it does.
             gc.freeze()
             frozen = median_seconds(run)
             gc.unfreeze()
-            print(f"scale_plan {label:>10} {size:>6} exporters: {seconds * 1000:8.3f} ms, "
-                  f"{frozen * 1000:8.3f} ms with gc.freeze() "
+            print(f"scale_plan {label:>10} {size:>6} exporters: cold {cold * 1000:8.3f} ms, "
+                  f"one changed {changed * 1000:8.3f} ms, same objects {steady * 1000:8.3f} ms "
+                  f"({frozen * 1000:.3f} ms with gc.freeze()) "
                   f"(target {plan['target']}, {len(plan['create'])} create, "
                   f"{len(plan['disable'])} disable)")
+    print("the issue's figure: 'same objects' of the steady pool at 10,000 "
+          "(the operator's reconcile of a set between events)")
     class_parameters = {
         "arch": "aarch64", "machineType": "virt", "cpuModel": "max", "kvm": False,
         "firmware": {"url": "registry.example.com/firmware/rpi4:v1", "digest": "sha256:abc"},
@@ -108,7 +158,7 @@ def main():
         "board": {"soc": "sa8295", "peripherals": {"can": 2, "uart": [0, 1, 2]}},
     }
     set_parameters = {"resources": {"memory": "8Gi"}, "board": {"fidelity": "high"}}
-    seconds = median_seconds(lambda: deep_merge(class_parameters, set_parameters), runs=2001)
+    seconds = median_seconds(lambda _: deep_merge(class_parameters, set_parameters), runs=2001)
     print(f"deep_merge realistic parameters: {seconds * 1e6:8.2f} us")
 
 

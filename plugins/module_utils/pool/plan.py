@@ -206,7 +206,8 @@ def _pool_survey(exporter_set, exporters, leases, instances, recycle_strategy):
         inputs = (keys, lease_keys, recycle_strategy, instances)
     return pool_index.survey(
         owner, inputs,
-        lambda: _survey(exporters, keys, leases, instances, recycle_strategy),
+        lambda digests: _survey(exporters, digests.read(exporters, keys), leases, instances,
+                                recycle_strategy),
         snapshot=lambda kept: kept[:3] + (_copy_instances(kept[3]),))
 
 
@@ -215,7 +216,7 @@ def _copy_instances(instances):
             for name, instance in instances.items()}
 
 
-def _survey(exporters, keys, leases, instances, recycle_strategy):
+def _survey(exporters, digests, leases, instances, recycle_strategy):
     """One pass over the pool: counters, lease bookkeeping, and what the rules
     make of each unleased member, as far as the clock does not matter."""
     lease_view = LeaseView(leases)
@@ -226,7 +227,7 @@ def _survey(exporters, keys, leases, instances, recycle_strategy):
     dormant = []
     notes = []  # (name, annotation, value); _NOW: the plan's time
     live = leased = leased_enabled = 0
-    for exporter, digest in zip(exporters, pool_index.digests(exporters, keys)):
+    for exporter, digest in zip(exporters, digests, strict=True):
         if digest.terminating:
             continue
         name = digest.name
@@ -322,6 +323,8 @@ def scale_plan(exporter_set, virtual_target_class, exporters, pending_leases, no
     now = parse_time(now)
     options = {**DEFAULT_OPTIONS, **(options or {})}
     instances = instances or {}
+    exporters = list(exporters)
+    leases = list(leases or ())
     metadata = exporter_set["metadata"]
     spec = exporter_set.get("spec") or {}
     builder = _Builder(metadata.get("annotations") or {}, now)

@@ -1,4 +1,4 @@
-"""Reading each Exporter once: digests kept while the object is unchanged.
+"""Reading each Exporter once: a pool's survey kept while its objects are unchanged.
 
 A pool of thousands of Exporters is planned again and again while few of
 them change. The API server gives every version of an object a new
@@ -6,26 +6,29 @@ them change. The API server gives every version of an object a new
 dict when they see a new version, so ``(uid, resourceVersion)`` names one
 content exactly: what was read from it once holds until the version
 changes. Objects without both (built by hand, or by tests that change them
-in place) are read afresh every time, never from a digest.
+in place) are read afresh every time.
 
-Both stores are bounded; a version that was dropped is read again.
+For each owner (a set) the last survey of its pool is kept with what it was
+made from, and the digests of the Exporters it read: a plan over the same
+versions reuses the survey, and a survey made after some Exporters changed
+reads only those again. At most ``SURVEY_LIMIT`` owners are kept.
 """
 
 import threading
+from operator import itemgetter
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants as c
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.exporter_state import (
     read_exporter,
 )
 
-# Digests of Exporter versions kept (about 10,000 Exporters per 1.5 MiB).
-DIGEST_LIMIT = 1 << 15
 # Sets whose last pool survey is kept.
 SURVEY_LIMIT = 256
 
 _lock = threading.Lock()
-_digests = {}
 _surveys = {}
+_metadata = itemgetter("metadata")
+_uid_and_version = itemgetter("uid", "resourceVersion")
 
 
 class ExporterDigest:
@@ -41,80 +44,62 @@ class ExporterDigest:
         self.dormant = c.ANNOTATION_DORMANT in self.annotations
 
 
-def version_of(obj):
-    """``(uid, resourceVersion)``, or None when the object lacks either."""
-    metadata = obj["metadata"]
-    uid = metadata.get("uid")
-    version = metadata.get("resourceVersion")
-    if uid and version:
-        return uid, version
-    return None
-
-
 def versions(objects):
     """The versions of ``objects`` in order, or None when one of them has none."""
-    keys = []
-    for obj in objects or ():
-        metadata = obj["metadata"]
-        uid = metadata.get("uid")
-        version = metadata.get("resourceVersion")
-        if not (uid and version):
-            return None
-        keys.append((uid, version))
-    return tuple(keys)
+    try:
+        keys = tuple(map(_uid_and_version, map(_metadata, objects or ())))
+    except KeyError:
+        return None
+    return keys if all(map(all, keys)) else None
 
 
-def digest(exporter, key=None):
-    """The digest of ``exporter``: kept for its version (``key``, when it has
-    one), read afresh otherwise."""
-    if key is None:
-        return ExporterDigest(exporter)
-    found = _digests.get(key)
-    if found is None:
-        found = ExporterDigest(exporter)
-        with _lock:
-            if len(_digests) >= DIGEST_LIMIT:
-                _drop_oldest(_digests, DIGEST_LIMIT // 2)
-            _digests[key] = found
-    return found
+class Digests:
+    """The digests of one pool's Exporters, reusing those of the owner's last survey."""
 
+    def __init__(self, previous=None):
+        self.previous = previous or {}
+        self.kept = {}
 
-def digests(exporters, keys):
-    """The digests of ``exporters``; ``keys`` are their versions (or None)."""
-    if keys is None:
-        return [ExporterDigest(e) for e in exporters]
-    return [digest(e, k) for e, k in zip(exporters, keys)]
+    def read(self, exporters, keys):
+        """The digests of ``exporters``; ``keys`` are their versions, or None."""
+        if keys is None:
+            return [ExporterDigest(e) for e in exporters]
+        previous, kept = self.previous, self.kept
+        out = []
+        for exporter, key in zip(exporters, keys, strict=True):
+            found = previous.get(key)
+            if found is None:
+                found = ExporterDigest(exporter)
+            kept[key] = found
+            out.append(found)
+        return out
 
 
 def survey(owner, inputs, compute, snapshot=None):
-    """The survey ``compute()`` of the pool of ``owner`` (a hashable key),
-    kept while ``inputs`` (versions and other facts it depends on) compare
-    equal; recomputed otherwise, or every time when ``inputs`` is None.
+    """The survey ``compute(digests)`` of the pool of ``owner`` (a hashable
+    key), kept while ``inputs`` (versions and other facts it depends on)
+    compare equal; made again otherwise, or every time when ``inputs`` is
+    None. ``digests`` is a ``Digests`` holding the owner's last ones.
 
     ``snapshot(inputs)`` is what is kept to compare with: a copy of any part
     of ``inputs`` the caller may change in place afterwards.
     """
     if inputs is None:
-        return compute()
+        return compute(Digests())
     kept = _surveys.get(owner)
     if kept is not None and kept[0] == inputs:
         return kept[1]
-    result = compute()
+    digests = Digests(kept[2] if kept is not None else None)
+    result = compute(digests)
     with _lock:
         _surveys.pop(owner, None)
-        if len(_surveys) >= SURVEY_LIMIT:
-            _drop_oldest(_surveys, 1)
-        _surveys[owner] = (snapshot(inputs) if snapshot else inputs, result)
+        while len(_surveys) >= SURVEY_LIMIT:
+            del _surveys[next(iter(_surveys))]
+        _surveys[owner] = (snapshot(inputs) if snapshot else inputs, result, digests.kept)
     return result
 
 
 def clear():
-    """Forget every digest and survey."""
+    """Forget every survey."""
     with _lock:
-        _digests.clear()
         _surveys.clear()
-
-
-def _drop_oldest(store, count):
-    for key in list(store)[:count]:
-        del store[key]

@@ -1,0 +1,205 @@
+"""The planner's memory of pools (pool/pool_index.py): an unchanged pool is not
+read again, and nothing it read is reused for an object that changed."""
+
+import copy
+import hashlib
+import json
+
+import pytest
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants as c
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import plan as plan_module
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import pool_index
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.plan import (
+    scale_plan,
+)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.timeutil import (
+    format_time,
+)
+from hypothesis import given
+from pool_builders import NOW, exporter, exporter_set, lease, target_class
+from test_plan_properties import EVENTS, PROPERTY_SETTINGS, World, spec_and_pool
+
+
+@pytest.fixture(autouse=True)
+def _forget_pools():
+    pool_index.clear()
+    yield
+    pool_index.clear()
+
+
+def versioned(obj, version="1"):
+    """``obj`` as the API server returns it: with a uid and a resourceVersion."""
+    obj["metadata"]["uid"] = "uid-" + obj["metadata"]["name"]
+    obj["metadata"]["resourceVersion"] = version
+    return obj
+
+
+def new_version(obj, version):
+    """A new version of ``obj`` as an informer holds it: a new dict."""
+    fresh = copy.deepcopy(obj)
+    fresh["metadata"]["resourceVersion"] = version
+    return fresh
+
+
+def set_ready(obj, ready):
+    for condition in obj["status"]["conditions"]:
+        condition["status"] = "True" if ready else "False"
+
+
+def pool(size=4):
+    return [versioned(exporter(f"rpi4-{i}")) for i in range(size)]
+
+
+def plan(exporters, instances=None, leases=None, the_set=None):
+    return scale_plan(the_set or exporter_set(min_available=2), target_class(), exporters, [],
+                      NOW, instances=instances, leases=leases)
+
+
+def counter(monkeypatch, module, name, label):
+    seen = []
+    original = getattr(module, name)
+
+    def counting(*args):
+        seen.append(label(*args))
+        return original(*args)
+
+    monkeypatch.setattr(module, name, counting)
+    return seen
+
+
+@pytest.fixture()
+def reads(monkeypatch):
+    """The Exporters the planner read (not taken from a digest)."""
+    return counter(monkeypatch, pool_index, "read_exporter", lambda obj: obj["metadata"]["name"])
+
+
+@pytest.fixture()
+def surveys(monkeypatch):
+    """The surveys of a pool the planner made."""
+    return counter(monkeypatch, plan_module, "_survey", lambda *args: len(args[0]))
+
+
+def test_an_unchanged_pool_is_not_read_again(reads, surveys):
+    exporters = pool()
+    first = plan(exporters)
+    assert (len(reads), surveys) == (4, [4])
+    # The informer hands the same objects again, in a new list.
+    assert plan(list(exporters)) == first
+    assert (len(reads), surveys) == (4, [4])
+
+
+def test_only_the_changed_exporter_is_read_again(reads, surveys):
+    exporters = pool()
+    plan(exporters)
+    exporters[2] = new_version(exporters[2], "2")
+    plan(exporters)
+    assert reads[4:] == ["rpi4-2"]
+    assert surveys == [4, 4]
+
+
+def test_a_new_version_with_a_new_status_is_seen():
+    exporters = pool()
+    assert plan(exporters)["status"]["readyReplicas"] == 4
+    offline = new_version(exporters[1], "2")
+    set_ready(offline, False)
+    exporters[1] = offline
+    assert plan(exporters)["status"]["readyReplicas"] == 3
+
+
+def test_a_version_changed_in_place_is_seen():
+    exporters = pool()
+    plan(exporters)
+    exporters[0]["metadata"]["resourceVersion"] = "2"
+    exporters[0]["spec"]["enabled"] = False
+    assert plan(exporters)["status"]["exportersDisabled"] == 1
+
+
+def test_objects_without_a_version_are_read_every_time(reads):
+    exporters = [exporter(f"rpi4-{i}") for i in range(3)]
+    assert plan(exporters)["status"]["readyReplicas"] == 3
+    set_ready(exporters[0], False)
+    assert plan(exporters)["status"]["readyReplicas"] == 2
+    assert len(reads) == 6
+
+
+def test_instances_changed_in_place_are_seen():
+    exporters = pool()
+    instances = {e["metadata"]["name"]: {"phase": "Running"} for e in exporters}
+    assert plan(exporters, instances)["status"]["podsRunning"] == 4
+    instances["rpi4-3"]["phase"] = "Failed"
+    again = plan(exporters, instances)
+    assert again["status"]["podsFailed"] == 1
+    assert "rpi4-3" in again["disable"]
+
+
+def test_a_lease_that_ended_is_seen():
+    exporters = pool()
+    held = versioned(lease("l1", assigned="rpi4-0", created=-60))
+    held["status"]["beginTime"] = held["metadata"]["creationTimestamp"]
+    assert "rpi4-0" not in plan(exporters, leases=[held])["disable"]
+    ended = new_version(held, "2")
+    ended["status"]["ended"] = True
+    assert "rpi4-0" in plan(exporters, leases=[ended])["disable"]
+
+
+def test_a_changed_recycle_strategy_is_seen():
+    exporters = pool()
+    ended = versioned(lease("l1", assigned="rpi4-0", created=-60, ended=True))
+    ended["status"]["beginTime"] = ended["metadata"]["creationTimestamp"]
+    replacing = plan(exporters, leases=[ended], the_set=exporter_set(min_available=2))
+    assert replacing["exporter_annotations"]["rpi4-0"][c.ANNOTATION_RETIRING] == c.DELETE_RECYCLE
+    reusing = plan(exporters, leases=[ended],
+                   the_set=exporter_set(min_available=2, recycle=c.RECYCLE_IN_PLACE_REUSE))
+    assert reusing["exporter_annotations"]["rpi4-0"][c.ANNOTATION_RETIRING] \
+        == c.RECYCLE_IN_PLACE_REUSE
+
+
+def _as_served(obj):
+    """A copy with a uid and a resourceVersion that changes with its content."""
+    served = copy.deepcopy(obj)
+    digest = hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:16]
+    served["metadata"]["uid"] = "uid-" + obj["metadata"]["name"]
+    served["metadata"]["resourceVersion"] = digest
+    return served
+
+
+def without_uids(plan):
+    """The plan as for objects without uids (entries that name one carry it)."""
+    plan = copy.deepcopy(plan)
+    for key in ("delete", "recycle", "delete_dormant"):
+        for entry in plan[key]:
+            entry.pop("uid", None)
+    return plan
+
+
+@PROPERTY_SETTINGS
+@given(spec_and_pool(), EVENTS)
+def test_plans_from_kept_surveys_equal_plans_read_afresh(scenario, events):
+    """Through random events, a plan over versioned objects (surveys and
+    digests kept between plans) equals the plan over the same objects read
+    afresh."""
+    pool_index.clear()
+    the_set, klass, exporters, options = scenario
+    world = World(the_set, klass, exporters, options)
+    served = {}  # the objects as an informer holds them: replaced only when changed
+
+    def informer(objects):
+        out = []
+        for obj in objects:
+            fresh = _as_served(obj)
+            key = (obj["kind"], obj["metadata"]["name"])
+            kept = served.get(key)
+            if kept is None or kept["metadata"]["resourceVersion"] != fresh["metadata"]["resourceVersion"]:
+                served[key] = kept = fresh
+            out.append(kept)
+        return out
+
+    for kind, index in [*events, ("advance", 0)]:
+        afresh = world.plan()
+        from_cache = scale_plan(world.set, world.klass, informer(world.sorted_exporters()),
+                                world.pending_for_set(), format_time(world.now),
+                                instances=world.instances, options=world.options,
+                                leases=informer(world.leases))
+        assert without_uids(from_cache) == afresh
+        world.apply(afresh)
+        world.event(kind, index)
