@@ -94,7 +94,10 @@ def steady_pool(api, namespace, standin, operator):
     make_set(custom, namespace, maxReplicas=2)
     proc = operator()
     settle_pool(standin, 2, custom, namespace)
-    wait_for(lambda: proc.metric("jumpstarter_exporterset_workqueue_depth") == 0, message="idle queue")
+    # Settled: the last backend run has ended and its outcome is written.
+    wait_for(lambda: (condition(get_set(custom, namespace), "Successful") or {}).get("status") == "True"
+             and proc.metric("jumpstarter_exporterset_backend_runs") == 0
+             and proc.metric("jumpstarter_exporterset_workqueue_depth") == 0, message="idle operator")
     return custom, standin, proc
 
 

@@ -42,7 +42,9 @@ def test_a_role_entry_reconciles_and_tears_down(testbed, api, namespace, standin
         commands = [json.loads((run / "command").read_text())["command"]
                     for run in (tmp_path / "artifacts").iterdir() if (run / "command").exists()]
         assert commands and all(any(arg.endswith("/role.yml") for arg in command) for command in commands)
-        assert proc.metric("jumpstarter_exporterset_playbook_runs_total", 'result="successful"') >= 1
+        # The run that made the Pod ends a moment after the Pod is seen.
+        wait_for(lambda: proc.metric("jumpstarter_exporterset_playbook_runs_total", 'result="successful"') >= 1,
+                 timeout=60, message="the backend run counted as successful")
 
         custom.delete_namespaced_custom_object(*k8s_status_group(), namespace, "exportersets", "pool")
         wait_for(lambda: not [s for s in custom.list_namespaced_custom_object(

@@ -72,6 +72,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=int(env("MAX_CONCURRENT_RECONCILES", "0")) or None,
         help="reconciles in flight at once (default: the container's CPU limit, at least 1)",
     )
+    parser.add_argument(
+        "--max-concurrent-backend-runs", type=int,
+        default=int(env("MAX_CONCURRENT_BACKEND_RUNS", "0")) or None,
+        help="reconcile playbook runs (backend work) in flight at once, across all sets "
+             "(default: the reconciles' bound, at least 2)",
+    )
     parser.add_argument("--metrics-bind-address", default=env("METRICS_BIND_ADDRESS", "0.0.0.0:8080"),
                         help="address of /metrics, /healthz and /readyz")
     parser.add_argument(
@@ -139,8 +145,10 @@ def main(argv: list[str] | None = None) -> int:
         watch_dependent_resources=watch.watch_dependent_resources,
         stuck_reconcile_timeout=args.stuck_reconcile_timeout,
         watch_silence_timeout=args.watch_silence_timeout,
+        backend_workers=args.max_concurrent_backend_runs,
     )
     log.info("starting", extra={"provisioners": args.provisioners, "workers": workers,
+                                "backend_runs": controller.backends.workers,
                                 "namespace": args.namespace or "*"})
     # Every replica keeps its caches warm, leader or not: it is ready once
     # they are synced, and a follower that takes over starts from them.

@@ -13,6 +13,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool
     selector_matches,
 )
 
+from .backends import BackendRuns
 from .informer import Informer, Resource
 from .metrics import Metrics
 from .reconciler import Reconciler
@@ -50,6 +51,7 @@ class Controller:
         watch_silence_timeout: float = 900.0,
         clock=time.monotonic,
         watch_dependent_resources: bool = True,
+        backend_workers: int | None = None,
     ):
         self.api_client = api_client
         self.metrics = metrics
@@ -68,6 +70,14 @@ class Controller:
             informer.handlers.append(self._handler_for(resource.kind))
             self.caches[resource.kind] = informer
         self.reconciler: Reconciler = reconciler_factory(self.caches)
+        # The backend lane: playbook runs for Pods, lab hosts and Corellium,
+        # off the workers, so no pool decision waits for one.
+        self.backends = BackendRuns(lambda key: self.reconciler.run_backends(key), self.queue.add,
+                                    workers=backend_workers or max(2, workers), clock=clock)
+        if self.reconciler is not None:
+            self.reconciler.backends = self.backends
+        self.metrics.backend_runs.set_function(
+            lambda: self.backends.depth() + len(self.backends.in_flight()))
         self._stop = threading.Event()
         # Threads that must live as long as the process: the informers from
         # start_informers(), the workers and the resync from start_workers(),
@@ -173,6 +183,10 @@ class Controller:
             with self._in_flight_lock:
                 in_flight = sorted(self._in_flight.items())
             # A set's key is (namespace, name), a class's (namespace, name, CLASS_KEY).
+            # A backend run counts as a reconcile under way: one stuck past the
+            # bound makes the process unhealthy too.
+            in_flight += sorted((thread, (key, started))
+                                for key, (thread, started) in self.backends.in_flight().items())
             for worker, ((namespace, name, *_), started) in in_flight:
                 if now - started > self.stuck_reconcile_timeout:
                     problems.append(
@@ -200,6 +214,7 @@ class Controller:
             thread = threading.Thread(target=self._work, name=f"worker-{index}", daemon=True)
             thread.start()
             self._threads.append(thread)
+        self._threads.extend(self.backends.start())
         if self.resync_period > 0:  # watches.yaml reconcilePeriod 0: no periodic reconcile
             resync = threading.Thread(target=self._resync, name="resync", daemon=True)
             resync.start()
@@ -260,17 +275,19 @@ class Controller:
 
     def wait_idle(self, timeout: float) -> bool:
         """After ``stop()``: wait up to ``timeout`` seconds for the reconciles
-        in flight to end. True when none is left."""
+        and backend runs in flight to end. True when none is left."""
         deadline = time.monotonic() + timeout
         for thread in self._threads:
             if thread.name.startswith("worker-"):
                 thread.join(max(0.0, deadline - time.monotonic()))
+        backends_idle = self.backends.wait_idle(max(0.0, deadline - time.monotonic()))
         with self._in_flight_lock:
-            return not self._in_flight
+            return not self._in_flight and backends_idle
 
     def stop(self) -> None:
         self._stop.set()
         self.queue.shutdown()
+        self.backends.shutdown()
         for informer in self.caches.values():
             informer.stop()
 

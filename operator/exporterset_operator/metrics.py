@@ -45,6 +45,11 @@ class Metrics:
             "ExporterSets waiting in the work queue.",
             registry=r,
         )
+        self.backend_runs = Gauge(
+            "jumpstarter_exporterset_backend_runs",
+            "ExporterSets whose backend run (the reconcile playbook) is queued or in flight.",
+            registry=r,
+        )
         self.scale_ups = Counter(
             "jumpstarter_exporterset_scale_up_total",
             "Exporters created by scale-up.",

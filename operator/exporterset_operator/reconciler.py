@@ -1,10 +1,14 @@
 """One reconcile of one ExporterSet: observe from the cache, plan, act.
 
-The plan comes from the collection's pool logic, computed here in process.
-When it asks for nothing, nothing runs (fast path). When only the status,
-annotations or Events change, they are written here directly. Anything that
-touches instances runs the reconcile playbook through ansible-runner, which
-applies every action of the plan in one run.
+Two speeds. The plan comes from the collection's pool logic, computed here
+in process, and its pool part (Exporters created, enabled, disabled,
+deleted where their instance goes with them; annotations, the set's status
+and Events) is written at once, with the module's own code, in
+milliseconds. Whatever needs the provisioner's backends (instances made,
+reset or removed, hosts probed, a set torn down) is handed to the backend
+lane (``backends.BackendRuns``), which runs the reconcile playbook through
+ansible-runner off the pool loop: one run per set at a time, batched,
+bounded across sets. When nothing is asked, nothing runs (fast path).
 """
 
 from __future__ import annotations
@@ -29,12 +33,11 @@ from kubernetes.client.rest import ApiException
 
 from .metrics import Metrics
 from .runner import PlaybookRunner
+from .workqueue import ExponentialBackoff
 
 log = logging.getLogger(__name__)
 
 FINALIZER = constants.GROUP + "/teardown"
-# Plan actions that need the provisioner's backends, and so the playbook.
-BACKEND_ACTION_KEYS = ("delete", "recycle")
 OBSERVED_KINDS = ("VirtualTargetClass", "ExporterSet", "Exporter", "Lease", "Pod")
 # How long an expectation from a playbook run may wait for the cache.
 EXPECTATION_TTL = 30.0
@@ -125,6 +128,16 @@ class Reconciler:
         self.finalizer = watch.finalizer.name if watch is not None and watch.finalizer else (
             None if watch is not None else FINALIZER)
         self.manage_status = watch.manage_status if watch is not None else True
+        # The backend lane (backends.BackendRuns); without one (a reconciler
+        # used on its own) backend work runs inline.
+        self.backends = None
+        # After a failed backend run, the set's next run waits (per set,
+        # growing with each failure in a row, reset by a success).
+        self.backend_backoff = ExponentialBackoff(base=1.0, cap=300.0)
+        self._retry_at: dict[tuple, float] = {}
+        self._backend_failure: dict[tuple, str] = {}
+        # Exporters a backend run is at work on: the pool part leaves them be.
+        self._acting: dict[tuple, set[str]] = {}
 
     def _variables(self, exporter_set, observed, plan, teardown=False) -> dict:
         """Extra vars of a run: the entry's vars (the finalizer's too on
@@ -191,70 +204,141 @@ class Reconciler:
             read_controller_ca=lambda: controller_ca.read_controller_ca(self.api_client, namespace, vclass),
         )
         self.metrics.observe_set(namespace, name, plan["status"], len(observed["pending"]))
-        if any(plan.get(k) for k in BACKEND_ACTION_KEYS) or k8s_observe.unprovisioned(observed):
-            return self._run_playbook(key, exporter_set, observed, plan)
-        probe = k8s_observe.probe_playbook(observed)
-        if probe:
-            error = self._run_probe(key, exporter_set, observed, plan, probe)
-            if error:
-                return Result(error=error, path="probe")
-        if plan.get("changed"):
+        busy = self._backends_busy(key)
+        pool_plan, backend_plan = k8s_observe.split_plan(
+            plan, exporter_set, provisioner, self._acting.get(key, ()) if busy else ())
+        needs_backends = bool(backend_plan or k8s_observe.unprovisioned(observed)
+                              or k8s_observe.probe_playbook(observed))
+        requeue = plan.get("requeue_after")
+        if needs_backends and not busy:
+            wait = self._ask_backends(key)
+            if wait:
+                requeue = min(requeue or wait, wait)
+        elif not needs_backends and not busy:
+            self._backend_failure.pop(key, None)
+        # The outcome (the SDK's Successful) is written once nothing is left
+        # to do for the set's backends; a failed run's Failure stays until then.
+        settled = not (needs_backends or busy or key in self._backend_failure)
+        outcome_due = self.manage_status and settled and _outcome_missing(exporter_set)
+        if pool_plan["changed"] or outcome_due:
             # Creating, enabling or disabling Exporters touches no backend (a
             # new Exporter gets its backend once its credential exists), so it
             # is applied here, in milliseconds, with the module's own code.
             try:
-                applied = self._apply_in_process(exporter_set, plan, k8s_observe.provisioner_of(observed))
+                applied = self._apply_in_process(exporter_set, pool_plan, provisioner,
+                                                 write_outcome=self.manage_status and settled)
             except (k8s_apply.ApplyError, ApiException) as exc:
                 self._report_failure(exporter_set, plan, str(exc))
                 return Result(error=str(exc), path="inprocess")
-            self._count_actions(key, plan)
-            if applied["created"]:
-                self.expectations.expect(key, applied["created"], [])
-            return Result(requeue_after=plan.get("requeue_after"), path="inprocess")
-        return Result(requeue_after=plan.get("requeue_after"), path="fastpath")
+            self._count_actions(key, pool_plan)
+            if applied["created"] or applied["deleted"]:
+                self.expectations.expect(key, applied["created"], applied["deleted"])
+            return Result(requeue_after=requeue, path="inprocess")
+        return Result(requeue_after=requeue, path="fastpath")
 
-    def _apply_in_process(self, exporter_set: dict, plan: dict, provisioner: str) -> dict:
+    # -- the backend lane ---------------------------------------------------------
+    def _backends_busy(self, key) -> bool:
+        return self.backends is not None and self.backends.busy(key)
+
+    def _ask_backends(self, key) -> float | None:
+        """Hand ``key`` to the backend lane; the seconds to wait first when
+        its last run failed (the set is looked at again then)."""
+        wait = self._retry_at.get(key, 0.0) - time.monotonic()
+        if wait > 0:
+            return wait
+        if self.backends is None:
+            self.run_backends(key)
+        else:
+            self.backends.submit(key)
+        return None
+
+    def _backend_done(self, key, ok: bool, message: str = "") -> None:
+        if ok:
+            self.backend_backoff.forget(key)
+            self._retry_at.pop(key, None)
+            self._backend_failure.pop(key, None)
+        else:
+            self._retry_at[key] = time.monotonic() + self.backend_backoff.when(key)
+            self._backend_failure[key] = message
+
+    def run_backends(self, key) -> None:
+        """One backend run of a set (on a backend lane thread): plan afresh
+        from the caches and run the reconcile playbook once for every backend
+        the set needs now: instances made, reset or removed, hosts probed, or
+        the set's teardown."""
+        if len(key) != 2:
+            return
+        namespace, _ = key
+        exporter_set = self.caches["ExporterSet"].get(*key)
+        if exporter_set is None:
+            return
+        observed = self.observe(exporter_set)
+        if exporter_set["metadata"].get("deletionTimestamp"):
+            self._run_teardown(key, exporter_set, observed)
+            return
+        vclass = observed["class"]
+        plan = k8s_observe.plan_for(
+            exporter_set, observed, self.plan_options,
+            read_controller_ca=lambda: controller_ca.read_controller_ca(self.api_client, namespace, vclass),
+        )
+        _, backend_plan = k8s_observe.split_plan(plan, exporter_set, k8s_observe.provisioner_of(observed))
+        unprovisioned = k8s_observe.unprovisioned(observed)
+        if backend_plan or unprovisioned:
+            self._acting[key] = {e["name"] for e in (backend_plan or {}).get("delete", [])
+                                 + (backend_plan or {}).get("recycle", [])} | set(unprovisioned)
+            try:
+                self._run_playbook(key, exporter_set, observed, backend_plan or {}, plan)
+            finally:
+                self._acting.pop(key, None)
+            return
+        probe = k8s_observe.probe_playbook(observed)
+        if probe:
+            self._run_probe(key, exporter_set, observed, plan, probe)
+
+    def _apply_in_process(self, exporter_set: dict, plan: dict, provisioner: str,
+                          write_outcome: bool | None = None) -> dict:
         """The plan's Exporter, annotation, status and Event writes, without a playbook.
 
         Returns what was written (``created`` and ``deleted`` Exporter names).
         """
-        applier = k8s_apply.PlanApplier(self.api_client, exporter_set, write_outcome=self.manage_status)
+        if write_outcome is None:
+            write_outcome = self.manage_status
+        applier = k8s_apply.PlanApplier(self.api_client, exporter_set, write_outcome=write_outcome)
         applier.apply_plan(plan, provisioner or "")
         return applier.result
 
-    def _run_playbook(self, key, exporter_set, observed, plan) -> Result:
-        namespace, name = key
-        variables = self._variables(exporter_set, observed, plan)
+    def _run_playbook(self, key, exporter_set, observed, backend_plan, plan) -> None:
+        """The reconcile playbook with the backends' part of the plan."""
+        variables = self._variables(exporter_set, observed, backend_plan)
         result = self.runner.run(self.playbook, key, variables)
         self.metrics.playbook_runs.labels("successful" if result.ok else "failed").inc()
         if result.applied is not None:
             # What the run's writes really were: a name that met a 409 or a
-            # blocking Secret was not created and is not waited for.
+            # blocking Secret was not deleted and is not waited for.
             created, deleted = result.applied["created"], result.applied["deleted"]
         else:
-            created = [c["name"] for c in (plan.get("create_dormant") or []) + (plan.get("create") or [])]
-            deleted = [d["name"] for d in (plan.get("delete") or []) + (plan.get("delete_dormant") or [])]
-        self.expectations.expect(key, created, deleted)
-        self._count_actions(key, plan)
+            created = []
+            deleted = [d["name"] for d in backend_plan.get("delete") or []]
+        self._count_actions(key, backend_plan)
+        self._backend_done(key, result.ok, result.message)
         if not result.ok:
-            self.expectations.forget(key)
             self._report_failure(exporter_set, plan, result.message)
-            return Result(error=result.message, path="playbook")
-        return Result(requeue_after=plan.get("requeue_after"), path="playbook")
+            return
+        if created or deleted:
+            self.expectations.expect(key, created, deleted)
 
-    def _run_probe(self, key, exporter_set, observed, plan, playbook) -> str | None:
+    def _run_probe(self, key, exporter_set, observed, plan, playbook) -> None:
         """Refresh the backends' report (it comes back as a watch event).
 
         Bounded by the report's age: a steady pool costs one probe per
-        interval, whatever else happens to the set. Returns the error, if any.
+        interval, whatever else happens to the set.
         """
         variables = self._variables(exporter_set, observed, plan)
         result = self.runner.run(playbook, key, variables)
         self.metrics.playbook_runs.labels("successful" if result.ok else "failed").inc()
-        if result.ok:
-            return None
-        self._report_failure(exporter_set, plan, result.message)
-        return result.message
+        self._backend_done(key, result.ok, result.message)
+        if not result.ok:
+            self._report_failure(exporter_set, plan, result.message)
 
     def _count_actions(self, key, plan: dict) -> None:
         namespace, name = key
@@ -346,6 +430,8 @@ class Reconciler:
         )
 
     def _teardown(self, key, exporter_set: dict, observed: dict) -> Result:
+        """A set being deleted: its backends and Exporters go (on the backend
+        lane), then its finalizer."""
         finalizers = exporter_set["metadata"].get("finalizers") or []
         if not self.finalizer or self.finalizer not in finalizers:
             return Result(path="skipped")
@@ -353,19 +439,52 @@ class Reconciler:
         # collector) need nothing more from the teardown.
         remaining = [e for e in observed["owned"] if not e["metadata"].get("deletionTimestamp")]
         if remaining or observed["pods"]:
-            variables = self._variables(exporter_set, observed, {}, teardown=True)
-            teardown = self.watch.finalizer_runnable() if self.watch is not None else self.playbook
-            result = self.runner.run(teardown, key, variables)
-            self.metrics.playbook_runs.labels("successful" if result.ok else "failed").inc()
-            if not result.ok:
-                k8s_status.emit_events(
-                    self.api_client,
-                    exporter_set,
-                    [{"type": "Warning", "reason": "TeardownFailed", "message": result.message[:1024]}],
-                )
-                return Result(error=result.message, path="teardown")
-            # The cache shows the deletions shortly; look again then.
-            return Result(requeue_after=1.0, path="teardown")
+            names = {e["metadata"]["name"] for e in remaining}
+            if not self.expectations.satisfied(key, names):
+                return Result(requeue_after=1.0, path="waiting")
+            if not self._backends_busy(key):
+                wait = self._ask_backends(key)
+                if wait:
+                    return Result(requeue_after=wait, path="teardown")
+            return Result(path="teardown")
         self._patch_finalizers(exporter_set, [f for f in finalizers if f != self.finalizer])
         self.runner.forget(key)
+        self._backend_failure.pop(key, None)
         return Result(path="teardown")
+
+    def _run_teardown(self, key, exporter_set: dict, observed: dict) -> None:
+        """The teardown run: the finalizer's playbook (or the entry's, with
+        the finalizer's vars) releases every backend and deletes or detaches
+        the Exporters."""
+        finalizers = exporter_set["metadata"].get("finalizers") or []
+        if not self.finalizer or self.finalizer not in finalizers:
+            return
+        remaining = [e for e in observed["owned"] if not e["metadata"].get("deletionTimestamp")]
+        if not (remaining or observed["pods"]):
+            return
+        variables = self._variables(exporter_set, observed, {}, teardown=True)
+        teardown = self.watch.finalizer_runnable() if self.watch is not None else self.playbook
+        result = self.runner.run(teardown, key, variables)
+        self.metrics.playbook_runs.labels("successful" if result.ok else "failed").inc()
+        self._backend_done(key, result.ok, result.message)
+        if not result.ok:
+            k8s_status.emit_events(
+                self.api_client,
+                exporter_set,
+                [{"type": "Warning", "reason": "TeardownFailed", "message": result.message[:1024]}],
+            )
+            return
+        # The cache shows the deletions shortly; the pool loop waits for them.
+        deleted = (result.applied or {}).get("deleted") or [e["metadata"]["name"] for e in remaining]
+        self.expectations.expect(key, [], deleted)
+
+
+def _outcome_missing(exporter_set: dict) -> bool:
+    """Whether the set's status lacks the SDK's Successful=True for its
+    current generation."""
+    generation = exporter_set["metadata"].get("generation", 0)
+    for condition in (exporter_set.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Successful":
+            return not (condition.get("status") == "True"
+                        and condition.get("observedGeneration", generation) == generation)
+    return True

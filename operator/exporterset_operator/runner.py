@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 import tempfile
 import threading
 from dataclasses import dataclass
@@ -34,6 +35,9 @@ class RunResult:
 
 
 APPLY_MODULE = "exporterset_apply"
+# Every play the operator runs is on localhost (lab hosts are added by the
+# roles, with their own connection settings).
+LOCALHOST_INVENTORY = f"localhost ansible_connection=local ansible_python_interpreter={sys.executable}\n"
 
 
 def _applied(runner) -> dict | None:
@@ -91,10 +95,15 @@ class PlaybookRunner:
         # The extra vars go to a file in here (0700, removed after the run):
         # a pool's objects do not fit on a command line.
         private_data_dir = tempfile.mkdtemp(prefix="jve-run-")
+        # The floor of a run, cut: no facts gathered, no interpreter
+        # discovered for localhost (it is this very Python), modules piped
+        # rather than copied.
         envvars = {
             "ANSIBLE_STDOUT_CALLBACK": "default",
             "ANSIBLE_NOCOLOR": "1",
             "ANSIBLE_RETRY_FILES_ENABLED": "0",
+            "ANSIBLE_GATHERING": "explicit",
+            "ANSIBLE_PIPELINING": "1",
             **self.env,
         }
         try:
@@ -112,6 +121,7 @@ class PlaybookRunner:
                 project_dir=str(self.collection_root),
                 extravars=extravars,
                 envvars=envvars,
+                inventory=LOCALHOST_INVENTORY,
                 quiet=True,
                 verbosity=self.verbosity,
                 rotate_artifacts=0,

@@ -154,6 +154,8 @@ def test_reconcile_period_zero_starts_no_periodic_reconcile():
     controller = Controller(None, lambda caches: None, Metrics(), workers=0, resync_period=0)
     controller.start_workers()
     try:
-        assert [t.name for t in controller._threads] == []
+        # No resync thread: only the backend lane's threads run.
+        assert [t.name for t in controller._threads if not t.name.startswith("backend-")] == []
+        assert any(t.name.startswith("backend-") for t in controller._threads)
     finally:
         controller.stop()

@@ -135,6 +135,54 @@ def _plan(exporter_set, observed, options):
     return backend_refusal.apply_to_plan(plan, exporter_set, refusal, observed["now"])
 
 
+# Provisioners whose instance is its Pod and config Secret, which the applier
+# deletes with the Exporter (k8s_apply.PlanApplier.delete); any other
+# provisioner's instance is removed by its role before its Exporter goes.
+REMOVED_WITH_EXPORTER = (constants.PROVISIONER_QEMU,)
+# The plan's keys that act on Exporters one by one.
+_NAMED_KEYS = ("enable", "disable")
+_ENTRY_KEYS = ("delete", "recycle")
+
+
+def split_plan(plan, exporter_set, provisioner, acting=()):
+    """The pool's part of ``plan`` and the backends' part.
+
+    The pool's part is what decides the pool and touches no backend:
+    Exporters created, enabled and disabled, the deletes of Exporters whose
+    instance goes with them, annotations, the set's status and Events. It is
+    written at once. The backends' part (instances reset in place, the
+    deletes that need the provisioner's role first) goes to the reconcile
+    playbook; None when there is none. Exporters in ``acting`` (a backend run
+    is at work on them) are left out of the pool's part.
+    """
+    acting = set(acting)
+    in_process = provisioner in REMOVED_WITH_EXPORTER
+    backend_deletes = [d for d in plan.get("delete") or [] if not in_process and d["name"] not in acting]
+    recycle = [r for r in plan.get("recycle") or [] if r["name"] not in acting]
+    backend_names = {e["name"] for e in backend_deletes + recycle}
+    held_back = acting | backend_names
+    annotations = plan.get("exporter_annotations") or {}
+    pool = dict(plan)
+    pool["delete"] = [d for d in plan.get("delete") or [] if in_process and d["name"] not in acting]
+    pool["recycle"] = []
+    for key in _NAMED_KEYS:
+        pool[key] = [n for n in plan.get(key) or [] if n not in acting]
+    pool["exporter_annotations"] = {n: a for n, a in annotations.items() if n not in held_back}
+    pool["changed"] = bool(
+        any(pool.get(k) for k in ("create", "enable", "disable", "delete", "create_dormant", "delete_dormant",
+                                   "exporter_annotations", "set_annotations"))
+        or (plan.get("status") and plan["status"] != (exporter_set.get("status") or {}))
+    ) if plan.get("changed") else False
+    backend = None
+    if backend_names:
+        backend = {
+            "delete": backend_deletes,
+            "recycle": recycle,
+            "exporter_annotations": {n: a for n, a in annotations.items() if n in backend_names},
+        }
+    return pool, backend
+
+
 def unprovisioned(observed):
     """Exporters whose backend does not exist yet but can be made now.
 
@@ -208,6 +256,8 @@ def playbook_variables(exporter_set, observed, plan, teardown=False):
             "owned_pods": observed["pods"],
             "exporterset_plan": plan,
             "exporterset_teardown": teardown,
+            # How a teardown releases the set's instances (the class's reclaimPolicy).
+            "exporterset_reclaim": lifecycle.reclaim(observed["class"]),
             "unprovisioned_exporters": unprovisioned(observed),
             "exporters_with_backends": [
                 e["metadata"]["name"] for e in observed["owned"]
@@ -219,5 +269,3 @@ def playbook_variables(exporter_set, observed, plan, teardown=False):
         }
     )
     return variables
-            # How a teardown releases the set's instances (the class's reclaimPolicy).
-            "exporterset_reclaim": lifecycle.reclaim(observed["class"]),
