@@ -8,9 +8,10 @@ import subprocess
 import sys
 
 import yaml
+from jumpstarter_standin import wait_for
 from kubernetes import client
 from operator_process import ROOT
-from pool_helpers import SET_LABEL, make_class, make_set
+from pool_helpers import SET_LABEL, get_set, make_class, make_set
 
 
 def test_two_sets_in_one_play_each_get_their_own_plan(api, namespace, standin, tmp_path):
@@ -35,3 +36,50 @@ def test_two_sets_in_one_play_each_get_their_own_plan(api, namespace, standin, t
         names = sorted(e["metadata"]["name"] for e in standin.exporters(f"{SET_LABEL}={name}"))
         assert names == [f"{name}-{i}" for i in range(count)], (name, names)
         assert all(e["metadata"]["labels"]["board"] == name for e in standin.exporters(f"{SET_LABEL}={name}"))
+
+
+def _reconcile(namespace):
+    return subprocess.run(
+        [f"{sys.prefix}/bin/ansible-playbook", "playbooks/reconcile.yml",
+         "-e", "exporterset_name=pool", "-e", f"exporterset_namespace={namespace}",
+         "-e", f"ansible_python_interpreter={sys.executable}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+def _outcome(custom, namespace):
+    conditions = get_set(custom, namespace).get("status", {}).get("conditions") or []
+    return {c["type"]: c for c in conditions if c["type"] in ("Successful", "Failure")}
+
+
+def test_successful_only_once_the_backends_are_made(api, namespace, standin):
+    """Run by hand as by the operator: a reconcile whose backends could not
+    be made is a Failure naming the step, never Successful."""
+    custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
+    make_class(custom, namespace)
+    make_set(custom, namespace, minAvailableReplicas=1, maxReplicas=1)
+    # No Pod may be made in the namespace.
+    core.create_namespaced_resource_quota(namespace, client.V1ResourceQuota(
+        metadata=client.V1ObjectMeta(name="no-pods"), spec=client.V1ResourceQuotaSpec(hard={"pods": "0"})))
+    first = _reconcile(namespace)
+    assert first.returncode == 0, first.stdout[-4000:]
+    wait_for(lambda: ((standin.exporter("pool-0").get("status") or {}).get("credential") or {}).get("name"),
+             message="pool-0's credential")
+
+    failed = _reconcile(namespace)
+    assert failed.returncode != 0, failed.stdout[-4000:]
+    outcome = _outcome(custom, namespace)
+    assert outcome["Successful"]["status"] == "False", outcome
+    assert (outcome["Failure"]["status"], outcome["Failure"]["reason"]) == ("True", "ReconcileFailed"), outcome
+    assert outcome["Failure"]["message"].startswith("Create the config Secrets and Pods of new instances: "), outcome
+    assert "pool-0: 403 Forbidden" in outcome["Failure"]["message"], outcome
+    events = [e for e in core.list_namespaced_event(namespace).items
+              if e.involved_object.name == "pool" and e.reason == "ReconcileFailed"]
+    assert events and events[0].type == "Warning", events
+
+    core.delete_namespaced_resource_quota("no-pods", namespace)
+    wait_for(lambda: not core.list_namespaced_resource_quota(namespace).items, message="the quota gone")
+    recovered = _reconcile(namespace)
+    assert recovered.returncode == 0, recovered.stdout[-4000:]
+    assert standin.pods()
+    outcome = _outcome(custom, namespace)
+    assert (outcome["Successful"]["status"], outcome["Failure"]["status"]) == ("True", "False"), outcome
