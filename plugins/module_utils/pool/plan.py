@@ -220,7 +220,8 @@ def _survey(exporters, digests, leases, instances, recycle_strategy):
     """One pass over the pool: counters, lease bookkeeping, and what the rules
     make of each unleased member, as far as the clock does not matter."""
     lease_view = LeaseView(leases)
-    active = lease_view.active
+    # Most Exporters are named by no Lease: their lease checks are skipped.
+    active, ended_leases = lease_view.active, lease_view.ended
     survey = _Survey()
     tally = {}
     members = []
@@ -273,8 +274,10 @@ def _survey(exporters, digests, leases, instances, recycle_strategy):
         if failure is not None:
             steps.append((member, failure, None))
             continue
-        ended = lease_view.lease_to_recycle(member.exporter,
-                                            member.annotations.get(c.ANNOTATION_REUSED_AFTER))
+        ended = None
+        if member.name in ended_leases:
+            ended = lease_view.lease_to_recycle(member.exporter,
+                                                member.annotations.get(c.ANNOTATION_REUSED_AFTER))
         if ended is not None:
             why = (c.RECYCLE_IN_PLACE_REUSE if recycle_strategy == c.RECYCLE_IN_PLACE_REUSE
                    else c.DELETE_RECYCLE)
