@@ -40,6 +40,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool
     LeaseView,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.selectors import (
+    LabelIndex,
     selector_matches,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.timeutil import (
@@ -90,7 +91,9 @@ def attribute_lease_demand(exporter_sets, leases, exporters, now):
     }
     # An Exporter a Lease names is taken, even before its leaseRef says so.
     lease_view = LeaseView(leases)
-    unclaimed = sorted(
+    # Grouped by label set: each lease looks at every label set once, not at
+    # every Exporter (LabelIndex).
+    unclaimed = LabelIndex(
         (e for e in exporters or () if is_available(e) and not lease_view.holders(e)),
         key=exporter_name,
     )
@@ -105,12 +108,8 @@ def attribute_lease_demand(exporter_sets, leases, exporters, now):
     )
     for lease in pending:
         selector = (lease.get("spec") or {}).get("selector") or {}
-        claimed = next(
-            (e for e in unclaimed if selector_matches(selector, e["metadata"].get("labels"))),
-            None,
-        )
+        claimed = unclaimed.take_first(selector)
         if claimed is not None:
-            unclaimed.remove(claimed)
             holder = (claimed["metadata"].get("labels") or {}).get(LABEL_EXPORTER_SET)
             if holder in demand:
                 demand[holder].append(lease["metadata"]["name"])
