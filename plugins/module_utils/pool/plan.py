@@ -741,10 +741,9 @@ def _create(exporter_set, provisioner, exporters, count, options, builder):
     taken = set(options.get("taken_names") or ())
     # Terminating Exporters keep their names until they are gone.
     taken.update(e["metadata"]["name"] for e in exporters)
+    names = _free_names(set_name, taken)
     for _ in range(count):
-        name = _free_name(set_name, taken)
-        taken.add(name)
-        builder.create.append(_new_exporter(exporter_set, provisioner, name))
+        builder.create.append(_new_exporter(exporter_set, provisioner, next(names)))
 
 
 def _keep_one_enabled(exporter_set, provisioner, exporters, dormant, enabled_before,
@@ -800,10 +799,18 @@ def needs_dormant_exporter(exporters, leaving):
 
 
 def _free_name(prefix, taken):
+    return next(_free_names(prefix, taken))
+
+
+def _free_names(prefix, taken):
+    """The names ``prefix-N`` not in ``taken``, smallest N first; one pass over
+    the numbers however many are taken (each name given counts as taken)."""
     index = 0
-    while f"{prefix}-{index}" in taken:
+    while True:
+        name = f"{prefix}-{index}"
+        if name not in taken:
+            yield name
         index += 1
-    return f"{prefix}-{index}"
 
 
 def _new_exporter(exporter_set, provisioner, name):
