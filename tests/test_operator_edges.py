@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import yaml
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import status as k8s_status
 from exporterset_operator.__main__ import playbook_env
 from exporterset_operator.controller import Controller
@@ -46,17 +47,13 @@ def test_a_role_entry_reconciles_and_tears_down(testbed, api, namespace, standin
         wait_for(lambda: proc.metric("jumpstarter_exporterset_playbook_runs_total", 'result="successful"') >= 1,
                  timeout=60, message="the backend run counted as successful")
 
-        custom.delete_namespaced_custom_object(*k8s_status_group(), namespace, "exportersets", "pool")
+        custom.delete_namespaced_custom_object(*constants.EXPORTER_SET.at(namespace), "pool")
         wait_for(lambda: not [s for s in custom.list_namespaced_custom_object(
-            *k8s_status_group(), namespace, "exportersets")["items"]], timeout=120, message="set torn down")
+            *constants.EXPORTER_SET.at(namespace))["items"]], timeout=120, message="set torn down")
         wait_for(lambda: standin.pods() == [], timeout=60, message="the set's Pods gone")
     finally:
         proc.stop()
         print(f"--- operator log ---\n{proc.log_tail(40)}")
-
-
-def k8s_status_group():
-    return k8s_status.GROUP, k8s_status.VERSION
 
 
 def test_a_name_taken_before_the_playbook_creates_it_does_not_stall_the_set(
@@ -107,7 +104,7 @@ def test_a_name_taken_before_the_playbook_creates_it_does_not_stall_the_set(
         wait_for(lambda: reconciler.reconcile(key) and "pool-0" in owned(), timeout=30, message="pool-0")
         wait_for(lambda: ((cache.get(namespace, "pool-0") or {}).get("status") or {}).get("credential"),
                  timeout=60, message="pool-0's credential")
-        custom.patch_namespaced_custom_object(*k8s_status_group(), namespace, "exportersets", "pool",
+        custom.patch_namespaced_custom_object(*constants.EXPORTER_SET.at(namespace), "pool",
                                               {"spec": {"minAvailableReplicas": 2}})
         wait_for(lambda: controller.caches["ExporterSet"].get(namespace, "pool")["spec"]["minAvailableReplicas"] == 2,
                  timeout=30, message="the cache sees minAvailableReplicas 2")

@@ -27,14 +27,12 @@ SET_LABEL_SELECTOR = constants.LABEL_EXPORTER_SET
 CLASS_KEY = "VirtualTargetClass"
 
 RESOURCES = (
-    Resource("ExporterSet", constants.GROUP, "v1alpha1", "exportersets"),
-    Resource("VirtualTargetClass", constants.GROUP, "v1alpha1", "virtualtargetclasses"),
-    Resource("Exporter", "jumpstarter.dev", "v1alpha1", "exporters"),
-    Resource("Lease", "jumpstarter.dev", "v1alpha1", "leases"),
+    *(Resource(gvr.kind, *gvr[:3])
+      for gvr in (constants.EXPORTER_SET, constants.VIRTUAL_TARGET_CLASS, constants.EXPORTER, constants.LEASE)),
     # Only the Pods the pool made, never the whole namespace. Secrets are
     # not watched (nothing is planned from them): they are read by name only,
     # so the operator needs no list or watch on Secrets.
-    Resource("Pod", "", "v1", "pods", label_selector=SET_LABEL_SELECTOR),
+    Resource(constants.POD.kind, *constants.POD[:3], label_selector=SET_LABEL_SELECTOR),
 )
 
 

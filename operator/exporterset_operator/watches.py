@@ -20,7 +20,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.time
 )
 
 # The one kind this operator reconciles.
-SERVED = (constants.GROUP, "v1alpha1", "ExporterSet")
+SERVED = (constants.EXPORTER_SET.group, constants.EXPORTER_SET.version, constants.EXPORTER_SET.kind)
 DEFAULT_FINALIZER = constants.GROUP + "/teardown"
 
 

@@ -1,10 +1,45 @@
 """Names shared by the pool logic, the provisioners and the operator.
 
 Every label, annotation, condition type and reason that more than one part
-of the collection reads or writes is spelled here once.
+of the collection reads or writes is spelled here once, and so is where
+each kind lives in the API (group, version, plural). Who owns an object is
+decided by its controller owner reference, read in one place:
+``k8s/objects.py`` (``controller_ref``); the set label is an index for
+label selectors, never proof of ownership.
 """
 
+from typing import NamedTuple
+
 GROUP = "virtualtarget.jumpstarter.dev"
+JUMPSTARTER_GROUP = "jumpstarter.dev"
+
+
+class GVR(NamedTuple):
+    """Where a kind lives in the API.
+
+    ``*gvr.at(namespace)`` are the leading arguments of the kubernetes
+    client's namespaced custom object calls: group, version, namespace, plural.
+    """
+
+    group: str
+    version: str
+    plural: str
+    kind: str
+
+    @property
+    def api_version(self):
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    def at(self, namespace):
+        return self.group, self.version, namespace, self.plural
+
+
+EXPORTER_SET = GVR(GROUP, "v1alpha1", "exportersets", "ExporterSet")
+VIRTUAL_TARGET_CLASS = GVR(GROUP, "v1alpha1", "virtualtargetclasses", "VirtualTargetClass")
+EXPORTER = GVR(JUMPSTARTER_GROUP, "v1alpha1", "exporters", "Exporter")
+LEASE = GVR(JUMPSTARTER_GROUP, "v1alpha1", "leases", "Lease")
+POD = GVR("", "v1", "pods", "Pod")
+SECRET = GVR("", "v1", "secrets", "Secret")
 
 PROVISIONER_QEMU = "qemu.jumpstarter.dev"
 PROVISIONER_QEMU_BAREMETAL = "qemu-baremetal.jumpstarter.dev"
@@ -15,6 +50,8 @@ POD_PROVISIONERS = (PROVISIONER_QEMU, PROVISIONER_CORELLIUM)
 
 # Exporter label: the ExporterSet that owns the Exporter.
 LABEL_EXPORTER_SET = GROUP + "/exporterset"
+# Pod and Secret label: the Exporter the object belongs to.
+LABEL_EXPORTER = GROUP + "/exporter"
 # Exporter label: the lab host a qemu-baremetal instance runs on.
 LABEL_HOST = GROUP + "/host"
 

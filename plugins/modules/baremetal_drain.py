@@ -112,9 +112,8 @@ def main():
     host, namespace = p["lab_host"], p["namespace"]
     api = module_api_client(module)
     custom = client.CustomObjectsApi(api)
-    group = (k8s_status.GROUP, k8s_status.VERSION, namespace)
     classes = [
-        c for c in custom.list_namespaced_custom_object(*group, "virtualtargetclasses")["items"]
+        c for c in custom.list_namespaced_custom_object(*constants.VIRTUAL_TARGET_CLASS.at(namespace))["items"]
         if (c.get("spec") or {}).get("provisioner") == constants.PROVISIONER_QEMU_BAREMETAL
         and (not p["virtual_target_class"] or c["metadata"]["name"] == p["virtual_target_class"])
         and _lists_host((c.get("spec") or {}).get("parameters"), host)
@@ -129,14 +128,13 @@ def main():
         changed = True
         if not module.check_mode:
             k8s_status.patch_annotations(
-                api, *group[:2], "virtualtargetclasses", namespace, vclass["metadata"]["name"],
+                api, constants.VIRTUAL_TARGET_CLASS, namespace, vclass["metadata"]["name"],
                 {baremetal_pool.DRAINED_HOSTS_ANNOTATION: baremetal_pool.with_drained_host(vclass, host)})
     by_class = {c["metadata"]["name"]: c for c in classes}
     exporters = custom.list_namespaced_custom_object(
-        k8s_status.EXPORTER_GROUP, k8s_status.EXPORTER_VERSION, namespace, k8s_status.EXPORTER_PLURAL,
-        label_selector=f"{constants.LABEL_HOST}={host}")["items"]
+        *constants.EXPORTER.at(namespace), label_selector=f"{constants.LABEL_HOST}={host}")["items"]
     sets = []
-    for exporter_set in custom.list_namespaced_custom_object(*group, "exportersets")["items"]:
+    for exporter_set in custom.list_namespaced_custom_object(*constants.EXPORTER_SET.at(namespace))["items"]:
         vclass = by_class.get((exporter_set.get("spec") or {}).get("virtualTargetClassName"))
         if vclass is None:
             continue
@@ -145,8 +143,7 @@ def main():
             continue
         # Every Exporter of the set, so the role keeps the instances on other hosts.
         set_exporters = [e for e in custom.list_namespaced_custom_object(
-            k8s_status.EXPORTER_GROUP, k8s_status.EXPORTER_VERSION, namespace,
-            k8s_status.EXPORTER_PLURAL,
+            *constants.EXPORTER.at(namespace),
             label_selector=f"{constants.LABEL_EXPORTER_SET}={exporter_set['metadata']['name']}")["items"]
             if k8s_objects.controlled_by(e, exporter_set["metadata"]["uid"])]
         remove, leased, to_disable = [], [], []

@@ -76,6 +76,7 @@ written:
 
 from datetime import UTC, datetime
 
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.baremetal import (
     pool as baremetal_pool,
 )
@@ -102,7 +103,7 @@ def main():
     api = module_api_client(module)
     try:
         exporter_set = client.CustomObjectsApi(api).get_namespaced_custom_object(
-            k8s_status.GROUP, k8s_status.VERSION, p["namespace"], k8s_status.PLURAL, p["exporterset"])
+            *constants.EXPORTER_SET.at(p["namespace"]), p["exporterset"])
     except ApiException as exc:
         if exc.status == 404:
             module.exit_json(changed=False, written=False, report={})
@@ -111,8 +112,8 @@ def main():
     report = baremetal_pool.next_report(previous, p["results"], datetime.now(UTC))
     if not module.check_mode:
         k8s_status.patch_annotations(
-            api, k8s_status.GROUP, k8s_status.VERSION, k8s_status.PLURAL, p["namespace"],
-            p["exporterset"], {baremetal_pool.REPORT_ANNOTATION: baremetal_pool.encode_report(report)})
+            api, constants.EXPORTER_SET, p["namespace"], p["exporterset"],
+            {baremetal_pool.REPORT_ANNOTATION: baremetal_pool.encode_report(report)})
     # Recording an observation changes nothing on the hosts or in the pool;
     # like an _info module it reports no change. hosts_changed says whether
     # what was observed moved.

@@ -207,7 +207,7 @@ class Targets:
             self.changed = True
             if not self.module.check_mode:
                 self.custom.patch_namespaced_custom_object(
-                    "jumpstarter.dev", "v1alpha1", self.namespace, "exporters",
+                    *constants.EXPORTER.at(self.namespace),
                     exporter["metadata"]["name"],
                     {"metadata": {"labels": {constants.LABEL_HOST: host}}})
         return placed, (f"no free slot for {', '.join(limited)}: {lab.capacity()['message']}"

@@ -117,6 +117,7 @@ waiting:
   elements: str
 """
 
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import credentials
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import objects as k8s_objects
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import pod as k8s_pod
@@ -173,7 +174,7 @@ class PodManager:
                 # Not this Exporter's: a Pod the pool made for an earlier Exporter
                 # of the same name (with its token) goes; this one waits.
                 labels = found["metadata"].get("labels") or {}
-                if labels.get(k8s_objects.LABEL_EXPORTER) == name:
+                if labels.get(constants.LABEL_EXPORTER) == name:
                     self._delete_foreign_pod(pod)
                 self.result["waiting"].append(name)
             return

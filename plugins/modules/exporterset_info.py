@@ -104,12 +104,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.
     module_api_client,
 )
 
-KINDS = {
-    "VirtualTargetClass": (constants.GROUP, "v1alpha1", "virtualtargetclasses"),
-    "ExporterSet": (constants.GROUP, "v1alpha1", "exportersets"),
-    "Exporter": ("jumpstarter.dev", "v1alpha1", "exporters"),
-    "Lease": ("jumpstarter.dev", "v1alpha1", "leases"),
-}
+KINDS = (constants.VIRTUAL_TARGET_CLASS, constants.EXPORTER_SET, constants.EXPORTER, constants.LEASE)
 
 
 def read_namespace(client_, namespace):
@@ -117,8 +112,8 @@ def read_namespace(client_, namespace):
 
     custom = client.CustomObjectsApi(client_)
     objects = {
-        kind: custom.list_namespaced_custom_object(group, version, namespace, plural)["items"]
-        for kind, (group, version, plural) in KINDS.items()
+        gvr.kind: custom.list_namespaced_custom_object(*gvr.at(namespace))["items"]
+        for gvr in KINDS
     }
     pods = client.CoreV1Api(client_).list_namespaced_pod(
         namespace, label_selector=constants.LABEL_EXPORTER_SET

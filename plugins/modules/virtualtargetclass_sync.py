@@ -90,6 +90,7 @@ status:
 
 from datetime import UTC, datetime
 
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.client import (
     k8s_module,
     module_api_client,
@@ -118,13 +119,13 @@ def main():
     custom = client.CustomObjectsApi(api)
     try:
         vclass = custom.get_namespaced_custom_object(
-            class_status.c.GROUP, class_status.VERSION, namespace, class_status.PLURAL, name)
+            *constants.VIRTUAL_TARGET_CLASS.at(namespace), name)
     except ApiException as exc:
         if exc.status == 404:
             module.exit_json(changed=False, exists=False, sets=[])
         raise
     sets = custom.list_namespaced_custom_object(
-        class_status.c.GROUP, class_status.VERSION, namespace, "exportersets")["items"]
+        *constants.EXPORTER_SET.at(namespace))["items"]
     names = class_status.sets_using(vclass, sets)
     wanted = class_status.desired(vclass, names, datetime.now(UTC), module.params["add_finalizer"])
     changed = wanted["finalizers"] != (vclass["metadata"].get("finalizers") or []) or (

@@ -88,6 +88,10 @@ def exporter(name, ready=True, enabled=True, lease=None, created=-3600, owner=SE
     }
     if lease:
         obj["status"]["leaseRef"] = {"name": lease}
+    if owner:
+        obj["metadata"]["ownerReferences"] = [
+            {"apiVersion": c.EXPORTER_SET.api_version, "kind": c.EXPORTER_SET.kind, "name": owner,
+             "uid": f"uid-{owner}", "controller": True, "blockOwnerDeletion": True}]
     if terminating:
         obj["metadata"]["deletionTimestamp"] = at(-1)
     return obj

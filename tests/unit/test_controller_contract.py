@@ -331,7 +331,7 @@ def test_the_dormant_exporter_gets_no_lab_host():
 def secret(owner_uid, token="tok"):
     return {"metadata": {"name": "rpi4-0-exporter", "uid": "secret-uid",
                          "ownerReferences": [{"kind": "Exporter", "name": "rpi4-0",
-                                              "uid": owner_uid}]},
+                                              "uid": owner_uid, "controller": True}]},
             "data": {"token": base64.b64encode(token.encode()).decode()}}
 
 

@@ -308,10 +308,11 @@ def test_a_namesakes_ended_lease_does_not_recycle(owner_uid, began):
     fresh["metadata"]["uid"] = "uid-now"
     old = lease("l1", assigned="rpi4-0", ended=True, created=began)
     if owner_uid:
-        old["metadata"]["ownerReferences"] = [{"kind": "Exporter", "name": "rpi4-0", "uid": owner_uid}]
+        old["metadata"]["ownerReferences"] = [
+            {"kind": "Exporter", "name": "rpi4-0", "uid": owner_uid, "controller": True}]
     result = plan(exporter_set(min_available=1), [fresh], leases=[old])
     assert result["disable"] == [] and result["delete"] == []
-    old["metadata"]["ownerReferences"] = [{"kind": "Exporter", "name": "rpi4-0", "uid": "uid-now"}]
+    old["metadata"]["ownerReferences"] = [{"kind": "Exporter", "name": "rpi4-0", "uid": "uid-now", "controller": True}]
     assert plan(exporter_set(min_available=1), [fresh], leases=[old])["disable"] == ["rpi4-0"]
 
 

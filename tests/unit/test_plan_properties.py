@@ -85,8 +85,9 @@ class World:
 
     def add(self, entry):
         assert entry["name"] not in self.exporters
+        # Made as k8s_objects.exporter_manifest makes it: owned by the set.
         new = exporter(entry["name"], ready=False, created=0, labels=entry["labels"],
-                       owner=None, annotations=entry["annotations"])
+                       owner=entry["labels"][c.LABEL_EXPORTER_SET], annotations=entry["annotations"])
         new["metadata"]["creationTimestamp"] = format_time(self.now)
         self.exporters[entry["name"]] = new
 

@@ -35,9 +35,6 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import status as k8s_status
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import lease_safety
 
-EXPORTER = ("jumpstarter.dev", "v1alpha1", "exporters")
-LEASE = ("jumpstarter.dev", "v1alpha1", "leases")
-
 
 class ApplyError(Exception):
     """A write the API server refused; the message names the object."""
@@ -66,7 +63,7 @@ class PlanApplier:
         from kubernetes.client.rest import ApiException
 
         try:
-            return self.custom.get_namespaced_custom_object(*EXPORTER[:2], self.namespace, EXPORTER[2], name)
+            return self.custom.get_namespaced_custom_object(*constants.EXPORTER.at(self.namespace), name)
         except ApiException as exc:
             if exc.status != 404:
                 self._fail(f"reading Exporter {self.namespace}/{name}", exc)
@@ -78,7 +75,7 @@ class PlanApplier:
 
         try:
             return self.custom.list_namespaced_custom_object(
-                *LEASE[:2], self.namespace, LEASE[2],
+                *constants.LEASE.at(self.namespace),
                 label_selector=lease_safety.ACTIVE_LEASES_SELECTOR)["items"]
         except ApiException as exc:
             self._fail(f"listing the Leases of namespace {self.namespace}", exc)
@@ -135,7 +132,7 @@ class PlanApplier:
             body["metadata"]["annotations"] = annotations
         if not self.check:
             try:
-                self.custom.patch_namespaced_custom_object(*EXPORTER[:2], self.namespace, EXPORTER[2], name, body)
+                self.custom.patch_namespaced_custom_object(*constants.EXPORTER.at(self.namespace), name, body)
             except ApiException as exc:
                 if exc.status == 409:
                     self._hold(name, "changed since it was read (409 Conflict)", conflict=True)
@@ -228,7 +225,7 @@ class PlanApplier:
             )
             try:
                 self.custom.delete_namespaced_custom_object(
-                    *EXPORTER[:2], self.namespace, EXPORTER[2], name, body=options)
+                    *constants.EXPORTER.at(self.namespace), name, body=options)
             except ApiException as exc:
                 if exc.status == 409:
                     # Changed since it was read: the next plan looks again.
@@ -246,7 +243,7 @@ class PlanApplier:
 
         if not self.check:
             try:
-                self.custom.patch_namespaced_custom_object(*EXPORTER[:2], self.namespace, EXPORTER[2], name, body)
+                self.custom.patch_namespaced_custom_object(*constants.EXPORTER.at(self.namespace), name, body)
             except ApiException as exc:
                 if exc.status == 404:
                     return
@@ -272,7 +269,7 @@ class PlanApplier:
             self._fail(f"checking the credential Secret of Exporter {self.namespace}/{name}", exc)
         if not self.check:
             try:
-                self.custom.create_namespaced_custom_object(*EXPORTER[:2], self.namespace, EXPORTER[2], manifest)
+                self.custom.create_namespaced_custom_object(*constants.EXPORTER.at(self.namespace), manifest)
             except ApiException as exc:
                 if exc.status != 409:
                     self._fail(f"creating Exporter {self.namespace}/{name}", exc)
@@ -336,8 +333,7 @@ class PlanApplier:
         if k8s_status.annotations_differ(meta.get("annotations"), set_annotations):
             if not self.check:
                 k8s_status.patch_annotations(
-                    self.api_client, k8s_status.GROUP, k8s_status.VERSION, k8s_status.PLURAL,
-                    self.namespace, meta["name"], set_annotations,
+                    self.api_client, constants.EXPORTER_SET, self.namespace, meta["name"], set_annotations,
                 )
             self.result["set_annotations_changed"] = True
         status = plan.get("status")

@@ -18,6 +18,7 @@ Secrets are only ever read by name (GET), never listed.
 import base64
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import objects as k8s_objects
 
 TOKEN_KEY = "token"
 
@@ -28,19 +29,9 @@ def credential_secret_name(exporter):
     return named or exporter["metadata"]["name"] + constants.CREDENTIAL_SECRET_SUFFIX
 
 
-def exporter_owner_uids(secret):
-    """UIDs of the Exporters among the Secret's owner references."""
-    return {
-        ref.get("uid")
-        for ref in (secret.get("metadata") or {}).get("ownerReferences") or ()
-        if ref.get("kind") == "Exporter" and ref.get("uid")
-    }
-
-
 def issued_to(secret, exporter):
     """Whether the Secret belongs to this very Exporter (its UID, not only its name)."""
-    uid = exporter["metadata"].get("uid")
-    return bool(uid) and uid in exporter_owner_uids(secret)
+    return k8s_objects.controlled_by(secret, exporter["metadata"].get("uid"))
 
 
 def token_for(secret, exporter):
@@ -79,24 +70,21 @@ def read_token(api_client, exporter):
 
 
 def live_exporter_owns(api_client, namespace, secret):
-    """Whether an Exporter named in the Secret's owner references exists with that UID."""
+    """Whether the Exporter the Secret belongs to exists (that name with that UID)."""
     from kubernetes import client
     from kubernetes.client.rest import ApiException
 
-    custom = client.CustomObjectsApi(api_client)
-    for ref in (secret.get("metadata") or {}).get("ownerReferences") or ():
-        if ref.get("kind") != "Exporter" or not ref.get("name"):
-            continue
-        try:
-            exporter = custom.get_namespaced_custom_object(
-                "jumpstarter.dev", "v1alpha1", namespace, "exporters", ref["name"])
-        except ApiException as exc:
-            if exc.status == 404:
-                continue
-            raise
-        if exporter["metadata"].get("uid") == ref.get("uid"):
-            return True
-    return False
+    ref = k8s_objects.controller_ref(secret, constants.EXPORTER.kind)
+    if not (ref or {}).get("name"):
+        return False
+    try:
+        exporter = client.CustomObjectsApi(api_client).get_namespaced_custom_object(
+            *constants.EXPORTER.at(namespace), ref["name"])
+    except ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return k8s_objects.controlled_by(secret, exporter["metadata"].get("uid"))
 
 
 def blocking_secret(api_client, namespace, exporter_name):

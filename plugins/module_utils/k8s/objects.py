@@ -10,11 +10,6 @@ import re
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu import images as image_fetch
 
-EXPORTER_API_VERSION = "jumpstarter.dev/v1alpha1"
-EXPORTERSET_API_VERSION = constants.GROUP + "/v1alpha1"
-# Pod and Secret label: the Exporter the object belongs to.
-LABEL_EXPORTER = constants.GROUP + "/exporter"
-
 # Container waiting reasons after which a Pod will not get better by itself.
 FATAL_WAITING_REASONS = frozenset(
     {
@@ -30,11 +25,20 @@ FATAL_WAITING_REASONS = frozenset(
 )
 
 
+# The ownership rule. An object belongs to the owner its controller
+# reference names: an Exporter to its ExporterSet, a Pod, config Secret or
+# credential Secret to its Exporter, a Lease to the Exporter it was given.
+# The UID decides, not the name: an object left by an earlier owner of the
+# same name belongs to nobody alive. Labels (the set label, the Exporter
+# label) only index objects for selectors and never decide ownership.
+
+
 def controller_reference(owner):
+    """The controller owner reference to ``owner`` (an ExporterSet unless it says its kind)."""
     meta = owner["metadata"]
     return {
-        "apiVersion": owner.get("apiVersion", EXPORTERSET_API_VERSION),
-        "kind": owner.get("kind", "ExporterSet"),
+        "apiVersion": owner.get("apiVersion", constants.EXPORTER_SET.api_version),
+        "kind": owner.get("kind", constants.EXPORTER_SET.kind),
         "name": meta["name"],
         "uid": meta["uid"],
         "controller": True,
@@ -42,20 +46,23 @@ def controller_reference(owner):
     }
 
 
+def controller_ref(obj, kind=None):
+    """The object's controller owner reference (of ``kind`` when given), or None."""
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or ():
+        if ref.get("controller"):
+            return ref if kind is None or ref.get("kind") == kind else None
+    return None
+
+
 def controlled_by(obj, owner_uid):
-    """True when ``obj`` has a controller reference to the owner's UID."""
-    return any(
-        ref.get("controller") and ref.get("uid") == owner_uid
-        for ref in obj.get("metadata", {}).get("ownerReferences") or []
-    )
+    """Whether ``obj`` belongs to the owner whose UID is ``owner_uid``."""
+    ref = controller_ref(obj)
+    return bool(owner_uid) and ref is not None and ref.get("uid") == owner_uid
 
 
 def controller_of(obj, kind):
-    """Name of the controller owner of ``kind``, or None."""
-    for ref in obj.get("metadata", {}).get("ownerReferences") or []:
-        if ref.get("controller") and ref.get("kind") == kind:
-            return ref.get("name")
-    return None
+    """Name of the owner of ``kind`` that ``obj`` belongs to, or None."""
+    return (controller_ref(obj, kind) or {}).get("name")
 
 
 def exporter_manifest(exporter_set, entry, provisioner, extra_labels=None):
@@ -66,8 +73,8 @@ def exporter_manifest(exporter_set, entry, provisioner, extra_labels=None):
     annotations = dict(entry.get("annotations") or {})
     annotations.setdefault(constants.ANNOTATION_PROVISIONER, provisioner)
     return {
-        "apiVersion": EXPORTER_API_VERSION,
-        "kind": "Exporter",
+        "apiVersion": constants.EXPORTER.api_version,
+        "kind": constants.EXPORTER.kind,
         "metadata": {
             "name": entry["name"],
             "namespace": meta["namespace"],
@@ -145,7 +152,7 @@ def instances_from_pods(pods):
     """
     newest = {}
     for pod in pods:
-        exporter = (pod.get("metadata", {}).get("labels") or {}).get(LABEL_EXPORTER)
+        exporter = (pod.get("metadata", {}).get("labels") or {}).get(constants.LABEL_EXPORTER)
         if not exporter:
             continue
         created = pod["metadata"].get("creationTimestamp") or ""

@@ -54,7 +54,7 @@ def observe(exporter_set, namespace_objects, now):
         p
         for p in namespace_objects["Pod"]
         if _labels(p).get(constants.LABEL_EXPORTER_SET) == name
-        and _labels(p).get(k8s_objects.LABEL_EXPORTER) in owned_names
+        and _labels(p).get(constants.LABEL_EXPORTER) in owned_names
     ]
     leases = namespace_objects["Lease"]
     demand = attribute_lease_demand(namespace_objects["ExporterSet"], leases, exporters, now)
@@ -218,8 +218,8 @@ def _credentialed_without_backend(observed):
     # earlier Exporter of the same name is replaced (exporter_pods).
     uids = {e["metadata"]["name"]: e["metadata"].get("uid") for e in observed["owned"]}
     with_pods = {
-        _labels(p).get(k8s_objects.LABEL_EXPORTER) for p in observed["pods"]
-        if k8s_objects.controlled_by(p, uids.get(_labels(p).get(k8s_objects.LABEL_EXPORTER)))
+        _labels(p).get(constants.LABEL_EXPORTER) for p in observed["pods"]
+        if k8s_objects.controlled_by(p, uids.get(_labels(p).get(constants.LABEL_EXPORTER)))
     }
     return sorted(
         e["metadata"]["name"]

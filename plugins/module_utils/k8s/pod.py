@@ -63,7 +63,7 @@ def _owned_meta(name, exporter_set, exporter):
         "namespace": exporter["metadata"]["namespace"],
         "labels": {
             constants.LABEL_EXPORTER_SET: set_name,
-            k8s_objects.LABEL_EXPORTER: exporter_name,
+            constants.LABEL_EXPORTER: exporter_name,
             "app.kubernetes.io/name": "jumpstarter-exporter",
             "app.kubernetes.io/managed-by": "exporterset-operator",
         },

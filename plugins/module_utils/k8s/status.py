@@ -10,12 +10,8 @@ import hashlib
 import time
 from datetime import UTC, datetime
 
-GROUP = "virtualtarget.jumpstarter.dev"
-VERSION = "v1alpha1"
-PLURAL = "exportersets"
-EXPORTER_GROUP = "jumpstarter.dev"
-EXPORTER_VERSION = "v1alpha1"
-EXPORTER_PLURAL = "exporters"
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
+
 COMPONENT = "exporterset-operator"
 
 # Condition types of the Ansible Operator SDK outcome of the last run.
@@ -122,7 +118,7 @@ def write_status(api_client, namespace, name, status, outcome=None, attempts=5):
 
     api = client.CustomObjectsApi(api_client)
     for attempt in range(attempts):
-        current = api.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+        current = api.get_namespaced_custom_object(*constants.EXPORTER_SET.at(namespace), name)
         desired = status_with_outcome(status, current.get("status"), outcome)
         if not status_differs(current.get("status"), desired):
             return False, current.get("status")
@@ -132,7 +128,7 @@ def write_status(api_client, namespace, name, status, outcome=None, attempts=5):
         }
         try:
             api.patch_namespaced_custom_object_status(
-                GROUP, VERSION, namespace, PLURAL, name, body
+                *constants.EXPORTER_SET.at(namespace), name, body
             )
             return True, desired
         except ApiException as exc:
@@ -142,15 +138,15 @@ def write_status(api_client, namespace, name, status, outcome=None, attempts=5):
     raise AssertionError("unreachable")
 
 
-def patch_annotations(api_client, group, version, plural, namespace, name, annotations):
-    """Merge-patch annotations (a None value removes the key)."""
+def patch_annotations(api_client, gvr, namespace, name, annotations):
+    """Merge-patch annotations of a ``gvr`` object (a None value removes the key)."""
     from kubernetes import client
 
     if not annotations:
         return False
     api = client.CustomObjectsApi(api_client)
     api.patch_namespaced_custom_object(
-        group, version, namespace, plural, name, {"metadata": {"annotations": annotations}}
+        *gvr.at(namespace), name, {"metadata": {"annotations": annotations}}
     )
     return True
 
@@ -209,15 +205,15 @@ def emit_events(api_client, involved, events, component=COMPONENT):
             body = client.CoreV1Event(
                 metadata=client.V1ObjectMeta(name=name, namespace=namespace),
                 involved_object=client.V1ObjectReference(
-                    api_version=involved.get("apiVersion", f"{GROUP}/{VERSION}"),
-                    kind=involved.get("kind", "ExporterSet"),
+                    api_version=involved.get("apiVersion", constants.EXPORTER_SET.api_version),
+                    kind=involved.get("kind", constants.EXPORTER_SET.kind),
                     name=meta["name"],
                     namespace=namespace,
                     uid=meta.get("uid"),
                     resource_version=meta.get("resourceVersion"),
                 ),
                 related=client.V1ObjectReference(
-                    api_version="jumpstarter.dev/v1alpha1", kind="Exporter",
+                    api_version=constants.EXPORTER.api_version, kind=constants.EXPORTER.kind,
                     name=exporter, namespace=namespace,
                 ) if exporter else None,
                 reason=event["reason"],

@@ -41,9 +41,6 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool
 )
 
 FINALIZER = c.GROUP + "/in-use"
-VERSION = "v1alpha1"
-PLURAL = "virtualtargetclasses"
-KIND = "VirtualTargetClass"
 CONDITION_VALID = "Valid"
 # The class's own spec is fine.
 REASON_VALID = "Valid"
@@ -177,14 +174,14 @@ def sync(api_client, namespace, name, exporter_sets=None, now=None, attempts=5, 
     for attempt in range(1 if given is not None else attempts):
         if given is None:
             try:
-                vclass = api.get_namespaced_custom_object(c.GROUP, VERSION, namespace, PLURAL, name)
+                vclass = api.get_namespaced_custom_object(*c.VIRTUAL_TARGET_CLASS.at(namespace), name)
             except ApiException as exc:
                 if exc.status == 404:
                     return {"exists": False, "changed": False, "sets": [], "events": []}
                 raise
         if exporter_sets is None or attempt:
             exporter_sets = api.list_namespaced_custom_object(
-                c.GROUP, VERSION, namespace, "exportersets")["items"]
+                *c.EXPORTER_SET.at(namespace))["items"]
         names = sets_using(vclass, exporter_sets)
         wanted = desired(vclass, names, now or datetime.now(UTC), add_finalizer)
         meta = vclass["metadata"]
@@ -194,20 +191,20 @@ def sync(api_client, namespace, name, exporter_sets=None, now=None, attempts=5, 
             # class already released (and a deleted one gone).
             if wanted["finalizers"] != (meta.get("finalizers") or []):
                 written = api.patch_namespaced_custom_object(
-                    c.GROUP, VERSION, namespace, PLURAL, name,
+                    *c.VIRTUAL_TARGET_CLASS.at(namespace), name,
                     {"metadata": {"finalizers": wanted["finalizers"],
                                   "resourceVersion": meta["resourceVersion"]}})
                 meta = written["metadata"]
                 changed = True
             if wanted["status"] is not None and status_differs(vclass.get("status"), wanted["status"]):
                 api.patch_namespaced_custom_object_status(
-                    c.GROUP, VERSION, namespace, PLURAL, name,
+                    *c.VIRTUAL_TARGET_CLASS.at(namespace), name,
                     {"metadata": {"resourceVersion": meta["resourceVersion"]},
                      "status": wanted["status"]})
                 changed = True
                 if wanted["events"]:
-                    k8s_status.emit_events(api_client, {**vclass, "kind": KIND,
-                                                        "apiVersion": f"{c.GROUP}/{VERSION}"},
+                    k8s_status.emit_events(api_client, {**vclass, "kind": c.VIRTUAL_TARGET_CLASS.kind,
+                                                        "apiVersion": c.VIRTUAL_TARGET_CLASS.api_version},
                                            wanted["events"])
         except ApiException as exc:
             if exc.status == 404:

@@ -71,6 +71,10 @@ def attribute_lease_demand(exporter_sets, leases, exporters, now):
         key=lambda s: s["metadata"]["name"],
     )
     demand = {s["metadata"]["name"]: [] for s in sets}
+    # While no lease waits there is nothing to attribute: the pool is not read.
+    waiting = [lease for lease in leases or () if is_pending_lease(lease, now)]
+    if not waiting:
+        return demand
     owned_counts = {}
     for exporter in exporters or ():
         owner = (exporter["metadata"].get("labels") or {}).get(LABEL_EXPORTER_SET)
@@ -102,8 +106,7 @@ def attribute_lease_demand(exporter_sets, leases, exporters, now):
     # write is seen first.
     held = {read_exporter(e)[4] for e in exporters or ()} - {None}
     pending = sorted(
-        (lease for lease in leases or ()
-         if is_pending_lease(lease, now) and lease["metadata"]["name"] not in held),
+        (lease for lease in waiting if lease["metadata"]["name"] not in held),
         key=_lease_order,
     )
     for lease in pending:

@@ -28,6 +28,8 @@ has it (its UID) as owner or, without an Exporter owner (orphaned when a
 namesake was deleted), began after the Exporter was created.
 """
 
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.constants import EXPORTER
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import objects as k8s_objects
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.exporter_state import (
     read_exporter,
 )
@@ -90,9 +92,8 @@ def served_by(lease, exporter):
     meta = exporter["metadata"]
     if assigned_exporter(lease) != meta["name"]:
         return False
-    owners = [ref for ref in lease["metadata"].get("ownerReferences") or () if ref.get("kind") == "Exporter"]
-    if owners:
-        return any(ref.get("uid") == meta.get("uid") for ref in owners)
+    if k8s_objects.controller_ref(lease, EXPORTER.kind):
+        return k8s_objects.controlled_by(lease, meta.get("uid"))
     began = (lease.get("status") or {}).get("beginTime") or lease["metadata"].get("creationTimestamp")
     created = meta.get("creationTimestamp")
     if not began or not created:
