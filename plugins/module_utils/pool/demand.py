@@ -28,8 +28,9 @@ import math
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.constants import (
     ANNOTATION_DORMANT,
-    LABEL_EXPORTER_SET,
+    EXPORTER_SET,
 )
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.objects import controller_of
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.exporter_state import (
     exporter_name,
     is_available,
@@ -77,7 +78,7 @@ def attribute_lease_demand(exporter_sets, leases, exporters, now):
         return demand
     owned_counts = {}
     for exporter in exporters or ():
-        owner = (exporter["metadata"].get("labels") or {}).get(LABEL_EXPORTER_SET)
+        owner = controller_of(exporter, EXPORTER_SET.kind)
         dormant = ANNOTATION_DORMANT in (exporter["metadata"].get("annotations") or {})
         if owner in demand and not is_terminating(exporter) and not dormant:
             owned_counts[owner] = owned_counts.get(owner, 0) + 1
@@ -113,7 +114,7 @@ def attribute_lease_demand(exporter_sets, leases, exporters, now):
         selector = (lease.get("spec") or {}).get("selector") or {}
         claimed = unclaimed.take_first(selector)
         if claimed is not None:
-            holder = (claimed["metadata"].get("labels") or {}).get(LABEL_EXPORTER_SET)
+            holder = controller_of(claimed, EXPORTER_SET.kind)
             if holder in demand:
                 demand[holder].append(lease["metadata"]["name"])
                 headroom[holder] -= 1
