@@ -2,7 +2,9 @@
 
 ``scale_plan`` is a pure function of the objects the API server returns and
 of ``now``; the rules it implements are written down in
-docs/pool-semantics.md. The provisioner applies the plan in this order:
+docs/pool-semantics.md. What it reads from the pool apart from the clock
+(``_Survey``) is kept per set while no object changes (pool_index.py), which
+changes how long a plan takes, never what it says. The provisioner applies the plan in this order:
 the dormant Exporter it creates and the re-enables (so the selector never
 runs out of enabled Exporters), then deletes, then disables and recycles,
 then creates (so a tight maxReplicas is never exceeded), then the dormant
@@ -52,6 +54,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.status import (
     counters_from_tally,
+    make_condition,
     pool_status,
     tally_exporter,
 )
@@ -354,10 +357,10 @@ def scale_plan(exporter_set, virtual_target_class, exporters, pending_leases, no
                         min_replicas, max_replicas)
         conditions = [
             _available_condition(counters, spec.get("minAvailableReplicas") or 0),
-            _condition(c.CONDITION_PROGRESSING, False, reason,
+            make_condition(c.CONDITION_PROGRESSING, False, reason,
                        "waiting for a VirtualTargetClass it can use"),
-            _condition(c.CONDITION_DEGRADED, True, reason, message),
-            _condition(c.CONDITION_SCALING_LIMITED, False, "WithinLimits", ""),
+            make_condition(c.CONDITION_DEGRADED, True, reason, message),
+            make_condition(c.CONDITION_SCALING_LIMITED, False, "WithinLimits", ""),
             class_status.terminating_condition(virtual_target_class),
         ]
         return _finish(exporter_set, counters, now, builder, target, conditions,
@@ -523,18 +526,18 @@ def scale_plan(exporter_set, virtual_target_class, exporters, pending_leases, no
     ca_unavailable = controller_ca is not None and not controller_ca.get("available")
     if ca_unavailable:
         builder.requeue_at(CONTROLLER_CA_RETRY)
-    degraded = _condition(c.CONDITION_DEGRADED, False, "AsExpected", "")
+    degraded = make_condition(c.CONDITION_DEGRADED, False, "AsExpected", "")
     if redirects:
-        degraded = _condition(c.CONDITION_DEGRADED, True, c.REASON_CREDENTIAL_REDIRECT,
+        degraded = make_condition(c.CONDITION_DEGRADED, True, c.REASON_CREDENTIAL_REDIRECT,
                               "; ".join(redirects + errors))
     elif errors:
-        degraded = _condition(c.CONDITION_DEGRADED, True, c.REASON_INVALID_PARAMETERS,
+        degraded = make_condition(c.CONDITION_DEGRADED, True, c.REASON_INVALID_PARAMETERS,
                               "; ".join(errors))
     elif ca_unavailable:
-        degraded = _condition(c.CONDITION_DEGRADED, True, c.REASON_CONTROLLER_CA_UNAVAILABLE,
+        degraded = make_condition(c.CONDITION_DEGRADED, True, c.REASON_CONTROLLER_CA_UNAVAILABLE,
                               controller_ca.get("message") or "the controller CA is unavailable")
     elif failures.exhausted(options):
-        degraded = _condition(
+        degraded = make_condition(
             c.CONDITION_DEGRADED, True, c.REASON_REPLICA_FAILURE,
             f"{failures.count} consecutive instance failure(s); last: {failures.last_message}",
         )
@@ -543,9 +546,9 @@ def scale_plan(exporter_set, virtual_target_class, exporters, pending_leases, no
         limited_reason = c.REASON_MAX_REPLICAS_REACHED
         limited_message = f"need {target_unclamped} replicas, maxReplicas is {max_replicas}"
     scaling_limited = (
-        _condition(c.CONDITION_SCALING_LIMITED, True, limited_reason, limited_message)
+        make_condition(c.CONDITION_SCALING_LIMITED, True, limited_reason, limited_message)
         if limited_reason
-        else _condition(c.CONDITION_SCALING_LIMITED, False, "WithinLimits", "")
+        else make_condition(c.CONDITION_SCALING_LIMITED, False, "WithinLimits", "")
     )
     conditions = [
         _available_condition(counters, warm_buffer),
@@ -826,38 +829,33 @@ def _new_exporter(exporter_set, provisioner, name):
     return {"name": name, "labels": labels, "annotations": annotations}
 
 
-def _condition(kind, status, reason, message):
-    return {"type": kind, "status": "True" if status else "False", "reason": reason,
-            "message": message}
-
-
 def _available_condition(counters, warm_buffer):
     available = counters["availableReplicas"]
     message = f"{available} available, warm buffer {warm_buffer}"
     if available >= warm_buffer:
-        return _condition(c.CONDITION_AVAILABLE, True, "MinimumAvailable", message)
-    return _condition(c.CONDITION_AVAILABLE, False, "BelowMinimumAvailable", message)
+        return make_condition(c.CONDITION_AVAILABLE, True, "MinimumAvailable", message)
+    return make_condition(c.CONDITION_AVAILABLE, False, "BelowMinimumAvailable", message)
 
 
 def _progressing_condition(builder, provisioning, backing_off, waiting_for_cooldown):
     if builder.create or builder.enable:
-        return _condition(c.CONDITION_PROGRESSING, True, "ScalingUp", "adding exporters")
+        return make_condition(c.CONDITION_PROGRESSING, True, "ScalingUp", "adding exporters")
     scaling_down = any(builder.exporter_annotations.get(name, {}).get(c.ANNOTATION_SCALE_DOWN)
                        for name in builder.disable)
     if scaling_down or any(d["reason"] == c.DELETE_SCALE_DOWN for d in builder.delete):
-        return _condition(c.CONDITION_PROGRESSING, True, "ScalingDown", "removing idle exporters")
+        return make_condition(c.CONDITION_PROGRESSING, True, "ScalingDown", "removing idle exporters")
     if builder.delete or builder.recycle or builder.disable:
-        return _condition(c.CONDITION_PROGRESSING, True, "Replacing", "replacing exporters")
+        return make_condition(c.CONDITION_PROGRESSING, True, "Replacing", "replacing exporters")
     if backing_off:
-        return _condition(c.CONDITION_PROGRESSING, True, "BackOff",
+        return make_condition(c.CONDITION_PROGRESSING, True, "BackOff",
                           "waiting before replacing failed instances")
     if provisioning:
-        return _condition(c.CONDITION_PROGRESSING, True, "Provisioning",
+        return make_condition(c.CONDITION_PROGRESSING, True, "Provisioning",
                           "waiting for exporters to become ready")
     if waiting_for_cooldown:
-        return _condition(c.CONDITION_PROGRESSING, True, "WaitingForCooldown",
+        return make_condition(c.CONDITION_PROGRESSING, True, "WaitingForCooldown",
                           "surplus exporters are removed after scaleDownCooldown")
-    return _condition(c.CONDITION_PROGRESSING, False, "Stable", "pool is at its target")
+    return make_condition(c.CONDITION_PROGRESSING, False, "Stable", "pool is at its target")
 
 
 def _finish(exporter_set, counters, now, builder, target, conditions, parameters, images,
