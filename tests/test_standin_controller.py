@@ -255,3 +255,33 @@ def test_credentials_and_endpoint_are_written(standin, kind):
     assert status == {"name": f"someone-{suffix}"}
     secret = client.CoreV1Api(standin.core.api_client).read_namespaced_secret(f"someone-{suffix}", standin.namespace)
     assert secret.metadata.owner_references[0].controller is True
+
+
+def _pod(name, command):
+    """A Pod another controller made: its own labels, none of this collection's."""
+    return client.V1Pod(
+        metadata=client.V1ObjectMeta(name=name, labels={"exporterset.jumpstarter.dev/name": "elsewhere"}),
+        spec=client.V1PodSpec(
+            containers=[client.V1Container(
+                name="exporter", image="registry.invalid/exporter:1", command=command,
+                volume_mounts=[client.V1VolumeMount(name="config", mount_path="/etc/jumpstarter/exporters")])],
+            volumes=[client.V1Volume(name="config",
+                                     secret=client.V1SecretVolumeSource(secret_name="elsewhere-0-config"))]))
+
+
+def test_a_pod_running_jmp_run_registers_its_exporter_whatever_its_labels(standin, tmp_path):
+    """The exporter process of a Pod is its ``jmp run`` container, whoever
+    made the Pod; a Pod without that command has none."""
+    make_exporter(standin, "elsewhere-0")
+    config = standin.grpc.write_exporter_config(tmp_path / "config.yaml", "elsewhere-0")
+    core = client.CoreV1Api(standin.core.api_client)
+    core.create_namespaced_secret(standin.namespace, client.V1Secret(
+        metadata=client.V1ObjectMeta(name="elsewhere-0-config"), string_data={"config.yaml": config.read_text()}))
+    core.create_namespaced_pod(standin.namespace, _pod("no-exporter", ["sleep", "infinity"]))
+    wait_for(lambda: core.read_namespaced_pod("no-exporter", standin.namespace).status.phase == "Running",
+             message="the Pod without jmp run Running")
+    # Started after the first one ran, so the pass that plays it saw both.
+    core.create_namespaced_pod(standin.namespace, _pod(
+        "elsewhere-0", ["jmp", "run", "--exporter-config", "/etc/jumpstarter/exporters/config.yaml"]))
+    standin.wait_online("elsewhere-0", timeout=60)
+    assert sorted(standin.pod_exporters.processes) == ["elsewhere-0"]

@@ -37,7 +37,6 @@ from .controller import wake_on_events
 
 log = logging.getLogger(__name__)
 
-EXPORTER_LABEL = "virtualtarget.jumpstarter.dev/exporter"
 RESTART_DELAY = 1.0
 MAX_RESTART_DELAY = 10.0
 RPC_TIMEOUT = 10.0
@@ -230,8 +229,9 @@ class PodExporters:
 
     # -- the Pods ------------------------------------------------------------------
     def _watch(self) -> None:
-        wake_on_events(self._stop, self._wake, self.core.list_namespaced_pod, self.namespace,
-                       label_selector=EXPORTER_LABEL)
+        # Every Pod of the namespace: ``jmp run`` starts with its container,
+        # whatever labels the controller that made the Pod gave it.
+        wake_on_events(self._stop, self._wake, self.core.list_namespaced_pod, self.namespace)
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -247,9 +247,10 @@ class PodExporters:
                 self._wake.set()
 
     def _sync(self) -> None:
-        pods = self.core.list_namespaced_pod(self.namespace, label_selector=EXPORTER_LABEL).items
+        pods = self.core.list_namespaced_pod(self.namespace).items
         running = {p.metadata.name: p for p in pods
-                   if p.status and p.status.phase == "Running" and not p.metadata.deletion_timestamp}
+                   if p.status and p.status.phase == "Running" and not p.metadata.deletion_timestamp
+                   and exporter_command_config(p) is not None}
         with self._lock:
             for name, process in list(self.processes.items()):
                 pod = running.get(name)
