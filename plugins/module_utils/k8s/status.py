@@ -11,6 +11,7 @@ import time
 from datetime import UTC, datetime
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.status import merge_conditions
 
 COMPONENT = "exporterset-operator"
 
@@ -20,28 +21,6 @@ OUTCOME_CONDITIONS = ("Running", "Successful", "Failure")
 
 def _now():
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def merge_conditions(current, updates, now=None):
-    """Return ``current`` with ``updates`` applied by condition type.
-
-    ``lastTransitionTime`` is kept when a condition's status did not change,
-    and set to ``now`` when it did or the condition is new.
-    """
-    now = now or _now()
-    by_type = {c["type"]: dict(c) for c in current or []}
-    for update in updates:
-        previous = by_type.get(update["type"])
-        merged = dict(update)
-        if previous is not None and previous.get("status") == update.get("status"):
-            merged["lastTransitionTime"] = previous.get("lastTransitionTime") or now
-        else:
-            merged.setdefault("lastTransitionTime", now)
-            if previous is not None and previous.get("status") != update.get("status"):
-                merged["lastTransitionTime"] = now
-        merged.setdefault("message", "")
-        by_type[update["type"]] = merged
-    return sorted(by_type.values(), key=lambda c: c["type"])
 
 
 def outcome_condition(kind, reason, message, generation):
@@ -81,7 +60,7 @@ def status_with_outcome(status, current_status, outcome):
             c for c in (current_status or {}).get("conditions", []) if c["type"] in OUTCOME_CONDITIONS
         )
     merged = dict(status)
-    merged["conditions"] = merge_conditions((current_status or {}).get("conditions"), updates)
+    merged["conditions"] = merge_conditions((current_status or {}).get("conditions"), updates, _now())
     return merged
 
 

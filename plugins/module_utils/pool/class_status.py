@@ -37,6 +37,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool
     validate_parameters,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.status import (
+    make_condition,
     merge_condition,
 )
 
@@ -65,13 +66,13 @@ def validity(vclass):
     spec = vclass.get("spec") or {}
     provisioner = spec.get("provisioner")
     if not known_provisioner(provisioner):
-        return _condition(CONDITION_VALID, False, c.REASON_UNKNOWN_PROVISIONER,
-                          unknown_provisioner_message(provisioner))
+        return make_condition(CONDITION_VALID, False, c.REASON_UNKNOWN_PROVISIONER,
+                              unknown_provisioner_message(provisioner))
     errors = validate_parameters(provisioner, spec.get("parameters"))["errors"]
     if errors:
-        return _condition(CONDITION_VALID, False, c.REASON_INVALID_PARAMETERS,
-                          "; ".join(f"spec.{e}" for e in errors))
-    return _condition(CONDITION_VALID, True, REASON_VALID, f"parameters are valid for {provisioner}")
+        return make_condition(CONDITION_VALID, False, c.REASON_INVALID_PARAMETERS,
+                              "; ".join(f"spec.{e}" for e in errors))
+    return make_condition(CONDITION_VALID, True, REASON_VALID, f"parameters are valid for {provisioner}")
 
 
 def unusable(vclass, exporter_set):
@@ -99,8 +100,8 @@ def terminating_condition(vclass):
     """The set's ``ClassTerminating`` condition: True while its class is being deleted."""
     deleted = ((vclass or {}).get("metadata") or {}).get("deletionTimestamp")
     if not deleted:
-        return _condition(c.CONDITION_CLASS_TERMINATING, False, "ClassActive", "")
-    return _condition(
+        return make_condition(c.CONDITION_CLASS_TERMINATING, False, "ClassActive", "")
+    return make_condition(
         c.CONDITION_CLASS_TERMINATING, True, c.REASON_CLASS_TERMINATING,
         f"VirtualTargetClass {vclass['metadata']['name']!r} is being deleted (since {deleted}); "
         "it stays until the last set using it is gone, and this set keeps working meanwhile")
@@ -217,8 +218,3 @@ def sync(api_client, namespace, name, exporter_sets=None, now=None, attempts=5, 
                 "changed": changed, "sets": names, "events": wanted["events"],
                 "finalizers": wanted["finalizers"], "status": wanted["status"]}
     raise AssertionError("unreachable")  # pragma: no cover
-
-
-def _condition(kind, status, reason, message):
-    return {"type": kind, "status": "True" if status else "False", "reason": reason,
-            "message": message}

@@ -68,12 +68,25 @@ def pool_counters(exporters, instances=None):
     return counters_from_tally(tally)
 
 
+def make_condition(kind, status, reason, message):
+    """A condition to merge: ``status`` a bool, the rest as written."""
+    return {"type": kind, "status": "True" if status else "False", "reason": reason,
+            "message": message}
+
+
 def merge_condition(previous_conditions, condition, generation, now):
-    """A full metav1.Condition; lastTransitionTime kept if status is unchanged."""
+    """A full metav1.Condition: ``condition`` over the previous one of its type.
+
+    ``lastTransitionTime`` is the previous one while the status is unchanged,
+    ``now`` when it changed, and the condition's own (else ``now``) when it is
+    new. ``observedGeneration`` is ``generation``, else the condition's own.
+    """
     previous = next(
         (c for c in previous_conditions or () if c.get("type") == condition["type"]), None
     )
-    if previous is not None and previous.get("status") == condition["status"]:
+    if previous is None:
+        transition = condition.get("lastTransitionTime") or format_time(parse_time(now))
+    elif previous.get("status") == condition["status"]:
         transition = previous.get("lastTransitionTime") or format_time(parse_time(now))
     else:
         transition = format_time(parse_time(now))
@@ -84,9 +97,25 @@ def merge_condition(previous_conditions, condition, generation, now):
         "message": condition.get("message", ""),
         "lastTransitionTime": transition,
     }
+    if generation is None:
+        generation = condition.get("observedGeneration")
     if generation is not None:
         merged["observedGeneration"] = generation
     return merged
+
+
+def merge_conditions(previous_conditions, updates, now, generation=None):
+    """``previous_conditions`` with ``updates`` merged by type, sorted by type.
+
+    Conditions of types no update names are kept as they are; an update of a
+    type already updated merges over the earlier update.
+    """
+    by_type = {c["type"]: dict(c) for c in previous_conditions or ()}
+    for update in updates:
+        earlier = by_type.get(update["type"])
+        by_type[update["type"]] = merge_condition(
+            [earlier] if earlier is not None else (), update, generation, now)
+    return sorted(by_type.values(), key=lambda c: c["type"])
 
 
 def pool_status(exporter_set, exporters, instances=None, now=None, conditions=None,
@@ -107,12 +136,7 @@ def pool_status(exporter_set, exporters, instances=None, now=None, conditions=No
     if conditions is None:
         status["conditions"] = [dict(c) for c in previous]
     else:
-        planned = {condition["type"] for condition in conditions}
         # Conditions other writers own (the operator's Running/Successful/
         # Failure outcome) are kept as they are, in their place.
-        status["conditions"] = sorted(
-            [merge_condition(previous, condition, generation, now) for condition in conditions]
-            + [dict(c) for c in previous if c.get("type") not in planned],
-            key=lambda c: c["type"],
-        )
+        status["conditions"] = merge_conditions(previous, conditions, now, generation)
     return status
