@@ -227,55 +227,51 @@ def _survey(exporters, digests, leases, instances, recycle_strategy):
     active, ended_leases = lease_view.active, lease_view.ended
     survey = _Survey()
     tally = {}
-    members = []
     dormant = []
     notes = []  # (name, annotation, value); _NOW: the plan's time
-    live = leased = leased_enabled = 0
+    steps = []  # (member, failure or _TIMED, what follows when it has not failed)
+    parked = []
+    idle = []
+    live = leased = leased_enabled = members_enabled = 0
+    provisioning = False
     for exporter, digest in zip(exporters, digests, strict=True):
         if digest.terminating:
             continue
         name = digest.name
         # Leased from either side: its leaseRef, or a Lease naming it.
         lease = digest.lease or (lease_view.active_holders(name)[0] if name in active else None)
-        annotations = digest.annotations
         if digest.dormant:
             dormant.append((exporter, lease is not None))
             continue
         live += 1
+        ready, enabled = digest.ready, digest.enabled
         instance = instances.get(name)
-        tally_exporter(tally, digest.ready, digest.online, digest.enabled, lease is not None,
-                       instance.get("phase") if instance else None)
-        if digest.ready and c.ANNOTATION_FIRST_READY not in annotations:
+        phase = instance.get("phase") if instance else None
+        tally_exporter(tally, ready, digest.online, enabled, lease is not None, phase)
+        if ready and not digest.first_ready:
             notes.append((name, c.ANNOTATION_FIRST_READY, _NOW))
         if lease:
             leased += 1
-            leased_enabled += digest.enabled
-            if annotations.get(c.ANNOTATION_LEASED_BY) != lease:
+            leased_enabled += enabled
+            if digest.leased_by != lease:
                 notes.append((name, c.ANNOTATION_LEASED_BY, lease))
             continue
-        members.append(_Member(exporter, name, digest.ready, digest.enabled, annotations,
-                               instance))
 
-    # Every member is unleased from both sides (lease_safety.py).
-    steps = []  # (member, failure or _TIMED, what follows when it has not failed)
-    parked = []
-    idle = []
-    members_enabled = 0
-    provisioning = False
-    for member in members:
-        members_enabled += member.enabled
-        provisioning = provisioning or (member.enabled and not member.ready)
-        retiring = member.annotations.get(c.ANNOTATION_RETIRING)
-        if not member.enabled and not retiring and c.ANNOTATION_SCALE_DOWN not in member.annotations:
+        # A member: unleased from both sides (lease_safety.py).
+        members_enabled += enabled
+        if enabled and not ready:
+            provisioning = True
+        retiring = digest.retiring
+        if not enabled and not retiring and not digest.scale_down:
             continue  # disabled by someone else: counted, never touched
+        member = _Member(exporter, name, ready, enabled, digest.annotations, instance)
         if retiring:
-            if retiring == c.RECYCLE_IN_PLACE_REUSE and not member.enabled:
-                member.last_ended = lease_view.last_ended(member.exporter)
+            if retiring == c.RECYCLE_IN_PLACE_REUSE and not enabled:
+                member.last_ended = lease_view.last_ended(exporter)
             steps.append((member, None, (_DEPART, retiring)))
             continue
-        failure = _instance_failure(member)
-        if failure is not None:
-            steps.append((member, failure, None))
+        if phase == c.INSTANCE_FAILED:
+            steps.append((member, _instance_failure(member), None))
             continue
         ended = None
         if member.name in ended_leases:
@@ -288,11 +284,11 @@ def _survey(exporters, digests, leases, instances, recycle_strategy):
             then = (_ENDED, ended["metadata"]["name"], why)
         else:
             member.rank = _rank(member)
-            if not member.enabled:
+            if not enabled:
                 then = (_PARKED,)
             else:
-                then = (_IDLE, c.ANNOTATION_SCALE_DOWN in member.annotations)
-        if not member.ready:
+                then = (_IDLE, digest.scale_down)
+        if not ready:
             # Whether it stayed unready too long is the clock's to say.
             steps.append((member, _TIMED, then))
         elif then[0] == _PARKED:
@@ -358,7 +354,7 @@ def scale_plan(exporter_set, virtual_target_class, exporters, pending_leases, no
         conditions = [
             _available_condition(counters, spec.get("minAvailableReplicas") or 0),
             make_condition(c.CONDITION_PROGRESSING, False, reason,
-                       "waiting for a VirtualTargetClass it can use"),
+                           "waiting for a VirtualTargetClass it can use"),
             make_condition(c.CONDITION_DEGRADED, True, reason, message),
             make_condition(c.CONDITION_SCALING_LIMITED, False, "WithinLimits", ""),
             class_status.terminating_condition(virtual_target_class),
@@ -529,13 +525,13 @@ def scale_plan(exporter_set, virtual_target_class, exporters, pending_leases, no
     degraded = make_condition(c.CONDITION_DEGRADED, False, "AsExpected", "")
     if redirects:
         degraded = make_condition(c.CONDITION_DEGRADED, True, c.REASON_CREDENTIAL_REDIRECT,
-                              "; ".join(redirects + errors))
+                                  "; ".join(redirects + errors))
     elif errors:
         degraded = make_condition(c.CONDITION_DEGRADED, True, c.REASON_INVALID_PARAMETERS,
-                              "; ".join(errors))
+                                  "; ".join(errors))
     elif ca_unavailable:
         degraded = make_condition(c.CONDITION_DEGRADED, True, c.REASON_CONTROLLER_CA_UNAVAILABLE,
-                              controller_ca.get("message") or "the controller CA is unavailable")
+                                  controller_ca.get("message") or "the controller CA is unavailable")
     elif failures.exhausted(options):
         degraded = make_condition(
             c.CONDITION_DEGRADED, True, c.REASON_REPLICA_FAILURE,
@@ -848,13 +844,13 @@ def _progressing_condition(builder, provisioning, backing_off, waiting_for_coold
         return make_condition(c.CONDITION_PROGRESSING, True, "Replacing", "replacing exporters")
     if backing_off:
         return make_condition(c.CONDITION_PROGRESSING, True, "BackOff",
-                          "waiting before replacing failed instances")
+                              "waiting before replacing failed instances")
     if provisioning:
         return make_condition(c.CONDITION_PROGRESSING, True, "Provisioning",
-                          "waiting for exporters to become ready")
+                              "waiting for exporters to become ready")
     if waiting_for_cooldown:
         return make_condition(c.CONDITION_PROGRESSING, True, "WaitingForCooldown",
-                          "surplus exporters are removed after scaleDownCooldown")
+                              "surplus exporters are removed after scaleDownCooldown")
     return make_condition(c.CONDITION_PROGRESSING, False, "Stable", "pool is at its target")
 
 

@@ -34,14 +34,18 @@ _uid_and_version = itemgetter("uid", "resourceVersion")
 class ExporterDigest:
     """What the planner reads from one version of an Exporter."""
 
-    __slots__ = ("name", "ready", "online", "enabled", "lease", "terminating", "dormant",
-                 "annotations")
+    __slots__ = ("name", "ready", "online", "enabled", "lease", "terminating", "annotations",
+                 "dormant", "first_ready", "leased_by", "retiring", "scale_down")
 
     def __init__(self, exporter):
         (self.name, self.ready, self.online, self.enabled, self.lease,
          self.terminating) = read_exporter(exporter)
-        self.annotations = exporter["metadata"].get("annotations") or {}
-        self.dormant = c.ANNOTATION_DORMANT in self.annotations
+        annotations = self.annotations = exporter["metadata"].get("annotations") or {}
+        self.dormant = c.ANNOTATION_DORMANT in annotations
+        self.first_ready = c.ANNOTATION_FIRST_READY in annotations
+        self.leased_by = annotations.get(c.ANNOTATION_LEASED_BY)
+        self.retiring = annotations.get(c.ANNOTATION_RETIRING)
+        self.scale_down = c.ANNOTATION_SCALE_DOWN in annotations
 
 
 def versions(objects):
