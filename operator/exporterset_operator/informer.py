@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.timeutil import backoff_delay
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
@@ -221,8 +222,7 @@ class Informer:
     def _sleep_backoff(self, failures: int, exc: BaseException) -> None:
         if self._stop.is_set():
             return
-        ceiling = min(self.backoff_cap, self.backoff_base * 2 ** (failures - 1))
-        delay = self._rng.uniform(ceiling / 2, ceiling)
+        delay = backoff_delay(failures, self.backoff_base, self.backoff_cap, jitter=self._rng.uniform(0, 1), floor=0.5)
         log.warning(
             "watch failed; reconnecting",
             extra={"kind": self.resource.kind, "error": str(exc)[:300], "retry_in": round(delay, 2)},

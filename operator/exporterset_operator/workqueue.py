@@ -16,6 +16,8 @@ import time
 from collections import deque
 from collections.abc import Callable, Hashable
 
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.timeutil import backoff_delay
+
 
 class ExponentialBackoff:
     """Per-key exponential backoff with full jitter on the upper half."""
@@ -31,8 +33,7 @@ class ExponentialBackoff:
         with self._lock:
             failures = self._failures.get(key, 0)
             self._failures[key] = failures + 1
-        ceiling = min(self.cap, self.base * (2**failures))
-        return ceiling / 2 + self._rng.uniform(0, ceiling / 2)
+        return backoff_delay(failures + 1, self.base, self.cap, jitter=self._rng.uniform(0, 1), floor=0.5)
 
     def failures(self, key: Hashable) -> int:
         with self._lock:

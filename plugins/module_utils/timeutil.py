@@ -1,4 +1,5 @@
-"""Timestamps and Go-style durations as the Kubernetes API writes them."""
+"""Timestamps and Go-style durations as the Kubernetes API writes them, and
+the one backoff every retry of the collection and the operator waits by."""
 
 import re
 from datetime import UTC, datetime
@@ -66,3 +67,24 @@ def parse_duration(value):
     if not text or position != len(text):
         raise ValueError(f"not a duration: {value!r}")
     return sign * total
+
+
+# Beyond this many doublings every cap in use is long reached; it keeps
+# 2**n a small int however many failures a key has piled up.
+_MAX_DOUBLINGS = 62
+
+
+def backoff_delay(failures, base, cap=None, jitter=None, floor=0.0):
+    """Seconds to wait after ``failures`` failures in a row (1 for the first).
+
+    Capped exponential: ``base * 2**(failures - 1)``, at most ``cap``. With
+    ``jitter``, a draw in [0, 1] (``random.random()``), the wait is spread
+    over [``floor`` * ceiling, ceiling]: ``floor`` 0 is full jitter, 0.5
+    waits at least half the ceiling.
+    """
+    ceiling = base * 2 ** min(max(failures - 1, 0), _MAX_DOUBLINGS)
+    if cap is not None:
+        ceiling = min(cap, ceiling)
+    if jitter is None:
+        return ceiling
+    return ceiling * (floor + (1.0 - floor) * jitter)

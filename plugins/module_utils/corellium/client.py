@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from ansible.module_utils.urls import Request
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.timeutil import backoff_delay
 
 LOG = logging.getLogger(__name__)
 
@@ -249,7 +250,7 @@ class CorelliumClient:
                 status, payload = self._send_once(method, path, body, timeout)
             except _Retryable as retryable:
                 last = retryable.error
-                delay = self._jitter() * min(policy.max_delay, policy.base_delay * 2 ** attempt)
+                delay = backoff_delay(attempt + 1, policy.base_delay, policy.max_delay, jitter=self._jitter())
                 if retryable.retry_after is not None:
                     delay = max(delay, retryable.retry_after)
                 remaining = policy.deadline - (self._clock() - started)

@@ -27,6 +27,7 @@ import time
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import status as k8s_status
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import plan as pool_plan
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.timeutil import backoff_delay
 
 FINALIZER = constants.GROUP + "/teardown"
 RECLAIM_DELETE = "Delete"
@@ -183,7 +184,7 @@ def _patch_finalizers(api_client, exporter_set, change, check_mode):
                 return False
             if exc.status != 409 or attempt == _ATTEMPTS - 1:
                 raise
-            time.sleep(0.05 * (2 ** attempt))
+            time.sleep(backoff_delay(attempt + 1, 0.05))
     raise AssertionError("unreachable")
 
 
@@ -231,5 +232,5 @@ def write_outcome(api_client, exporter_set, condition, check_mode=False):
                 return False
             if exc.status != 409 or attempt == _ATTEMPTS - 1:
                 raise
-            time.sleep(0.05 * (2 ** attempt))
+            time.sleep(backoff_delay(attempt + 1, 0.05))
     raise AssertionError("unreachable")

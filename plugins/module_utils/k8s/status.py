@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.status import merge_conditions
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.timeutil import backoff_delay
 
 COMPONENT = "exporterset-operator"
 
@@ -113,7 +114,7 @@ def write_status(api_client, namespace, name, status, outcome=None, attempts=5):
         except ApiException as exc:
             if exc.status != 409 or attempt == attempts - 1:
                 raise
-            time.sleep(0.05 * (2**attempt))
+            time.sleep(backoff_delay(attempt + 1, 0.05))
     raise AssertionError("unreachable")
 
 

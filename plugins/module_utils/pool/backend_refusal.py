@@ -23,6 +23,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool
     merge_condition,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.timeutil import (
+    backoff_delay,
     format_time,
     parse_time,
 )
@@ -83,7 +84,7 @@ def record(exporter_set, reason, message, now, retry_base=RETRY_BASE, retry_max=
     previous = read(exporter_set)
     in_a_row = previous is not None and previous["reason"] == reason
     count = int(previous.get("count") or 1) + 1 if in_a_row else 1
-    wait = min(retry_base * 2 ** (count - 1), retry_max)
+    wait = backoff_delay(count, retry_base, retry_max)
     refusal = {
         "reason": reason,
         "message": message,

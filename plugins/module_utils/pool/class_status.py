@@ -40,6 +40,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool
     make_condition,
     merge_condition,
 )
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.timeutil import backoff_delay
 
 FINALIZER = c.GROUP + "/in-use"
 CONDITION_VALID = "Valid"
@@ -212,7 +213,7 @@ def sync(api_client, namespace, name, exporter_sets=None, now=None, attempts=5, 
                 return {"exists": False, "changed": changed, "sets": names, "events": []}
             if exc.status != 409 or given is not None or attempt == attempts - 1:
                 raise
-            time.sleep(0.05 * (2**attempt))
+            time.sleep(backoff_delay(attempt + 1, 0.05))
             continue
         return {"exists": wanted["status"] is not None or bool(wanted["finalizers"]),
                 "changed": changed, "sets": names, "events": wanted["events"],

@@ -62,6 +62,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu
     UNRECOVERABLE_REASONS,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.timeutil import (
+    backoff_delay,
     format_time,
     parse_duration,
     parse_time,
@@ -709,7 +710,7 @@ class _FailureLog:
             return 0.0
         delay = options["failure_backoff_max"]
         if not self.exhausted(options):
-            delay = min(options["failure_backoff_base"] * 2 ** (self.count - 1), delay)
+            delay = backoff_delay(self.count, options["failure_backoff_base"], delay)
         elapsed = (self.now - parse_time(self.last["time"])).total_seconds()
         return max(delay - elapsed, 0.0)
 
