@@ -42,7 +42,7 @@ description:
     (C(plugins/module_utils/k8s/lifecycle.py)), so either may tear down a set the other made.
   - With I(outcome), only the outcome of the whole reconcile is recorded - C(Successful)
     (reason C(LastReconcileSucceeded)) once everything, backends included, is done, or
-    C(Failure) (reason C(ReconcileFailed)) with I(message) and a Warning Event; a set
+    C(Failure) (reason C(ReconcileFailed)) with I(failure_message) and a Warning Event; a set
     being deleted gets a C(TeardownFailed) Event and no condition.
   - Writes are batched into one module run, which matters because every module
     run costs a Python start.
@@ -108,7 +108,7 @@ options:
     type: str
     choices: [none, Successful, Failure]
     default: none
-  message:
+  failure_message:
     description: With I(outcome=Failure), what failed (the role names the failing step first).
     type: str
     default: ""
@@ -226,7 +226,7 @@ def record_outcome(module, api_client, exporter_set):
         if not lifecycle.deleting(exporter_set):
             changed = lifecycle.write_outcome(api_client, exporter_set, lifecycle.outcome(exporter_set), check)
         return {"changed": changed, "outcome_changed": changed, "events": 0}
-    message = module.params["message"] or "the reconcile failed"
+    message = module.params["failure_message"] or "the reconcile failed"
     changed = False
     if not lifecycle.deleting(exporter_set):
         changed = lifecycle.write_outcome(api_client, exporter_set, lifecycle.outcome(exporter_set, message), check)
@@ -248,7 +248,7 @@ def main():
             confirm_only=dict(type="bool", default=False),
             finalizer=dict(type="str", default=""),
             outcome=dict(type="str", choices=["none", "Successful", "Failure"], default="none"),
-            message=dict(type="str", default=""),
+            failure_message=dict(type="str", default=""),
         ),
         supports_check_mode=True,
     )
