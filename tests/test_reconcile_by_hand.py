@@ -38,11 +38,11 @@ def test_two_sets_in_one_play_each_get_their_own_plan(api, namespace, standin, t
         assert all(e["metadata"]["labels"]["board"] == name for e in standin.exporters(f"{SET_LABEL}={name}"))
 
 
-def _reconcile(namespace):
+def _reconcile(namespace, *extra):
     return subprocess.run(
         [f"{sys.prefix}/bin/ansible-playbook", "playbooks/reconcile.yml",
          "-e", "exporterset_name=pool", "-e", f"exporterset_namespace={namespace}",
-         "-e", f"ansible_python_interpreter={sys.executable}"],
+         "-e", f"ansible_python_interpreter={sys.executable}", *extra],
         cwd=ROOT, capture_output=True, text=True, timeout=300)
 
 
@@ -83,3 +83,20 @@ def test_successful_only_once_the_backends_are_made(api, namespace, standin):
     assert standin.pods()
     outcome = _outcome(custom, namespace)
     assert (outcome["Successful"]["status"], outcome["Failure"]["status"]) == ("True", "False"), outcome
+
+
+def test_check_mode_writes_nothing(api, namespace):
+    """--check reports the finalizer, the Exporters and the outcome it would
+    write, and writes none of them."""
+    custom = client.CustomObjectsApi(api)
+    make_class(custom, namespace)
+    make_set(custom, namespace, minAvailableReplicas=1)
+    before = get_set(custom, namespace)
+    checked = _reconcile(namespace, "--check")
+    assert checked.returncode == 0, checked.stdout[-4000:]
+    recap = [line for line in checked.stdout.splitlines() if line.startswith("localhost")][-1]
+    assert "changed=0" not in recap, checked.stdout[-4000:]
+    after = get_set(custom, namespace)
+    assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+    assert not after["metadata"].get("finalizers") and not after.get("status")
+    assert custom.list_namespaced_custom_object("jumpstarter.dev", "v1alpha1", namespace, "exporters")["items"] == []
