@@ -97,7 +97,7 @@ class _Member:
     """One owned, unleased, non-terminating Exporter and what the plan learnt about it."""
 
     __slots__ = ("exporter", "name", "ready", "enabled", "annotations", "instance", "rank",
-                 "last_ended")
+                 "last_ended", "_created")
 
     def __init__(self, exporter, name, ready, enabled, annotations, instance):
         self.exporter = exporter
@@ -109,10 +109,14 @@ class _Member:
         self.rank = _RANK_IDLE
         # The latest ended Lease it served, read when it may be reset in place.
         self.last_ended = None
+        self._created = None
 
     @property
     def created(self):
-        return parse_time(self.exporter["metadata"]["creationTimestamp"])
+        # Kept: a member of a kept survey has its timeouts checked every plan.
+        if self._created is None:
+            self._created = parse_time(self.exporter["metadata"]["creationTimestamp"])
+        return self._created
 
     @property
     def created_sort_key(self):
