@@ -127,15 +127,15 @@ def main():
         dict(
             name=dict(type="str", required=True),
             namespace=dict(type="str", required=True),
-    try:
-        options = lifecycle.plan_options(module.params["plan_options"], where="plan_options")
-    except lifecycle.LifecycleError as exc:
-        module.fail_json(msg=str(exc))
             plan_options=dict(type="dict", default={}),
         ),
         supports_check_mode=True,
     )
     name, namespace = module.params["name"], module.params["namespace"]
+    try:
+        options = lifecycle.plan_options(module.params["plan_options"], where="plan_options")
+    except lifecycle.LifecycleError as exc:
+        module.fail_json(msg=str(exc))
     api = module_api_client(module)
     objects = read_namespace(api, namespace)
     exporter_set = next((s for s in objects["ExporterSet"] if s["metadata"]["name"] == name), None)
