@@ -8,7 +8,6 @@ import json
 
 import yaml
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import status as k8s_status
 from exporterset_operator.__main__ import playbook_env
 from exporterset_operator.controller import Controller
 from exporterset_operator.metrics import Metrics
@@ -56,12 +55,12 @@ def test_a_role_entry_reconciles_and_tears_down(testbed, api, namespace, standin
         print(f"--- operator log ---\n{proc.log_tail(40)}")
 
 
-def test_a_name_taken_before_the_playbook_creates_it_does_not_stall_the_set(
+def test_a_name_taken_before_the_set_creates_it_does_not_stall_the_set(
         testbed, api, namespace, standin, tmp_path):
-    """The reconcile playbook is about to create pool-1 when another object
-    takes the name: its create meets a 409. The set is not held waiting for
-    a pool-1 of its own to show up: the next reconcile goes on at once and
-    makes pool-2. (The reconciler runs here, on the operator's informers.)"""
+    """The pool loop is about to create pool-1 when another object takes the
+    name: its create meets a 409. The set is not held waiting for a pool-1 of
+    its own to show up: the next reconcile goes on at once and makes pool-2.
+    (The reconciler runs here, on the operator's informers.)"""
     custom = client.CustomObjectsApi(api)
     make_class(custom, namespace)
     make_set(custom, namespace, minAvailableReplicas=1)
@@ -76,40 +75,35 @@ def test_a_name_taken_before_the_playbook_creates_it_does_not_stall_the_set(
     controller.start_informers()
     key = (namespace, "pool")
     taken = []
-    original_run = runner.run
+    reconciler = controller.reconciler
+    original_apply = reconciler._apply_in_process
 
-    def run_with_a_namesake_first(playbook, run_key, extravars):
-        creates = [c["name"] for c in (extravars.get("exporterset_plan") or {}).get("create") or []]
-        if creates and not taken:
+    def apply_with_a_namesake_first(exporter_set, plan, provisioner, **kwargs):
+        creates = [c["name"] for c in plan.get("create") or []]
+        if creates and not taken and exporter_set["spec"].get("minAvailableReplicas") == 2:
             custom.create_namespaced_custom_object(*EXPORTERS, namespace, "exporters", {
                 "apiVersion": "jumpstarter.dev/v1alpha1", "kind": "Exporter",
                 "metadata": {"name": creates[0], "labels": {"board": "elsewhere"}},
                 "spec": {}})
             taken.append(creates[0])
-        return original_run(playbook, run_key, extravars)
+        return original_apply(exporter_set, plan, provisioner, **kwargs)
 
-    runner.run = run_with_a_namesake_first
+    reconciler._apply_in_process = apply_with_a_namesake_first
     try:
         assert controller.wait_synced(30)
-        reconciler = controller.reconciler
         cache = controller.caches["Exporter"]
 
         def owned():
             return sorted(e["metadata"]["name"] for e in cache.list(namespace)
                           if (e["metadata"].get("labels") or {}).get(SET_LABEL) == "pool")
 
-        # pool-0 is made in process; once it has its credential, its Pod
-        # needs the playbook, and a second replica asked for now is created
-        # by that same run.
         wait_for(lambda: reconciler.reconcile(key) and "pool-0" in owned(), timeout=30, message="pool-0")
-        wait_for(lambda: ((cache.get(namespace, "pool-0") or {}).get("status") or {}).get("credential"),
-                 timeout=60, message="pool-0's credential")
         custom.patch_namespaced_custom_object(*constants.EXPORTER_SET.at(namespace), "pool",
                                               {"spec": {"minAvailableReplicas": 2}})
         wait_for(lambda: controller.caches["ExporterSet"].get(namespace, "pool")["spec"]["minAvailableReplicas"] == 2,
                  timeout=30, message="the cache sees minAvailableReplicas 2")
         result = reconciler.reconcile(key)
-        assert result.path == "playbook" and not result.error, result
+        assert result.path == "inprocess" and not result.error, result
         assert taken == ["pool-1"]
         namesake = custom.get_namespaced_custom_object(*EXPORTERS, namespace, "exporters", "pool-1")
         assert not namesake["metadata"].get("ownerReferences")
@@ -124,24 +118,6 @@ def test_a_name_taken_before_the_playbook_creates_it_does_not_stall_the_set(
         assert "pool-1" not in owned()
     finally:
         controller.stop()
-
-
-def test_each_exporter_gets_its_own_event(api, namespace):
-    """The same reason and message about two Exporters of one set are two
-    Events, each naming its Exporter (message and related object); a repeat
-    about one of them counts up on its own Event."""
-    custom = client.CustomObjectsApi(api)
-    make_class(custom, namespace)
-    exporter_set = make_set(custom, namespace)
-    same = {"type": "Warning", "reason": "ReplicaFailed", "message": "did not come online within 300s"}
-    k8s_status.emit_events(api, exporter_set, [{**same, "exporter": "pool-0"}, {**same, "exporter": "pool-1"}])
-    k8s_status.emit_events(api, exporter_set, [{**same, "exporter": "pool-1"}])
-    events = [e for e in client.CoreV1Api(api).list_namespaced_event(namespace).items if e.reason == "ReplicaFailed"]
-    seen = sorted((e.related.name, e.message, e.count, e.involved_object.name) for e in events)
-    assert seen == [
-        ("pool-0", "pool-0: did not come online within 300s", 1, "pool"),
-        ("pool-1", "pool-1: did not come online within 300s", 2, "pool"),
-    ]
 
 
 def test_recycled_exporters_each_get_an_event(api, namespace, standin, operator):

@@ -252,7 +252,12 @@ class Reconciler:
             self.backends.submit(key)
         return None
 
-    def _backend_done(self, key, ok: bool, message: str = "") -> None:
+    def _backend_done(self, key, ok: bool, message: str = "", duration: float = 0.0) -> None:
+        extra = {"namespace": key[0], "exporterset": key[1], "seconds": round(duration, 2)}
+        if ok:
+            log.info("backend run succeeded", extra=extra)
+        else:
+            log.warning("backend run failed", extra={**extra, "error": message[:500]})
         if ok:
             self.backend_backoff.forget(key)
             self._retry_at.pop(key, None)
@@ -320,7 +325,7 @@ class Reconciler:
             created = []
             deleted = [d["name"] for d in backend_plan.get("delete") or []]
         self._count_actions(key, backend_plan)
-        self._backend_done(key, result.ok, result.message)
+        self._backend_done(key, result.ok, result.message, result.duration)
         if not result.ok:
             self._report_failure(exporter_set, plan, result.message)
             return
@@ -336,7 +341,7 @@ class Reconciler:
         variables = self._variables(exporter_set, observed, plan)
         result = self.runner.run(playbook, key, variables)
         self.metrics.playbook_runs.labels("successful" if result.ok else "failed").inc()
-        self._backend_done(key, result.ok, result.message)
+        self._backend_done(key, result.ok, result.message, result.duration)
         if not result.ok:
             self._report_failure(exporter_set, plan, result.message)
 
@@ -466,7 +471,7 @@ class Reconciler:
         teardown = self.watch.finalizer_runnable() if self.watch is not None else self.playbook
         result = self.runner.run(teardown, key, variables)
         self.metrics.playbook_runs.labels("successful" if result.ok else "failed").inc()
-        self._backend_done(key, result.ok, result.message)
+        self._backend_done(key, result.ok, result.message, result.duration)
         if not result.ok:
             k8s_status.emit_events(
                 self.api_client,

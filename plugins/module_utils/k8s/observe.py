@@ -168,6 +168,10 @@ def split_plan(plan, exporter_set, provisioner, acting=()):
     for key in _NAMED_KEYS:
         pool[key] = [n for n in plan.get(key) or [] if n not in acting]
     pool["exporter_annotations"] = {n: a for n, a in annotations.items() if n not in held_back}
+    # An Event about an Exporter left to the backends is written by the run
+    # that acts on it, once, not by every pool pass while it waits.
+    events = plan.get("events") or []
+    pool["events"] = [e for e in events if e.get("exporter") not in held_back]
     pool["changed"] = bool(
         any(pool.get(k) for k in ("create", "enable", "disable", "delete", "create_dormant", "delete_dormant",
                                    "exporter_annotations", "set_annotations"))
@@ -179,6 +183,7 @@ def split_plan(plan, exporter_set, provisioner, acting=()):
             "delete": backend_deletes,
             "recycle": recycle,
             "exporter_annotations": {n: a for n, a in annotations.items() if n in backend_names},
+            "events": [e for e in events if e.get("exporter") in backend_names],
         }
     return pool, backend
 
