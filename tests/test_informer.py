@@ -14,6 +14,7 @@ the real ApiClient, every request noted on its way out."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import urllib.parse
 
@@ -244,7 +245,7 @@ def own_bed(testbed_factory):
     return testbed_factory("informer", controllers=False)
 
 
-def test_an_expired_watch_relists_and_the_cache_catches_up_with_the_gap(own_bed, run_informer):
+def test_an_expired_watch_relists_and_the_cache_catches_up_with_the_gap(own_bed, run_informer, caplog):
     namespace = "gap"
     api = recording_client(own_bed)
     plain = own_bed.api_client()
@@ -256,6 +257,7 @@ def test_an_expired_watch_relists_and_the_cache_catches_up_with_the_gap(own_bed,
     events.hold = "hold"
     informer = run_informer(Informer(EXPORTERS, api, namespace=namespace, handlers=[events], watch_timeout=3))
     assert informer.synced.wait(WAIT)
+    caplog.set_level(logging.INFO, logger="exporterset_operator.informer")
 
     # Hold the informer in its handler, mid-watch.
     exporters.create("hold")
@@ -279,6 +281,10 @@ def test_an_expired_watch_relists_and_the_cache_catches_up_with_the_gap(own_bed,
     # The watch resumed from where the informer was, and was told 410.
     resumed = [w for w in api.watches() if w.get("resourceVersion") == old_version]
     assert resumed, api.watches()
+    logged = [(r.levelname, r.getMessage(), getattr(r, "error", None)) for r in caplog.records]
+    assert ("INFO", "watch expired; relisting", None) in logged, logged
+    # An expiry is no failure: no warning, no backoff before the relist.
+    assert not [entry for entry in logged if entry[0] not in ("DEBUG", "INFO")], logged
     # Handlers saw the gap: the deleted gone, the changed with its old
     # state as previous, and no object added twice.
     for name in ("gone-0", "gone-1"):

@@ -47,6 +47,21 @@ def key_of(obj: dict) -> ObjectKey:
     return meta.get("namespace", ""), meta["name"]
 
 
+class _PlainWatch(watch.Watch):
+    """The client's watch, handing out events as plain dicts.
+
+    The client's own ``deserialize=False`` skips the decoding step that adds
+    ``raw_object``, which its handling of an in-stream ERROR event reads: an
+    expired resourceVersion, which kube-apiserver reports in the stream,
+    would surface as a KeyError. With no return type the client decodes the
+    JSON only, keeps ``raw_object`` and raises an ApiException carrying the
+    event's code (410 for an expired resourceVersion).
+    """
+
+    def get_return_type(self, func):
+        return None
+
+
 def _slim(obj: dict) -> dict:
     """Drop what the operator never reads, so the cache stays small."""
     meta = obj.get("metadata")
@@ -177,15 +192,18 @@ class Informer:
                 if resource_version is None:
                     resource_version = self._relist()
                 func, kwargs = self._list_call()
-                self._watch = watch.Watch()
+                self._watch = _PlainWatch()
                 for event in self._watch.stream(
                     func,
                     resource_version=resource_version,
                     allow_watch_bookmarks=True,
                     timeout_seconds=self.watch_timeout,
-                    deserialize=False,
                     **kwargs,
                 ):
+                    if event is None:
+                        # A line that is no JSON: the stream cannot be
+                        # trusted any more; relist.
+                        raise ValueError("undecodable watch event")
                     failures = 0
                     self.heard()
                     event_type = event["type"]
@@ -213,10 +231,10 @@ class Informer:
             except Exception as exc:  # connection refused, reset, timeouts
                 failures += 1
                 self._sleep_backoff(failures, exc)
-                # After an outage (an API server restart, say) the watch may
-                # answer with an in-stream error event rather than an HTTP
-                # 410, which the client cannot decode without deserializing;
-                # a fresh list is the one reliable way back, so take it.
+                # After an outage (an API server restart, say) what the
+                # cache saw may no longer be what the server holds, and its
+                # resourceVersion may have left the server's window; a fresh
+                # list is the one reliable way back, so take it.
                 resource_version = None
 
     def _sleep_backoff(self, failures: int, exc: BaseException) -> None:
