@@ -32,6 +32,15 @@ names the field's path and puts the set into `Degraded` with reason
 Types: `quantity` is a Kubernetes quantity (`512Mi`, `2Gi`), `cpu` an integer
 of at least 1 or a quantity string, `duration` a Go duration (`90s`, `5m`),
 `map` a free-form object, `list` a list of the rows below its `[]` path.
+
+The check is a JSON Schema per provisioner (`json_schema` in
+`plugins/module_utils/pool/parameters.py`, Draft 2020-12, with the keywords
+`x-quantity`, `x-cpu` and `x-duration` of the collection's own) run by the
+`jsonschema` library, plus the rules that tie fields together (machine type
+and arch, minimum memory, an image's `url` or `path`, unique host names).
+`jsonschema` (pinned in `requirements.txt`) is needed where parameters are
+checked: the controller running the reconcile playbook, the operator, the
+execution environment; not on lab hosts.
 """
 
 

@@ -5,6 +5,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool
     describe_parameters,
     guest_arch,
     guest_memory,
+    json_schema,
     validate_parameters,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu import argv as qemu_argv
@@ -183,3 +184,41 @@ def test_resources_default_when_absent():
     argv = qemu_argv.qemu_argv({"machineType": "virt"}, run_dir="/run/x", name="x")
     assert argv[0] == "qemu-system-aarch64"
     assert argv[argv.index("-m") + 1].startswith("1024")
+
+
+@pytest.mark.parametrize("provisioner", sorted(PROVISIONER_SCHEMAS))
+def test_each_schema_is_json_schema(provisioner):
+    import jsonschema
+
+    schema = json_schema(PROVISIONER_SCHEMAS[provisioner])
+    jsonschema.Draft202012Validator.check_schema(schema)
+    assert schema["type"] == "object" and schema["properties"]
+
+
+def test_the_json_schema_carries_bounds_formats_and_our_keywords():
+    schema = json_schema(PROVISIONER_SCHEMAS[BAREMETAL])
+    host = schema["properties"]["hosts"]["items"]
+    assert host["required"] == ["name", "slots"]
+    assert host["properties"]["port"] == {"description": "SSH port.", "type": "integer",
+                                          "minimum": 1, "maximum": 65535}
+    assert host["properties"]["name"]["format"] == "hostname"
+    assert schema["properties"]["hosts"]["minItems"] == 1
+    assert schema["properties"]["reconnectTimeout"]["x-duration"] == {"minimum": 1.0, "maximum": 3600.0}
+    assert schema["properties"]["resources"]["properties"]["memory"]["x-quantity"] is True
+
+
+@pytest.mark.parametrize(("parameters", "errors"), [
+    # A whole float is not an integer; a bool is neither.
+    ({**GOOD_BAREMETAL, "hosts": [{"name": "a", "slots": 1.0}]},
+     ["parameters.hosts[0].slots: 1.0 is not an integer"]),
+    ({**GOOD_BAREMETAL, "hosts": [{"name": "a", "slots": True}]},
+     ["parameters.hosts[0].slots: True is not an integer"]),
+    # A value of the wrong type gets that one error, not its enum's too.
+    ({**GOOD_BAREMETAL, "arch": 5}, ["parameters.arch: 5 is not a string"]),
+    # null is an absent field: a default applies, a required one is missing.
+    ({**GOOD_BAREMETAL, "arch": None, "kvm": None}, []),
+    ({**GOOD_BAREMETAL, "hosts": [{"name": "a", "slots": None}]}, ["parameters.hosts[0].slots: required"]),
+    ({**GOOD_BAREMETAL, "hosts": [None]}, ["parameters.hosts[0]: None is not an object"]),
+])
+def test_json_schema_errors_read_as_the_field_at_fault(parameters, errors):
+    assert validate_parameters(BAREMETAL, parameters)["errors"] == errors

@@ -1,9 +1,18 @@
 """Schemas of the merged ``parameters`` per provisioner, and their validation.
 
-The schemas are data (a tree of ``Field``) so that documentation can be
-generated from them (``describe_parameters``) and so that one walker checks
-all provisioners. Rules that tie several fields together live in small
-per-provisioner functions next to the schemas.
+The schemas are data (a tree of ``Field``): documentation is generated from
+them (``describe_parameters``) and so is a JSON Schema per provisioner
+(``json_schema``), which the ``jsonschema`` library checks. Kubernetes
+quantities, CPU counts and Go durations are keywords of our own
+(``x-quantity``, ``x-cpu``, ``x-duration``); hostnames, UUIDs and paths are
+``format`` checks. Every message names the field at fault. Rules that tie
+several fields together live in small per-provisioner functions next to the
+schemas.
+
+Validation needs ``jsonschema`` (requirements.txt) where it runs: the
+controller's filters, the reconcile playbook's modules on localhost and the
+operator. It is imported only when parameters are validated, so the modules
+that run on lab hosts (which import this file for ``guest_arch``) do not need it.
 """
 
 import ipaddress
@@ -217,11 +226,48 @@ def validate_parameters(provisioner, parameters):
         return {"errors": errors, "warnings": warnings}
     if parameters is None:
         parameters = {}
-    _check(schema, parameters, ROOT, errors, warnings)
+    errors.extend(_schema_errors(provisioner, _without_nulls(schema, parameters)))
+    _unknown_keys(schema, parameters, ROOT, warnings)
     if isinstance(parameters, dict):
         for rule in _CROSS_FIELD_RULES.get(provisioner, ()):
             rule(parameters, errors)
     return {"errors": errors, "warnings": warnings}
+
+
+def json_schema(node):
+    """The JSON Schema of a ``Field`` tree (a provisioner's: ``PROVISIONER_SCHEMAS[...]``).
+
+    An object's unknown keys are allowed (they are warned about, not refused).
+    """
+    schema = {"description": node.description}
+    kind = node.type
+    if kind in _JSON_TYPES:
+        schema["type"] = _JSON_TYPES[kind]
+    if kind == "object":
+        schema["properties"] = {name: json_schema(child) for name, child in node.properties.items()}
+        required = [name for name, child in node.properties.items() if child.required]
+        if required:
+            schema["required"] = required
+    elif kind == "list":
+        if node.items is not None:
+            schema["items"] = json_schema(node.items)
+        if node.required:
+            schema["minItems"] = 1
+    elif kind == "integer":
+        schema.update({key: value for key, value in (("minimum", node.minimum), ("maximum", node.maximum))
+                       if value is not None})
+    elif kind == "quantity":
+        schema["x-quantity"] = True
+    elif kind == "cpu":
+        schema["x-cpu"] = True
+    elif kind == "duration":
+        schema["x-duration"] = {key: value for key, value in (("minimum", node.minimum),
+                                                              ("maximum", node.maximum)) if value is not None}
+    if node.format:
+        schema["format"] = node.format
+    if node.enum:
+        schema["enum"] = list(node.enum)
+    return schema
 
 
 def unknown_provisioner_message(provisioner):
@@ -259,54 +305,102 @@ def _describe(node, prefix, rows):
             _describe(child.items, path + "[].", rows)
 
 
-def _check(node, value, path, errors, warnings):
-    checker = _TYPE_CHECKS[node.type]
-    problem = checker(node, value)
-    if problem:
-        errors.append(f"{path}: {problem}")
-        return
-    if node.enum and value not in node.enum:
-        allowed = ", ".join(str(option) for option in node.enum)
-        errors.append(f"{path}: {value!r} is not one of {allowed}")
-    if node.type == "object":
+_JSON_TYPES = {"string": "string", "integer": "integer", "boolean": "boolean", "object": "object",
+               "map": "object", "list": "array"}
+# How a type error reads: "<value> is not <this>".
+_TYPE_NAMES = {"string": "a string", "integer": "an integer", "boolean": "a boolean",
+               "object": "an object", "array": "a list"}
+_VALIDATORS = {}
+
+
+def _validator(provisioner):
+    """The jsonschema validator of a provisioner's schema (made once)."""
+    if provisioner not in _VALIDATORS:
+        import jsonschema
+
+        def keyword(check):
+            """A keyword of our own: ``check`` says what is wrong, within the keyword's bounds."""
+            def validate(_validator, bounds, instance, _schema):
+                bounds = bounds if isinstance(bounds, dict) else {}
+                problem = check(Field("", "", minimum=bounds.get("minimum"), maximum=bounds.get("maximum")),
+                                instance)
+                if problem:
+                    yield jsonschema.ValidationError(problem)
+            return validate
+
+        base = jsonschema.Draft202012Validator
+        # An integer is an int, not a float that happens to be whole, nor a bool.
+        types = base.TYPE_CHECKER.redefine(
+            "integer", lambda _checker, value: isinstance(value, int) and not isinstance(value, bool))
+        formats = jsonschema.FormatChecker(formats=())
+        for name, check in _FORMATS.items():
+            formats.checks(name)(lambda value, check=check: not isinstance(value, str) or check(value) is None)
+        cls = jsonschema.validators.extend(
+            base, type_checker=types,
+            validators={"x-quantity": keyword(_quantity), "x-cpu": keyword(_cpu),
+                        "x-duration": keyword(_duration)})
+        _VALIDATORS[provisioner] = cls(json_schema(PROVISIONER_SCHEMAS[provisioner]), format_checker=formats)
+    return _VALIDATORS[provisioner]
+
+
+def _schema_errors(provisioner, parameters):
+    """The schema's errors as messages naming the field; a value of the wrong
+    type gets that one error only."""
+    found = []
+    for error in _validator(provisioner).iter_errors(parameters):
+        path = ROOT + "".join(f"[{part}]" if isinstance(part, int) else f".{part}"
+                              for part in error.absolute_path)
+        value = error.instance
+        if error.validator == "type":
+            found.append((path, True, f"{path}: {value!r} is not {_TYPE_NAMES[error.validator_value]}"))
+        elif error.validator == "required":
+            for name in error.validator_value:
+                if name not in value:
+                    found.append((f"{path}.{name}", False, f"{path}.{name}: required"))
+        elif error.validator == "enum":
+            allowed = ", ".join(str(option) for option in error.validator_value)
+            found.append((path, False, f"{path}: {value!r} is not one of {allowed}"))
+        elif error.validator in ("minimum", "maximum"):
+            side = "below the minimum" if error.validator == "minimum" else "above the maximum"
+            found.append((path, False, f"{path}: {value} is {side} {error.validator_value:g}"))
+        elif error.validator == "minItems":
+            found.append((path, False, f"{path}: must not be empty"))
+        elif error.validator == "format":
+            found.append((path, False, f"{path}: {_FORMATS[error.validator_value](value)}"))
+        else:
+            found.append((path, False, f"{path}: {error.message}"))
+    mistyped = {path for path, is_type, _ in found if is_type}
+    messages = []
+    for path, is_type, message in found:
+        if (is_type or path not in mistyped) and message not in messages:
+            messages.append(message)
+    return messages
+
+
+def _without_nulls(node, value):
+    """``value`` without the known keys whose value is null: a null field is an absent one."""
+    if node.type == "object" and isinstance(value, dict):
+        return {
+            key: _without_nulls(node.properties[key], item) if key in node.properties else item
+            for key, item in value.items()
+            if not (key in node.properties and item is None)
+        }
+    if node.type == "list" and node.items is not None and isinstance(value, list):
+        return [_without_nulls(node.items, item) for item in value]
+    return value
+
+
+def _unknown_keys(node, value, path, warnings):
+    """Warn about the keys no schema object knows (they are ignored)."""
+    if node.type == "object" and isinstance(value, dict):
         for name, child in node.properties.items():
-            if name in value and value[name] is not None:
-                _check(child, value[name], f"{path}.{name}", errors, warnings)
-            elif child.required:
-                errors.append(f"{path}.{name}: required")
+            if value.get(name) is not None:
+                _unknown_keys(child, value[name], f"{path}.{name}", warnings)
         for name in sorted(set(value) - set(node.properties), key=str):
             warnings.append(f"{path}.{name}: unknown key, ignored")
-    elif node.type == "list" and node.items is not None:
+    elif node.type == "list" and node.items is not None and isinstance(value, list):
         for index, item in enumerate(value):
-            _check(node.items, item, f"{path}[{index}]", errors, warnings)
-
-
-def _string(node, value):
-    if not isinstance(value, str):
-        return f"{value!r} is not a string"
-    return _FORMATS[node.format](value) if node.format else None
-
-
-def _integer(node, value):
-    if isinstance(value, bool) or not isinstance(value, int):
-        return f"{value!r} is not an integer"
-    return _bounds(node, value, str(value))
-
-
-def _boolean(node, value):
-    return None if isinstance(value, bool) else f"{value!r} is not a boolean"
-
-
-def _object(node, value):
-    return None if isinstance(value, dict) else f"{value!r} is not an object"
-
-
-def _list(node, value):
-    if not isinstance(value, list):
-        return f"{value!r} is not a list"
-    if node.required and not value:
-        return "must not be empty"
-    return None
+            _unknown_keys(node.items, item, f"{path}[{index}]", warnings)
 
 
 def _quantity(node, value):
@@ -388,17 +482,6 @@ _FORMATS = {
     "uuid": _uuid,
 }
 
-_TYPE_CHECKS = {
-    "string": _string,
-    "integer": _integer,
-    "boolean": _boolean,
-    "object": _object,
-    "map": _object,
-    "list": _list,
-    "quantity": _quantity,
-    "cpu": _cpu,
-    "duration": _duration,
-}
 
 
 # Cross-field rules run even when single fields failed, so that one pass
