@@ -1,8 +1,9 @@
 """Whichever runs a set, the operator or ``ansible-playbook
 playbooks/reconcile.yml`` (what an AWX job runs on a schedule), the set ends
 in the same state: the same Exporters, Pods and config Secrets, the same
-status counters and conditions, the same finalizer, and nothing left once it
-is deleted.
+status counters and conditions, the same finalizer, and once it is deleted
+the same left: nothing (class reclaimPolicy Delete), or its Exporters and
+their backends, detached from it (Retain).
 
 One scenario, run twice side by side on one bed: in one namespace the
 playbook is run again and again until a run changes nothing, as a schedule
@@ -64,7 +65,8 @@ def state(api, namespace: str) -> dict:
         "exporters": sorted(
             (bool(NAME.match(e["metadata"]["name"])), e["metadata"]["name"],
              tuple(sorted(e["metadata"].get("labels", {}).items())), e["spec"].get("enabled", True),
-             bool(e["metadata"].get("deletionTimestamp")))
+             bool(e["metadata"].get("deletionTimestamp")),
+             any(ref.get("kind") == "ExporterSet" for ref in e["metadata"].get("ownerReferences") or []))
             for e in exporters),
         "pods": sorted((p.metadata.name, tuple(sorted((p.metadata.labels or {}).items())), p.status.phase,
                         bool(p.metadata.deletion_timestamp)) for p in pods),
@@ -121,7 +123,8 @@ def available(count):
 
 @pytest.mark.testbed
 @pytest.mark.slow
-def test_playbook_and_operator_end_in_the_same_state(testbed, api, namespace, standin, tmp_path):
+@pytest.mark.parametrize("reclaim", ["Delete", "Retain"])
+def test_playbook_and_operator_end_in_the_same_state(testbed, api, namespace, standin, tmp_path, reclaim):
     by_hand, by_operator = namespace, f"{namespace}-op"
     custom = client.CustomObjectsApi(api)
     core = client.CoreV1Api(api)
@@ -131,7 +134,7 @@ def test_playbook_and_operator_end_in_the_same_state(testbed, api, namespace, st
             try:
                 operator.wait_ready()
                 for ns in (by_hand, by_operator):
-                    make_class(custom, ns)
+                    make_class(custom, ns, reclaimPolicy=reclaim)
                     make_set(custom, ns, maxReplicas=4, minAvailableReplicas=2)
 
                 # A warm buffer of two: two Exporters, their Pods and config Secrets.
@@ -149,7 +152,8 @@ def test_playbook_and_operator_end_in_the_same_state(testbed, api, namespace, st
                 assert len(shrunk["exporters"]) == len(shrunk["pods"]) == len(shrunk["secrets"]) == 1
                 agree(api, by_hand, by_operator, shrunk, "a warm buffer of one")
 
-                # Deleted: the set waits for its teardown, which leaves nothing.
+                # Deleted: the set waits for its teardown, which leaves nothing
+                # (Delete), or the Exporters with their backends, detached (Retain).
                 for ns in (by_hand, by_operator):
                     custom.delete_namespaced_custom_object(*GROUP, ns, "exportersets", "pool")
                 waiting = state(api, by_hand)
@@ -157,9 +161,16 @@ def test_playbook_and_operator_end_in_the_same_state(testbed, api, namespace, st
                     f"the set deleted by hand went before any teardown ran: {waiting}")
                 gone, runs = converge_by_hand(api, by_hand, lambda now: "set" not in now)
                 print(f"teardown: {runs} playbook runs")
-                nothing = {"exporters": [], "pods": [], "secrets": []}
-                wait_for(lambda: state(api, by_hand) == nothing, timeout=60, message="nothing left by hand")
-                agree(api, by_hand, by_operator, nothing, "nothing left after delete")
+                if reclaim == "Delete":
+                    left = {"exporters": [], "pods": [], "secrets": []}
+                    wait_for(lambda: state(api, by_hand) == left, timeout=60, message="nothing left by hand")
+                else:
+                    left = gone
+                    # The same Exporters, no longer owned by the set.
+                    assert [e[:-1] for e in left["exporters"]] == [e[:-1] for e in shrunk["exporters"]], left
+                    assert not any(e[-1] for e in left["exporters"]), left
+                    assert left["pods"] == shrunk["pods"] and left["secrets"] == shrunk["secrets"], left
+                agree(api, by_hand, by_operator, left, f"what is left after delete ({reclaim})")
             finally:
                 operator.stop()
                 print(f"--- operator log ---\n{operator.log_tail(100)}")
