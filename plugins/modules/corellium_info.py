@@ -16,18 +16,6 @@ description:
   - Read only; the same retry, authentication and quota behaviour as
     M(jumpstarter.virtual_exporters.corellium_instance).
 options:
-  api_host:
-    description:
-      - Corellium API host (and optional port), without scheme or C(/api).
-      - Defaults to the E(CORELLIUM_API_HOST) environment variable.
-    type: str
-    required: true
-  api_token:
-    description:
-      - Corellium API token. Never logged or returned.
-      - Defaults to the E(CORELLIUM_API_TOKEN) environment variable.
-    type: str
-    required: true
   project:
     description: Project id or project name.
     type: str
@@ -35,13 +23,6 @@ options:
   name_prefix:
     description: Only instances whose name starts with this, for example one pool's prefix.
     type: str
-  ca_path:
-    description: PEM file of certificate authorities to trust in addition to the system ones.
-    type: path
-  validate_certs:
-    description: Verify the API's TLS certificate.
-    type: bool
-    default: true
 attributes:
   check_mode:
     description: Read only; runs the same in check mode.
@@ -52,6 +33,8 @@ attributes:
   idempotent:
     description: Read only.
     support: full
+extends_documentation_fragment:
+  - jumpstarter.virtual_exporters.corellium
 """
 
 EXAMPLES = r"""
@@ -110,8 +93,9 @@ corellium_error:
 """
 
 # Imports follow the documentation blocks, as Ansible modules lay them out.
-from ansible.module_utils.basic import AnsibleModule, env_fallback  # noqa: E402
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.corellium import client as corellium_client  # noqa: E402
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.corellium import steps as corellium_steps  # noqa: E402
 
 INSTANCE_FIELDS = ("id", "name", "project", "flavor", "os", "state")
 
@@ -119,23 +103,15 @@ INSTANCE_FIELDS = ("id", "name", "project", "flavor", "os", "state")
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
-            "api_host": {"type": "str", "required": True,
-                         "fallback": (env_fallback, ["CORELLIUM_API_HOST"])},
-            "api_token": {"type": "str", "required": True, "no_log": True,
-                          "fallback": (env_fallback, ["CORELLIUM_API_TOKEN"])},
+            **corellium_steps.connection_argument_spec(),
             "project": {"type": "str", "required": True},
             "name_prefix": {"type": "str"},
-            "ca_path": {"type": "path"},
-            "validate_certs": {"type": "bool", "default": True},
         },
         supports_check_mode=True,
     )
     params = module.params
     try:
-        client = corellium_client.CorelliumClient(
-            params["api_host"], params["api_token"],
-            ca_path=params["ca_path"], validate_certs=params["validate_certs"],
-        )
+        client = corellium_steps.client_from_params(params)
         project = client.get_project(params["project"])
         if project is None:
             module.fail_json(msg=f"Corellium project {params['project']!r} not found")

@@ -19,21 +19,6 @@ description:
   - A request refused for lack of project quota fails with C(corellium_error.kind=QuotaError)
     and the API's message; a rejected token fails with C(corellium_error.kind=AuthError).
 options:
-  api_host:
-    description:
-      - Corellium API host (and optional port), without scheme or C(/api),
-        for example C(app.corellium.com).
-      - Defaults to the E(CORELLIUM_API_HOST) environment variable, the name the
-        Jumpstarter Corellium driver reads.
-    type: str
-    required: true
-  api_token:
-    description:
-      - Corellium API token, sent as a Bearer token. Never logged or returned.
-      - Defaults to the E(CORELLIUM_API_TOKEN) environment variable, the name the
-        Jumpstarter Corellium driver reads.
-    type: str
-    required: true
   project:
     description: Project id or project name the instance belongs to.
     type: str
@@ -81,13 +66,6 @@ options:
     description: Seconds between two state queries while waiting.
     type: float
     default: 5
-  ca_path:
-    description: PEM file of certificate authorities to trust in addition to the system ones.
-    type: path
-  validate_certs:
-    description: Verify the API's TLS certificate. Turn off only for lab endpoints.
-    type: bool
-    default: true
 attributes:
   check_mode:
     description: Reports what would change without calling the API's write endpoints.
@@ -103,6 +81,8 @@ notes:
     keyword C(environment) shows its values in C(-vvv) output, so it is no place for the token.
   - Flavor, OS and build of an existing instance are never changed; a mismatch is a warning.
     Delete and recreate the instance to change them.
+extends_documentation_fragment:
+  - jumpstarter.virtual_exporters.corellium
 """
 
 EXAMPLES = r"""
@@ -185,14 +165,14 @@ corellium_error:
 """
 
 # Imports follow the documentation blocks, as Ansible modules lay them out.
-from ansible.module_utils.basic import AnsibleModule, env_fallback  # noqa: E402
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.corellium import client as corellium_client  # noqa: E402
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.corellium import steps as corellium_steps  # noqa: E402
 
 ABSENT = corellium_client.ABSENT
 
 # Where each requested state leaves the instance's power state; None: as it is.
 POWER_TARGET = {"present": None, "on": "on", "off": "off", "rebooted": "on"}
-SETTLED_STATES = ("on", "off", "paused")
 
 
 def summarize(instance: dict | None, name: str) -> dict:
@@ -209,11 +189,8 @@ class InstanceManager:
         self.client = client
         self.params = module.params
         self.check_mode = module.check_mode
-        self.changed = False
-
-    def wait_for(self, instance_id: str, states) -> dict | None:
-        return self.client.wait_for_state(instance_id, states, self.params["wait_timeout"],
-                                          self.params["poll_interval"])
+        self.steps = corellium_steps.InstanceSteps(
+            client, module.check_mode, self.params["wait_timeout"], self.params["poll_interval"])
 
     def run(self) -> dict:
         project = self.client.get_project(self.params["project"])
@@ -222,80 +199,34 @@ class InstanceManager:
         name = self.params["name"]
         instance = self.client.find_instance(project["id"], name)
         before = summarize(instance, name)
-        if instance is not None and instance.get("state") == "deleting":
-            # The name is being released; waiting keeps a second instance of
-            # the same name from appearing next to the dying one.
-            if not self.check_mode:
-                self.wait_for(instance["id"], [ABSENT])
-            instance = None
+        instance = self.steps.released(instance)
         if self.params["state"] == "absent":
-            after = self.delete(instance, name)
+            self.steps.delete(instance, self.params["wait"])
+            after = summarize(None, name)
         else:
             after = self.ensure(instance, project["id"], name)
-        return {"changed": self.changed, "instance": after,
+        return {"changed": self.steps.changed, "instance": after,
                 "diff": {"before": before, "after": after}}
-
-    def delete(self, instance: dict | None, name: str) -> dict:
-        if instance is None:
-            return summarize(None, name)
-        self.changed = True
-        if not self.check_mode:
-            self.changed = self.client.delete_instance(instance["id"])
-            if self.params["wait"]:
-                self.wait_for(instance["id"], [ABSENT])
-        return summarize(None, name)
 
     def ensure(self, instance: dict | None, project_id: str, name: str) -> dict:
         target = POWER_TARGET[self.params["state"]]
         if instance is None:
-            instance = self.create(project_id, name)
+            instance = self.steps.create(project_id, name, self.params["flavor"], self.params["os"],
+                                         self.params["osbuild"])
             if self.check_mode:
-                return instance
+                return summarize(instance, name)
+            instance = self.client.get_instance(instance["id"]) or instance
             # A new instance boots by itself: on and rebooted need nothing more.
             if target == "off":
-                instance = self.power(instance, target)
+                instance, _ = self.steps.power(instance, target)
         else:
             self.warn_on_drift(instance)
             if target is not None:
-                instance = self.power(instance, target)
+                instance, _ = self.steps.power(instance, target, reboot=self.params["state"] == "rebooted")
         if self.params["wait"] and not self.check_mode:
-            wanted = [target] if target else SETTLED_STATES
-            instance = self.wait_for(instance["id"], wanted)
+            wanted = [target] if target else corellium_steps.SETTLED_STATES
+            instance = self.steps.wait_for(instance["id"], wanted)
         return summarize(instance, name)
-
-    def create(self, project_id: str, name: str) -> dict:
-        missing = [option for option in ("flavor", "os") if not self.params[option]]
-        if missing:
-            self.module.fail_json(msg=f"instance {name!r} does not exist; creating it needs "
-                                      f"{' and '.join(missing)}")
-        self.changed = True
-        if self.check_mode:
-            predicted = {"name": name, "project": project_id, "flavor": self.params["flavor"],
-                         "os": self.params["os"], "state": "creating"}
-            return summarize(predicted, name)
-        created = self.client.create_instance(project_id, name, self.params["flavor"],
-                                              self.params["os"], self.params["osbuild"])
-        return self.client.get_instance(created["id"]) or {**created, "name": name}
-
-    def power(self, instance: dict, target: str | None) -> dict:
-        rebooting = self.params["state"] == "rebooted"
-        if instance.get("state") == target and not rebooting:
-            return instance
-        if instance.get("state") in corellium_client.TRANSITIONAL_STATES:
-            if self.check_mode:
-                self.changed = True
-                return instance
-            instance = self.wait_for(instance["id"], SETTLED_STATES)
-            if instance.get("state") == target and not rebooting:
-                return instance
-        self.changed = True
-        if self.check_mode:
-            return {**instance, "state": target}
-        if rebooting and instance.get("state") == "on":
-            self.client.reboot(instance["id"])
-        else:
-            self.client.set_state(instance["id"], target)
-        return self.client.get_instance(instance["id"]) or instance
 
     def warn_on_drift(self, instance: dict) -> None:
         for option in ("flavor", "os"):
@@ -308,10 +239,7 @@ class InstanceManager:
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
-            "api_host": {"type": "str", "required": True,
-                         "fallback": (env_fallback, ["CORELLIUM_API_HOST"])},
-            "api_token": {"type": "str", "required": True, "no_log": True,
-                          "fallback": (env_fallback, ["CORELLIUM_API_TOKEN"])},
+            **corellium_steps.connection_argument_spec(),
             "project": {"type": "str", "required": True},
             "name": {"type": "str", "required": True},
             "flavor": {"type": "str"},
@@ -322,17 +250,11 @@ def main() -> None:
             "wait": {"type": "bool", "default": True},
             "wait_timeout": {"type": "int", "default": 600},
             "poll_interval": {"type": "float", "default": 5},
-            "ca_path": {"type": "path"},
-            "validate_certs": {"type": "bool", "default": True},
         },
         supports_check_mode=True,
     )
     try:
-        client = corellium_client.CorelliumClient(
-            module.params["api_host"], module.params["api_token"],
-            ca_path=module.params["ca_path"], validate_certs=module.params["validate_certs"],
-        )
-        result = InstanceManager(module, client).run()
+        result = InstanceManager(module, corellium_steps.client_from_params(module.params)).run()
     except corellium_client.CorelliumError as error:
         module.fail_json(msg=str(error), corellium_error=error.as_dict())
     except (ValueError, OSError) as error:

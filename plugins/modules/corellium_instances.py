@@ -23,12 +23,6 @@ description:
     the set (pass it to M(jumpstarter.virtual_exporters.exporterset_apply) as its plan). The
     pool then waits, doubling the wait on each refusal in a row, before it asks again.
 options:
-  api_host:
-    description:
-      - Corellium API host (and optional port), without scheme or C(/api).
-      - Defaults to the E(CORELLIUM_API_HOST) environment variable.
-    type: str
-    required: true
   api_token:
     description:
       - Corellium API token, sent as a Bearer token. Never logged or returned.
@@ -40,13 +34,6 @@ options:
     description: PEM certificate authorities to trust in addition to the system ones,
       as text (for example the content of the class's C(caBundleConfigMapRef) ConfigMap).
     type: str
-  ca_path:
-    description: PEM file of certificate authorities to trust in addition to the system ones.
-    type: path
-  validate_certs:
-    description: Verify the API's TLS certificate. Turn off only for lab endpoints.
-    type: bool
-    default: true
   project:
     description: Project id or project name the instances belong to.
     type: str
@@ -114,6 +101,8 @@ attributes:
 notes:
   - Pass the token through O(api_token) or the controller's own environment; the task keyword
     C(environment) shows its values in C(-vvv) output.
+extends_documentation_fragment:
+  - jumpstarter.virtual_exporters.corellium
 """
 
 EXAMPLES = r"""
@@ -190,13 +179,13 @@ set_changes:
 
 from datetime import UTC, datetime  # noqa: E402
 
-from ansible.module_utils.basic import AnsibleModule, env_fallback  # noqa: E402
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.corellium import client as corellium_client  # noqa: E402
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.corellium import steps as corellium_steps  # noqa: E402
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import pod as k8s_pod  # noqa: E402
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import backend_refusal  # noqa: E402
 
 ABSENT = corellium_client.ABSENT
-SETTLED_STATES = ("on", "off", "paused")
 
 
 def summarize(instance: dict | None) -> dict:
@@ -215,12 +204,10 @@ class PoolInstances:
         self.check_mode = module.check_mode
         self.result = {"instances": {}, "created": [], "deleted": [], "powered_off": [],
                        "present": [], "waiting": [], "refusal": None, "set_changes": {}}
+        self.steps = corellium_steps.InstanceSteps(
+            client, module.check_mode, self.params["wait_timeout"], self.params["poll_interval"])
 
     # -- helpers -------------------------------------------------------------
-
-    def wait_for(self, instance_id: str, states) -> dict | None:
-        return self.client.wait_for_state(instance_id, states, self.params["wait_timeout"],
-                                          self.params["poll_interval"])
 
     def describe_refusal(self, error: corellium_client.CorelliumError) -> dict:
         """The refusal as the set shows it: a reason and a message users can act on."""
@@ -299,68 +286,39 @@ class PoolInstances:
     # -- states ----------------------------------------------------------------
 
     def delete(self, name: str, instance: dict | None, wait: bool) -> dict | None:
-        if instance is None:
-            return None
-        if instance.get("state") != "deleting":
+        if self.steps.delete(instance, wait):
             self.result["deleted"].append(name)
-            if self.check_mode:
-                return None
-            if not self.client.delete_instance(instance["id"]):
-                self.result["deleted"].remove(name)
-                return None
-        if wait and not self.check_mode:
-            self.wait_for(instance["id"], [ABSENT])
         return None
 
     def ensure(self, project_id: str, name: str, instance: dict | None) -> dict | None:
-        if instance is not None and instance.get("state") == "deleting" and not self.check_mode:
-            # The name is being released; a creation now would make a second
-            # instance of that name next to the dying one.
-            instance = self.wait_for(instance["id"], [ABSENT])
-        if instance is not None and instance.get("state") != "deleting":
+        instance = self.steps.released(instance)
+        if instance is not None:
             return instance
-        missing = [option for option in ("flavor", "os") if not self.params[option]]
-        if missing:
-            self.module.fail_json(msg=f"instance {name!r} does not exist; creating it needs "
-                                      f"{' and '.join(missing)}")
+        created = self.steps.create(project_id, name, self.params["flavor"], self.params["os"],
+                                    self.params["osbuild"])
         self.result["created"].append(name)
         if self.check_mode:
-            return {"flavor": self.params["flavor"], "os": self.params["os"], "state": "creating"}
-        created = self.client.create_instance(project_id, name, self.params["flavor"],
-                                              self.params["os"], self.params["osbuild"])
+            return created
         if self.params["wait"]:
-            return self.wait_for(created["id"], ["on"])
+            return self.steps.wait_for(created["id"], ["on"])
         return self.client.get_instance(created["id"]) or created
 
     def power_off(self, name: str, instance: dict | None) -> dict | None:
-        if instance is None or instance.get("state") == "off":
+        if instance is None:
+            return None
+        instance, changed = self.steps.power(instance, "off")
+        if not changed:
             return instance
-        if instance.get("state") in corellium_client.TRANSITIONAL_STATES:
-            if self.check_mode:
-                self.result["powered_off"].append(name)
-                return {**instance, "state": "off"}
-            instance = self.wait_for(instance["id"], SETTLED_STATES)
-            if instance.get("state") == "off":
-                return instance
         self.result["powered_off"].append(name)
-        if self.check_mode:
-            return {**instance, "state": "off"}
-        self.client.set_state(instance["id"], "off")
-        if self.params["wait"]:
-            return self.wait_for(instance["id"], ["off"])
-        return self.client.get_instance(instance["id"]) or instance
+        if self.params["wait"] and not self.check_mode:
+            return self.steps.wait_for(instance["id"], ["off"])
+        return instance
 
 
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
-            "api_host": {"type": "str", "required": True,
-                         "fallback": (env_fallback, ["CORELLIUM_API_HOST"])},
-            "api_token": {"type": "str", "required": True, "no_log": True,
-                          "fallback": (env_fallback, ["CORELLIUM_API_TOKEN"])},
-            "ca_data": {"type": "str"},
-            "ca_path": {"type": "path"},
-            "validate_certs": {"type": "bool", "default": True},
+            **corellium_steps.connection_argument_spec(ca_data=True),
             "project": {"type": "str", "required": True},
             "names": {"type": "list", "elements": "str", "required": True},
             "flavor": {"type": "str"},
@@ -379,11 +337,9 @@ def main() -> None:
     params = module.params
     try:
         client = None
-        if (params["api_token"] or "").strip():
-            client = corellium_client.CorelliumClient(
-                params["api_host"], params["api_token"].strip(), ca_path=params["ca_path"],
-                ca_data=params["ca_data"], validate_certs=params["validate_certs"],
-            )
+        token = (params["api_token"] or "").strip()
+        if token:
+            client = corellium_steps.client_from_params({**params, "api_token": token})
         result = PoolInstances(module, client).run()
     except corellium_client.CorelliumError as error:
         module.fail_json(msg=str(error), corellium_error=error.as_dict())
