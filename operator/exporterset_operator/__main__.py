@@ -11,6 +11,7 @@ import sys
 import threading
 from pathlib import Path
 
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import lifecycle
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.client import (
     api_client as load_client,
 )
@@ -133,10 +134,19 @@ def main(argv: list[str] | None = None) -> int:
         env=playbook_env(args.kubeconfig),
     )
 
+    # The scale plan's options: the pool logic's defaults under the entry's
+    # vars, as the reconcile role run by hand takes them (k8s/lifecycle.py).
+    try:
+        plan_options = lifecycle.plan_options(watch.vars.get("reconcile_plan_options"),
+                                              where="watches.yaml vars.reconcile_plan_options")
+    except lifecycle.LifecycleError as exc:
+        log.error("invalid watches.yaml", extra={"error": str(exc)})
+        return 2
+
     def make_reconciler(caches):
         return Reconciler(
             caches, api_client, runner, metrics, set(args.provisioners),
-            plan_options=watch.vars.get("reconcile_plan_options"), watch=watch,
+            plan_options=plan_options, watch=watch,
         )
 
     controller = Controller(

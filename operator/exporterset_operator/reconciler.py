@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import apply as k8s_apply
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import controller_ca
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import controller_ca, lifecycle
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import objects as k8s_objects
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import observe as k8s_observe
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import status as k8s_status
@@ -37,7 +37,7 @@ from .workqueue import ExponentialBackoff
 
 log = logging.getLogger(__name__)
 
-FINALIZER = constants.GROUP + "/teardown"
+FINALIZER = lifecycle.FINALIZER
 OBSERVED_KINDS = ("VirtualTargetClass", "ExporterSet", "Exporter", "Lease", "Pod")
 # How long an expectation from a playbook run may wait for the cache.
 EXPECTATION_TTL = 30.0
@@ -185,11 +185,10 @@ class Reconciler:
                 self.watch.selector, exporter_set["metadata"].get("labels") or {}):
             return Result(path="skipped")
 
-        if exporter_set["metadata"].get("deletionTimestamp"):
+        if lifecycle.deleting(exporter_set):
             return self._teardown(key, exporter_set, observed)
-        if vclass is not None and self.finalizer and (
-                self.finalizer not in (exporter_set["metadata"].get("finalizers") or [])):
-            self._add_finalizer(exporter_set)
+        if lifecycle.needs_finalizer(exporter_set, vclass, self.finalizer):
+            lifecycle.add_finalizer(self.api_client, exporter_set, self.finalizer)
 
         # A terminating Exporter counts as gone: the plan skips it, and an
         # orphaning delete keeps it until the garbage collector is done.
@@ -278,7 +277,7 @@ class Reconciler:
         if exporter_set is None:
             return
         observed = self.observe(exporter_set)
-        if exporter_set["metadata"].get("deletionTimestamp"):
+        if lifecycle.deleting(exporter_set):
             self._run_teardown(key, exporter_set, observed)
             return
         vclass = observed["class"]
@@ -360,19 +359,13 @@ class Reconciler:
 
     def _report_failure(self, exporter_set: dict, plan: dict, message: str) -> None:
         meta = exporter_set["metadata"]
-        outcome = k8s_status.outcome_condition(
-            "Failure", "ReconcileFailed", message, meta.get("generation", 0)
-        )
         try:
             if self.manage_status:
                 k8s_status.write_status(
-                    self.api_client, meta["namespace"], meta["name"], plan["status"], outcome=outcome
+                    self.api_client, meta["namespace"], meta["name"], plan["status"],
+                    outcome=lifecycle.outcome(exporter_set, message),
                 )
-            k8s_status.emit_events(
-                self.api_client,
-                exporter_set,
-                [{"type": "Warning", "reason": "ReconcileFailed", "message": message[:1024]}],
-            )
+            k8s_status.emit_events(self.api_client, exporter_set, [lifecycle.failure_event(exporter_set, message)])
         except ApiException as exc:
             log.warning("could not report failure", extra={"error": str(exc)[:300]})
 
@@ -421,38 +414,24 @@ class Reconciler:
             return Result(error=str(exc), path="class")
         return Result(path="class")
 
-    # -- finalizer -------------------------------------------------------------
-    def _add_finalizer(self, exporter_set: dict) -> None:
-        self._patch_finalizers(exporter_set, [*(exporter_set["metadata"].get("finalizers") or []), self.finalizer])
-
-    def _patch_finalizers(self, exporter_set: dict, finalizers: list[str]) -> None:
-        from kubernetes import client
-
-        meta = exporter_set["metadata"]
-        client.CustomObjectsApi(self.api_client).patch_namespaced_custom_object(
-            constants.GROUP, "v1alpha1", meta["namespace"], "exportersets", meta["name"],
-            {"metadata": {"finalizers": finalizers, "resourceVersion": meta["resourceVersion"]}},
-        )
-
+    # -- finalizer (k8s/lifecycle.py decides, for every runner of a set) -------
     def _teardown(self, key, exporter_set: dict, observed: dict) -> Result:
         """A set being deleted: its backends and Exporters go (on the backend
         lane), then its finalizer."""
-        finalizers = exporter_set["metadata"].get("finalizers") or []
-        if not self.finalizer or self.finalizer not in finalizers:
+        if not lifecycle.tears_down(exporter_set, self.finalizer):
             return Result(path="skipped")
         # Exporters already going (an orphaning delete waits for the garbage
         # collector) need nothing more from the teardown.
-        remaining = [e for e in observed["owned"] if not e["metadata"].get("deletionTimestamp")]
-        if remaining or observed["pods"]:
-            names = {e["metadata"]["name"] for e in remaining}
-            if not self.expectations.satisfied(key, names):
+        remaining = lifecycle.teardown_remaining(observed)
+        if remaining:
+            if not self.expectations.satisfied(key, set(remaining)):
                 return Result(requeue_after=1.0, path="waiting")
             if not self._backends_busy(key):
                 wait = self._ask_backends(key)
                 if wait:
                     return Result(requeue_after=wait, path="teardown")
             return Result(path="teardown")
-        self._patch_finalizers(exporter_set, [f for f in finalizers if f != self.finalizer])
+        lifecycle.remove_finalizer(self.api_client, exporter_set, self.finalizer)
         self.runner.forget(key)
         self._backend_failure.pop(key, None)
         return Result(path="teardown")
@@ -461,23 +440,17 @@ class Reconciler:
         """The teardown run: the finalizer's playbook (or the entry's, with
         the finalizer's vars) releases every backend and deletes or detaches
         the Exporters."""
-        finalizers = exporter_set["metadata"].get("finalizers") or []
-        if not self.finalizer or self.finalizer not in finalizers:
+        if not lifecycle.tears_down(exporter_set, self.finalizer) or lifecycle.may_drop_finalizer(observed):
             return
         remaining = [e for e in observed["owned"] if not e["metadata"].get("deletionTimestamp")]
-        if not (remaining or observed["pods"]):
-            return
         variables = self._variables(exporter_set, observed, {}, teardown=True)
         teardown = self.watch.finalizer_runnable() if self.watch is not None else self.playbook
         result = self.runner.run(teardown, key, variables)
         self.metrics.playbook_runs.labels("successful" if result.ok else "failed").inc()
         self._backend_done(key, result.ok, result.message, result.duration)
         if not result.ok:
-            k8s_status.emit_events(
-                self.api_client,
-                exporter_set,
-                [{"type": "Warning", "reason": "TeardownFailed", "message": result.message[:1024]}],
-            )
+            k8s_status.emit_events(self.api_client, exporter_set,
+                                   [lifecycle.failure_event(exporter_set, result.message)])
             return
         # The cache shows the deletions shortly; the pool loop waits for them.
         deleted = (result.applied or {}).get("deleted") or [e["metadata"]["name"] for e in remaining]
