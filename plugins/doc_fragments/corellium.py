@@ -22,6 +22,10 @@ options:
         Jumpstarter Corellium driver reads.
     type: str
     required: true
+  project:
+    description: Project id or project name the instances belong to.
+    type: str
+    required: true
   ca_path:
     description: PEM file of certificate authorities to trust in addition to the system ones.
     type: path
@@ -29,4 +33,18 @@ options:
     description: Verify the API's TLS certificate. Turn off only for lab endpoints.
     type: bool
     default: true
+"""
+
+    # The waiting options of the modules that change instances
+    # (module_utils/corellium/steps.py waiting_argument_spec).
+    WAITING = r"""
+options:
+  wait_timeout:
+    description: Seconds to wait for one instance before failing.
+    type: int
+    default: 600
+  poll_interval:
+    description: Seconds between two state queries while waiting.
+    type: float
+    default: 5
 """

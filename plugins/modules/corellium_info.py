@@ -16,10 +16,6 @@ description:
   - Read only; the same retry, authentication and quota behaviour as
     M(jumpstarter.virtual_exporters.corellium_instance).
 options:
-  project:
-    description: Project id or project name.
-    type: str
-    required: true
   name_prefix:
     description: Only instances whose name starts with this, for example one pool's prefix.
     type: str
@@ -104,7 +100,6 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec={
             **corellium_steps.connection_argument_spec(),
-            "project": {"type": "str", "required": True},
             "name_prefix": {"type": "str"},
         },
         supports_check_mode=True,

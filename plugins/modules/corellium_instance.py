@@ -19,10 +19,6 @@ description:
   - A request refused for lack of project quota fails with C(corellium_error.kind=QuotaError)
     and the API's message; a rejected token fails with C(corellium_error.kind=AuthError).
 options:
-  project:
-    description: Project id or project name the instance belongs to.
-    type: str
-    required: true
   name:
     description: Instance name, unique within O(project).
     type: str
@@ -58,14 +54,6 @@ options:
         for before its power state is changed, because the API refuses changes then.
     type: bool
     default: true
-  wait_timeout:
-    description: Seconds to wait before failing.
-    type: int
-    default: 600
-  poll_interval:
-    description: Seconds between two state queries while waiting.
-    type: float
-    default: 5
 attributes:
   check_mode:
     description: Reports what would change without calling the API's write endpoints.
@@ -83,6 +71,7 @@ notes:
     Delete and recreate the instance to change them.
 extends_documentation_fragment:
   - jumpstarter.virtual_exporters.corellium
+  - jumpstarter.virtual_exporters.corellium.waiting
 """
 
 EXAMPLES = r"""
@@ -240,7 +229,6 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec={
             **corellium_steps.connection_argument_spec(),
-            "project": {"type": "str", "required": True},
             "name": {"type": "str", "required": True},
             "flavor": {"type": "str"},
             "os": {"type": "str"},
@@ -248,8 +236,7 @@ def main() -> None:
             "state": {"type": "str", "default": "present",
                       "choices": ["present", "absent", "on", "off", "rebooted"]},
             "wait": {"type": "bool", "default": True},
-            "wait_timeout": {"type": "int", "default": 600},
-            "poll_interval": {"type": "float", "default": 5},
+            **corellium_steps.waiting_argument_spec(),
         },
         supports_check_mode=True,
     )

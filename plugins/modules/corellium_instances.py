@@ -34,10 +34,6 @@ options:
     description: PEM certificate authorities to trust in addition to the system ones,
       as text (for example the content of the class's C(caBundleConfigMapRef) ConfigMap).
     type: str
-  project:
-    description: Project id or project name the instances belong to.
-    type: str
-    required: true
   names:
     description: Instance names, unique within O(project).
     type: list
@@ -72,14 +68,6 @@ options:
         and a busy one (creating, booting) before it is powered off, whatever O(wait) says.
     type: bool
     default: false
-  wait_timeout:
-    description: Seconds to wait for one instance before failing.
-    type: int
-    default: 600
-  poll_interval:
-    description: Seconds between two state queries while waiting.
-    type: float
-    default: 5
   exporterset:
     description:
       - The ExporterSet the instances belong to. With it, refusals are reported for the set
@@ -103,6 +91,7 @@ notes:
     C(environment) shows its values in C(-vvv) output.
 extends_documentation_fragment:
   - jumpstarter.virtual_exporters.corellium
+  - jumpstarter.virtual_exporters.corellium.waiting
 """
 
 EXAMPLES = r"""
@@ -319,7 +308,6 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec={
             **corellium_steps.connection_argument_spec(ca_data=True),
-            "project": {"type": "str", "required": True},
             "names": {"type": "list", "elements": "str", "required": True},
             "flavor": {"type": "str"},
             "os": {"type": "str"},
@@ -327,8 +315,7 @@ def main() -> None:
             "state": {"type": "str", "default": "present",
                       "choices": ["present", "absent", "off", "recreated"]},
             "wait": {"type": "bool", "default": False},
-            "wait_timeout": {"type": "int", "default": 600},
-            "poll_interval": {"type": "float", "default": 5},
+            **corellium_steps.waiting_argument_spec(),
             "exporterset": {"type": "dict"},
             "virtual_target_class": {"type": "dict"},
         },

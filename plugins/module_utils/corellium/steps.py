@@ -19,18 +19,27 @@ SETTLED_STATES = ("on", "off", "paused")
 
 
 def connection_argument_spec(ca_data=False):
-    """The options that reach the API, as every Corellium module spells them."""
+    """The options that reach the API and name the project, as every Corellium module spells them."""
     spec = {
         "api_host": {"type": "str", "required": True,
                      "fallback": (env_fallback, ["CORELLIUM_API_HOST"])},
         "api_token": {"type": "str", "required": True, "no_log": True,
                       "fallback": (env_fallback, ["CORELLIUM_API_TOKEN"])},
+        "project": {"type": "str", "required": True},
         "ca_path": {"type": "path"},
         "validate_certs": {"type": "bool", "default": True},
     }
     if ca_data:
         spec["ca_data"] = {"type": "str"}
     return spec
+
+
+def waiting_argument_spec():
+    """How long the modules that change instances wait for one, and how often they look."""
+    return {
+        "wait_timeout": {"type": "int", "default": 600},
+        "poll_interval": {"type": "float", "default": 5},
+    }
 
 
 def client_from_params(params):
