@@ -25,7 +25,7 @@ from .controller import Controller
 from .metrics import Metrics, serve
 from .reconciler import Reconciler
 from .runner import PlaybookRunner
-from .watches import load_watches
+from .watches import SERVED, load_watches
 
 log = logging.getLogger("exporterset_operator")
 
@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     logs.configure(args.log_level)
     root = _collection_root()
     watches = load_watches(args.watches_file or root / "operator" / "watches.yaml", root=root)
-    watch = watches.entry("virtualtarget.jumpstarter.dev", "v1alpha1", "ExporterSet")
+    watch = watches.entry(*SERVED)
     api_client = load_client(args.kubeconfig)
     # The leader election lock builds its own API objects from the default
     # configuration.
