@@ -239,6 +239,34 @@ def test_a_bookmark_moves_the_resource_version_without_an_event(testbed, namespa
     assert len(api.lists()) == 1 and informer.relists == 1
 
 
+def test_a_pod_informer_caches_plain_objects_of_the_selected_pods_only(testbed, namespace, run_informer):
+    """The core API path: Pods chosen by label, cached and handed out as
+    plain dicts like custom objects, not as the client's model classes."""
+    core = client.CoreV1Api(testbed.api_client())
+
+    def pod(name: str, labels: dict) -> dict:
+        body = {
+            "metadata": {"name": name, "labels": labels},
+            "spec": {"containers": [{"name": "c", "image": "example.invalid/none"}]},
+        }
+        return core.create_namespaced_pod(namespace, body)
+
+    pod("mine-0", {"pick": "yes"})
+    pod("other", {"pick": "no"})
+    events = Events()
+    pods = Resource("Pod", "", "v1", "pods", label_selector="pick=yes")
+    informer = run_informer(Informer(pods, recording_client(testbed), namespace=namespace, handlers=[events]))
+    assert informer.synced.wait(WAIT)
+    pod("mine-1", {"pick": "yes"})
+    obj, _ = events.wait_event("ADDED", "mine-1")
+    assert isinstance(obj, dict) and obj["spec"]["containers"][0]["name"] == "c"
+    assert sorted(o["metadata"]["name"] for o in informer.list(namespace)) == ["mine-0", "mine-1"]
+    assert all(isinstance(o, dict) for o in informer.list())
+    assert {n for _, n in events.summary()} == {"mine-0", "mine-1"}
+    # Delivered by the watch, not by a relist after the watch failed.
+    assert informer.relists == 1
+
+
 @pytest.fixture
 def own_bed(testbed_factory):
     """A bed of this test's own: its API server is restarted."""
