@@ -151,6 +151,7 @@ def run_informer():
     for informer, thread in started:
         thread.join(WAIT)
         informer.api_client.close()
+        assert not thread.is_alive(), f"the {informer.resource.kind} informer did not stop"
 
 
 def test_list_then_watch_fills_the_cache_and_hands_each_change_to_the_handlers(testbed, namespace, run_informer):
