@@ -24,16 +24,6 @@ description:
     waiting instead of ending them.
 author:
   - Jumpstarter virtual exporters maintainers (@jumpstarter-dev)
-attributes:
-  check_mode:
-    support: full
-    description: Reports what would change and changes nothing.
-  diff_mode:
-    support: none
-    description: Returns no diff.
-  idempotent:
-    support: full
-    description: A second run with the same input reports no change.
 options:
   lab_host:
     description: Name of the host, as in the class's C(parameters.hosts[].name).
@@ -48,6 +38,8 @@ options:
     type: str
     default: ""
 extends_documentation_fragment:
+  - jumpstarter.virtual_exporters.attributes
+  - jumpstarter.virtual_exporters.attributes.idempotent
   - jumpstarter.virtual_exporters.kubernetes
 """
 

@@ -25,16 +25,9 @@ description:
     actual digests).
 author:
   - Jumpstarter virtual exporters maintainers (@jumpstarter-dev)
-attributes:
-  check_mode:
-    support: full
-    description: Reports what would change and changes nothing.
-  diff_mode:
-    support: none
-    description: Returns no diff.
-  idempotent:
-    support: full
-    description: A second run with the same input reports no change.
+extends_documentation_fragment:
+  - jumpstarter.virtual_exporters.attributes
+  - jumpstarter.virtual_exporters.attributes.idempotent
 options:
   namespace:
     description: Namespace of the ExporterSet.

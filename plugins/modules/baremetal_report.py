@@ -19,12 +19,6 @@ description:
 author:
   - Jumpstarter virtual exporters maintainers (@jumpstarter-dev)
 attributes:
-  check_mode:
-    support: full
-    description: Reports what would change and changes nothing.
-  diff_mode:
-    support: none
-    description: Returns no diff.
   idempotent:
     support: full
     description: A second run with the same input reports no change.
@@ -48,6 +42,7 @@ options:
     type: dict
     required: true
 extends_documentation_fragment:
+  - jumpstarter.virtual_exporters.attributes
   - jumpstarter.virtual_exporters.kubernetes
 """
 

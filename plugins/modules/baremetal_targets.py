@@ -24,16 +24,6 @@ description:
   - Returns one entry per host with the names to act on, for M(jumpstarter.virtual_exporters.baremetal_instances).
 author:
   - Jumpstarter virtual exporters maintainers (@jumpstarter-dev)
-attributes:
-  check_mode:
-    support: full
-    description: Reports what would change and changes nothing.
-  diff_mode:
-    support: none
-    description: Returns no diff.
-  idempotent:
-    support: full
-    description: A second run with the same input reports no change.
 options:
   exporterset:
     description: The ExporterSet object.
@@ -75,6 +65,8 @@ options:
     type: str
     default: ""
 extends_documentation_fragment:
+  - jumpstarter.virtual_exporters.attributes
+  - jumpstarter.virtual_exporters.attributes.idempotent
   - jumpstarter.virtual_exporters.kubernetes
 """
 
@@ -135,20 +127,15 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.bare
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import credentials, exporter_config
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.client import (
+    ClusterModule,
     k8s_module,
-    module_api_client,
 )
 
 
-class Targets:
+class Targets(ClusterModule):
     def __init__(self, module):
-        from kubernetes import client
-
-        self.module = module
-        self.p = module.params
-        self.api = module_api_client(module)
-        self.core = client.CoreV1Api(self.api)
-        self.custom = client.CustomObjectsApi(self.api)
+        super().__init__(module)
+        self.api = self.api_client
         self.namespace = self.p["exporterset"]["metadata"]["namespace"]
         self.changed = False
 

@@ -26,16 +26,6 @@ description:
     C(exitOnLeaseEnd) (true unless the set's C(recycleStrategy) is C(InPlaceReuse)).
 author:
   - Jumpstarter virtual exporters maintainers (@jumpstarter-dev)
-attributes:
-  check_mode:
-    support: full
-    description: Reports what would change and writes nothing.
-  diff_mode:
-    support: none
-    description: Returns no diff.
-  idempotent:
-    support: full
-    description: A second run with the same input reports no change.
 options:
   exporterset:
     description: The ExporterSet object.
@@ -76,6 +66,8 @@ options:
     choices: [present, absent]
     default: present
 extends_documentation_fragment:
+  - jumpstarter.virtual_exporters.attributes
+  - jumpstarter.virtual_exporters.attributes.idempotent
   - jumpstarter.virtual_exporters.kubernetes
 """
 
@@ -122,19 +114,14 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import objects as k8s_objects
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import pod as k8s_pod
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.client import (
+    ClusterModule,
     k8s_module,
-    module_api_client,
 )
 
 
-class PodManager:
+class PodManager(ClusterModule):
     def __init__(self, module):
-        from kubernetes import client
-
-        self.module = module
-        self.p = module.params
-        self.api_client = module_api_client(module)
-        self.core = client.CoreV1Api(self.api_client)
+        super().__init__(module)
         self.namespace = self.p["exporterset"]["metadata"]["namespace"]
         self.provisioner = (self.p["virtual_target_class"].get("spec") or {}).get("provisioner", "")
         self.by_name = {e["metadata"]["name"]: e for e in self.p["owned_exporters"]}

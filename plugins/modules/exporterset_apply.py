@@ -51,12 +51,6 @@ description:
 author:
   - Jumpstarter virtual exporters maintainers (@jumpstarter-dev)
 attributes:
-  check_mode:
-    support: full
-    description: Reports what would change and writes nothing.
-  diff_mode:
-    support: none
-    description: Returns no diff.
   idempotent:
     support: full
     description: Applying the same plan to the state it produced reports no change.
@@ -119,6 +113,7 @@ options:
     type: bool
     default: false
 extends_documentation_fragment:
+  - jumpstarter.virtual_exporters.attributes
   - jumpstarter.virtual_exporters.kubernetes
 """
 

@@ -26,12 +26,6 @@ description:
 author:
   - Jumpstarter virtual exporters maintainers (@jumpstarter-dev)
 attributes:
-  check_mode:
-    support: full
-    description: Reports what would change and writes nothing.
-  diff_mode:
-    support: none
-    description: Returns no diff.
   idempotent:
     support: full
     description: A second run on the state it produced reports no change.
@@ -52,6 +46,7 @@ options:
     type: bool
     default: true
 extends_documentation_fragment:
+  - jumpstarter.virtual_exporters.attributes
   - jumpstarter.virtual_exporters.kubernetes
 """
 

@@ -186,3 +186,20 @@ def k8s_module(argument_spec, **kwargs):
     if overlap:
         raise ValueError(f"options {sorted(overlap)} are the connection options of k8s_client")
     return AnsibleModule(argument_spec={**argument_spec, **AUTH_ARG_SPEC}, **kwargs)
+
+
+class ClusterModule:
+    """The base of a module's work on the cluster, as kubernetes.core's
+    AnsibleK8SModule is for its modules: the ``AnsibleModule`` built with
+    ``k8s_module``, its parameters, check mode, and one API client (with the
+    core and custom-object APIs) connected from the connection options."""
+
+    def __init__(self, module):
+        from kubernetes import client
+
+        self.module = module
+        self.p = module.params
+        self.check = module.check_mode
+        self.api_client = module_api_client(module)
+        self.core = client.CoreV1Api(self.api_client)
+        self.custom = client.CustomObjectsApi(self.api_client)
