@@ -71,6 +71,10 @@ def test_a_lease_is_served_by_the_exporter_that_controls_it():
     assert not served_by(the_lease, the_exporter)
     the_lease["metadata"]["ownerReferences"] = [_ref("Exporter", "rpi4-0", "u1")]
     assert served_by(the_lease, the_exporter)
+    # A reference that is not the controller's decides nothing: the lease
+    # began before this Exporter was made, so a namesake served it.
+    the_lease["metadata"]["ownerReferences"] = [_ref("Exporter", "rpi4-0", "u1", controller=False)]
+    assert not served_by(the_lease, the_exporter)
 
 
 def test_an_exporter_carrying_the_set_label_but_detached_is_not_the_sets():
