@@ -37,26 +37,39 @@ TLS with a private CA and publishes that CA as the
 ``jumpstarter-service-ca-cert`` ConfigMap; and it plays the ``jmp run``
 process of every Running exporter Pod (kwok runs no containers), which
 registers with the ExporterConfig its Pod mounts, so an Exporter is Online
-once that process is up. It talks to the API server as the bed's admin, so
+once that process is up, whichever controller made the Pod. It talks to the API server as the bed's admin, so
 its requests never count for the controller under test.
 
-Figures per controller and repetition:
+Scenarios, in this order, per controller and repetition (``--scenarios``
+for a subset):
 - fill: an empty set asks for 50 warm exporters; time until 50 exist and
   until 50 are ready (Online);
 - steady: API requests by verb per minute while the filled pool is idle;
-- burst: 20 pending leases with nothing available; time until 20 new
-  Exporters exist and until the Jumpstarter controller assigned all 20;
-- shrink: the 20 released (floor 2, cooldown 20 s); time until 2 remain;
-- event → first action: a lease for the only warm exporter is created (the
-  Jumpstarter controller assigns it); time until the replacement Exporter is
-  seen through a watch (p50/p95 over --events);
-- CPU seconds and peak RSS of the controller's process tree over the run
-  (from /proc), and the load average while it ran.
+- latency: a set keeping one warm exporter; for each of --events leases,
+  from a settled set (every Exporter online, exactly one free), the time
+  from the API server receiving the Lease to the API server having stored
+  the controller's create of the replacement Exporter, both read from the
+  audit log (one clock, so never negative); p50/p95 over the events, an
+  event without a replacement counting as infinitely late;
+- burst: a set with a floor of one Exporter, held by a first lease, gets
+  20 more leases (Pending: nothing free); time until 20 new Exporters exist
+  and until the Jumpstarter controller assigned all 20;
+- shrink: the burst's 21 leases end (floor 2, cooldown 20 s); time until 2
+  remain;
+- over the run: CPU seconds and peak RSS of the controller's process tree
+  (from /proc, every 0.5 s), CPU per scenario, API requests by verb (audit
+  log), and the load average while it ran.
+
+A figure a repetition does not reach is a miss with its reason (in the
+run's ``misses``), never left out: the summary gives n per figure, the
+median and min–max of what was measured, every miss, and for issue 16's
+targets the target and whether the medians meet it.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import signal
@@ -72,7 +85,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import yaml
-from bench_operator import DORMANT, ExporterWatch, percentile
+from bench_operator import DORMANT, percentile
 from jumpstarter_standin import JS, JumpstarterStandIn, wait_for
 from jumpstarter_standin.pytest_plugin import serve_namespace
 from kubernetes import client
@@ -86,6 +99,10 @@ FILL = 50
 BURST = 20
 SHRINK_FLOOR = 2
 COOLDOWN = "20s"
+# Every set's ceiling, above what any scenario asks for. Not 0 ("no
+# ceiling"): upstream's Go type leaves a 0 out when it writes a set back (its
+# surplus annotation), and the CRD's default of 4 then applies.
+CEILING = 100
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 
@@ -351,7 +368,7 @@ def scenario_fill(standin, custom, namespace, figures, timeout):
         name="pool",
         board="pool",
         minReplicas=0,
-        maxReplicas=0,
+        maxReplicas=CEILING,
         minAvailableReplicas=FILL,
         scaleDownCooldown=COOLDOWN,
     )
@@ -425,57 +442,62 @@ def _burst_leases(standin, namespace) -> dict[str, str]:
 
 
 def scenario_burst(standin, custom, namespace, figures, timeout, event_timeout):
+    """20 pending leases with nothing free. The set keeps one Exporter (a
+    floor of 1) and a first lease holds it: the Jumpstarter controller then
+    sets the 20 that follow Pending (NotAvailable), which is what upstream's
+    controller scales up for; a lease matching no Exporter at all is refused
+    instead (Unsatisfiable, NoAccess), as the real controller does."""
     burst = make_set(
         custom,
         namespace,
         name="burst",
         board="burst",
-        minReplicas=0,
-        maxReplicas=0,
+        minReplicas=1,
+        maxReplicas=CEILING,
         minAvailableReplicas=0,
         scaleDownCooldown=COOLDOWN,
     )
-    # The controller has seen the set once it has written a status.
     wait_for(
-        lambda: custom.get_namespaced_custom_object(*GROUP, namespace, "exportersets", "burst").get("status"),
+        lambda: _settled(set_members(standin, burst)),
         timeout=timeout,
-        message="burst set status",
+        interval=0.1,
+        message="the burst set's one exporter online",
     )
+    standin.create_lease("burst-hold", {"board": "burst"})
+    standin.wait_assigned("burst-hold", timeout=timeout)
+    leases = [f"burst-{index}" for index in range(BURST)]
     started = time.monotonic()
-    for index in range(BURST):
-        standin.create_lease(f"burst-{index}", {"board": "burst"})
+    for lease in leases:
+        standin.create_lease(lease, {"board": "burst"})
     try:
         wait_for(
-            lambda: len(set_members(standin, burst)) >= BURST,
+            lambda: len(set_members(standin, burst)) >= BURST + 1,
             timeout=event_timeout,
             interval=0.1,
-            message=f"{BURST} exporters for the burst",
+            message=f"{BURST} new exporters for the burst",
         )
     except AssertionError:
-        reason = f"{len(set_members(standin, burst))} of {BURST} exporters after {event_timeout:g} s"
+        reason = f"{len(set_members(standin, burst)) - 1} of {BURST} new exporters after {event_timeout:g} s"
         figures["misses"]["burst_exist_s"] = reason
         figures["misses"]["burst_assigned_s"] = f"not measured: {reason}"
         return
     figures["burst_exist_s"] = time.monotonic() - started
+
+    def assigned():
+        return len(set(_burst_leases(standin, namespace)) & set(leases))
+
     try:
-        wait_for(
-            lambda: len(_burst_leases(standin, namespace)) == BURST,
-            timeout=timeout,
-            interval=0.1,
-            message="all burst leases assigned",
-        )
+        wait_for(lambda: assigned() == BURST, timeout=timeout, interval=0.1, message="all burst leases assigned")
     except AssertionError:
-        figures["misses"]["burst_assigned_s"] = (
-            f"{len(_burst_leases(standin, namespace))} of {BURST} leases assigned after {timeout:g} s"
-        )
+        figures["misses"]["burst_assigned_s"] = f"{assigned()} of {BURST} leases assigned after {timeout:g} s"
         return
     figures["burst_assigned_s"] = time.monotonic() - started
     figures["burst_exporters_when_assigned"] = len(set_members(standin, burst))
 
 
 def scenario_shrink(standin, custom, namespace, figures, timeout):
-    """The burst's leases end; with a floor of 2, 18 Exporters are surplus
-    after the cooldown (a floor does not grow a set of 20 leased ones)."""
+    """The burst's 21 leases end; with a floor of 2, 19 Exporters are
+    surplus after the cooldown (a floor does not grow a set of leased ones)."""
     burst = custom.get_namespaced_custom_object(*GROUP, namespace, "exportersets", "burst")
     custom.patch_namespaced_custom_object(
         *GROUP, namespace, "exportersets", "burst", {"spec": {"minReplicas": SHRINK_FLOOR}}
@@ -544,7 +566,7 @@ def scenario_latency(bed, standin, custom, namespace, user, figures, events, tim
         name="lat",
         board="lat",
         minReplicas=0,
-        maxReplicas=0,
+        maxReplicas=CEILING,
         minAvailableReplicas=1,
         scaleDownCooldown=COOLDOWN,
     )
@@ -657,6 +679,7 @@ def run_one(bed, api, kind, identity, rep, workdir, args) -> dict:
         "user": user,
         "started": datetime.now(UTC).isoformat(timespec="seconds"),
         "errors": {},
+        "misses": {},  # figure → why this repetition has none
     }
     served = False
     try:
@@ -676,6 +699,10 @@ def run_one(bed, api, kind, identity, rep, workdir, args) -> dict:
     return figures
 
 
+def first_line(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:200]}"
+
+
 def run_scenarios(bed, standin: JumpstarterStandIn, kind, kubeconfig, user, namespace, workdir, args, figures):
     custom = client.CustomObjectsApi(standin.custom.api_client)
     make_class(custom, namespace)
@@ -685,34 +712,52 @@ def run_scenarios(bed, standin: JumpstarterStandIn, kind, kubeconfig, user, name
     begin = datetime.now(UTC)
     controller.start()
     sampler = TreeSampler(controller.proc.pid)
-    steps = [
-        ("fill", lambda: scenario_fill(standin, custom, namespace, figures, args.event_timeout)),
-        ("steady", lambda: scenario_steady(bed, user, figures, args.steady_seconds)),
-        (
-            "burst_shrink",
-            lambda: scenario_burst_and_shrink(standin, custom, namespace, figures, args.timeout, args.event_timeout),
+    steps = {
+        "fill": lambda: scenario_fill(standin, custom, namespace, figures, args.event_timeout),
+        "steady": lambda: scenario_steady(bed, user, figures, args.steady_seconds),
+        "latency": lambda: scenario_latency(
+            bed, standin, custom, namespace, user, figures, args.events, args.event_timeout
         ),
-        (
-            "latency",
-            lambda: scenario_latency(standin, custom, namespace, figures, args.events, args.event_timeout),
-        ),
-    ]
+        "burst": lambda: scenario_burst(standin, custom, namespace, figures, args.timeout, args.event_timeout),
+        "shrink": lambda: scenario_shrink(standin, custom, namespace, figures, args.timeout),
+    }
+    cpu_by_step = figures["cpu_s_by_step"] = {}
     try:
-        controller.wait_ready()
-        for step, action in steps:
+        try:
+            controller.wait_ready()
+        except AssertionError as exc:
+            figures["errors"]["start"] = str(exc)[:2000]
+            reason = f"{kind.name} did not become ready: {first_line(exc)}"
+            for step in args.scenarios:
+                for key in SCENARIO_FIGURES[step]:
+                    figures["misses"].setdefault(key, reason)
+            return
+        sampler.sample()
+        cpu_by_step["start"] = sampler.cpu_s
+        for step in SCENARIOS:  # in this order, whatever order they were asked in
             if step not in args.scenarios:
                 continue
-            began = time.monotonic()
+            began, cpu_before = time.monotonic(), sampler.cpu_s
             try:
-                action()
-            except AssertionError as exc:
-                figures["errors"][step] = str(exc)[:500]
+                steps[step]()
+            except Exception as exc:  # noqa: BLE001 (recorded; the next scenario still runs)
+                figures["errors"][step] = traceback.format_exc()[-2000:]
                 figures["errors"][f"{step}_log_tail"] = controller.log_tail(15)
-            print(f"  {kind.name} #{figures['repetition']} {step}: {time.monotonic() - began:.1f} s", flush=True)
+                reason = f"{step} failed: {first_line(exc)}"
+            else:
+                reason = f"{step} ended without it"
+            # Every figure of the scenario is either measured or a miss with its reason.
+            for key in SCENARIO_FIGURES[step]:
+                if key not in figures:
+                    figures["misses"].setdefault(key, reason)
+            sampler.sample()
+            cpu_by_step[step] = sampler.cpu_s - cpu_before
+            print(f"  {kind.name} #{figures['repetition'] + 1} {step}: {time.monotonic() - began:.1f} s", flush=True)
     finally:
         sampler.sample()
         controller.stop()
         figures.update(sampler.stop())
+        figures["cpu_outside_shrink_s"] = figures["cpu_s"] - cpu_by_step.get("shrink", 0.0)
         with audit:
             figures["requests_over_run"] = audited_requests(audit, user, begin, datetime.now(UTC))
         figures["requests_over_run_total"] = sum(figures["requests_over_run"].values())
@@ -721,34 +766,52 @@ def run_scenarios(bed, standin: JumpstarterStandIn, kind, kubeconfig, user, name
 
 # -- summary -----------------------------------------------------------------
 
+SCENARIOS = ["fill", "steady", "latency", "burst", "shrink"]
+
+# key, label, scenario ("run": measured over every run), issue 16's target:
+# (kind, bound) with kind "ratio" (ours / upstream, medians) or "at most" (ours).
 FIGURES = [
-    ("fill_exist_s", "fill 0→50: all exist (s)"),
-    ("fill_ready_s", "fill 0→50: all ready (s)"),
-    ("burst_exist_s", "burst 20 leases: 20 exist (s)"),
-    ("burst_assigned_s", "burst 20 leases: all assigned (s)"),
-    ("shrink_s", "shrink 20→2, cooldown 20 s (s)"),
-    ("event_to_create_p50_s", "lease → replacement p50 (s)"),
-    ("event_to_create_p95_s", "lease → replacement p95 (s)"),
-    ("steady_requests_per_min_total", "steady API requests/min"),
-    ("requests_over_run_total", "API requests over the run"),
-    ("cpu_s", "CPU over the run (s)"),
-    ("peak_rss_mib", "peak RSS (MiB)"),
+    ("fill_exist_s", "fill 0→50: all exist (s)", "fill", None),
+    ("fill_ready_s", "fill 0→50: all ready (s)", "fill", ("ratio", 1.0)),
+    ("steady_requests_per_min_total", "steady API requests/min", "steady", None),
+    ("event_to_create_p50_s", "lease → replacement p50 (s)", "latency", ("at most", 0.1)),
+    ("event_to_create_p95_s", "lease → replacement p95 (s)", "latency", None),
+    ("burst_exist_s", "burst 20 leases: 20 new exist (s)", "burst", ("ratio", 0.5)),
+    ("burst_assigned_s", "burst 20 leases: all assigned (s)", "burst", ("ratio", 1.0)),
+    ("shrink_s", "shrink 21→2, cooldown 20 s (s)", "shrink", None),
+    ("requests_over_run_total", "API requests over the run", "run", None),
+    ("cpu_outside_shrink_s", "CPU, the run without the shrink (s)", "run", ("ratio", 2.0)),
+    ("cpu_s", "CPU over the run (s)", "run", None),
+    ("peak_rss_mib", "peak RSS of the process tree (MiB)", "run", ("at most", 150.0)),
 ]
+SCENARIO_FIGURES = {
+    step: [key for key, _, scenario, _ in FIGURES if scenario == step] for step in SCENARIOS + ["run"]
+}
 
 
-def summarize(runs: list[dict], controllers: list[str]) -> dict:
+def summarize(runs: list[dict], controllers: list[str], scenarios: list[str]) -> dict:
+    """Per figure and controller: median, min, max and n over the repetitions
+    that measured it, and every miss with its repetition and reason."""
     summary = {}
-    for key, _ in FIGURES:
+    for key, _, scenario, _ in FIGURES:
+        if scenario != "run" and scenario not in scenarios:
+            continue  # a scenario this run left out
         summary[key] = {}
         for name in controllers:
-            values = [r[key] for r in runs if r["controller"] == name and r.get(key) is not None]
+            mine = [r for r in runs if r["controller"] == name]
+            values = [r[key] for r in mine if r.get(key) is not None]
+            entry = {"n": len(values), "repetitions": len(mine)}
             if values:
-                summary[key][name] = {
-                    "median": statistics.median(values),
-                    "min": min(values),
-                    "max": max(values),
-                    "n": len(values),
+                entry.update(median=statistics.median(values), min=min(values), max=max(values))
+            entry["misses"] = [
+                {
+                    "repetition": r["repetition"],
+                    "reason": (r.get("misses") or {}).get(key) or "not measured (see the run's errors)",
                 }
+                for r in mine
+                if r.get(key) is None
+            ]
+            summary[key][name] = entry
     summary["steady_requests_per_min_by_verb"] = {
         name: {
             verb: statistics.median(
@@ -767,36 +830,79 @@ def summarize(runs: list[dict], controllers: list[str]) -> dict:
     return summary
 
 
-def table(summary: dict, controllers: list[str], repetitions: int) -> str:
+def target_verdict(summary: dict, key: str, target, ours: str = "ours", upstream: str = "upstream"):
+    """(target text, verdict text) for a figure with a target of issue 16."""
+    kind, bound = target
+    mine = summary[key].get(ours)
+    if kind == "at most":
+        text = f"≤ {bound:g}"
+        compared = [mine]
+    else:
+        text = f"≤ {bound:g}× upstream"
+        compared = [mine, summary[key].get(upstream)]
+    if any(entry is None for entry in compared):
+        return text, "–"
+    misses = sum(len(entry["misses"]) for entry in compared)
+    if misses or any("median" not in entry for entry in compared):
+        return text, f"not shown ({misses} missed)"
+    value = mine["median"] if kind == "at most" else mine["median"] / compared[1]["median"]
+    return text, "met" if value <= bound else "not met"
+
+
+def table(summary: dict, controllers: list[str]) -> str:
     base = "ours" if "ours" in controllers else controllers[0]
     peers = [c for c in controllers if c != base]
     header = ["figure", base] + [col for p in peers for col in (p, f"{base} / {p}")]
+    with_targets = base == "ours" and "upstream" in controllers
+    if with_targets:
+        header += ["target (issue 16)", "met"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
 
     def cell(entry):
         if not entry:
-            return "failed"
-        text = (
-            f"{entry['median']:.3g}"
-            if entry["n"] == 1
-            else f"{entry['median']:.3g} ({entry['min']:.3g}–{entry['max']:.3g})"
+            return "–"
+        if "median" not in entry:
+            return f"missed (n=0 of {entry['repetitions']})"
+        spread = "" if entry["n"] == 1 else f" ({entry['min']:.3g}–{entry['max']:.3g})"
+        return f"{entry['median']:.3g}{spread} n={entry['n']}" + (
+            "" if entry["n"] == entry["repetitions"] else f" of {entry['repetitions']}"
         )
-        return text if entry["n"] == repetitions else f"{text} [{entry['n']} of {repetitions}]"
 
-    for key, label in FIGURES:
-        if not summary[key]:
-            continue  # a scenario this run left out
+    misses = []
+    for key, label, _, target in FIGURES:
+        if key not in summary:
+            continue
         row = [label, cell(summary[key].get(base))]
         for peer in peers:
             row.append(cell(summary[key].get(peer)))
             ours, theirs = summary[key].get(base), summary[key].get(peer)
-            row.append(f"{ours['median'] / theirs['median']:.3g}" if ours and theirs and theirs["median"] else "–")
+            row.append(
+                f"{ours['median'] / theirs['median']:.3g}"
+                if ours and theirs and "median" in ours and theirs.get("median")
+                else "–"
+            )
+        if with_targets:
+            row.extend(target_verdict(summary, key, target) if target else ("", ""))
         lines.append("| " + " | ".join(row) + " |")
+        for name in controllers:
+            for miss in (summary[key].get(name) or {}).get("misses", []):
+                misses.append(f"- {label}, {name} repetition {miss['repetition'] + 1}: {miss['reason']}")
+    if misses:
+        lines.append("\nmisses:")
+        lines.extend(misses)
     by_verb = summary["steady_requests_per_min_by_verb"]
     for name in controllers:
         verbs = ", ".join(f"{verb} {count:.3g}" for verb, count in by_verb.get(name, {}).items()) or "none"
         lines.append(f"\nsteady requests/min by verb, {name}: {verbs}")
     return "\n".join(lines)
+
+
+def describe_checkout() -> dict:
+    """The commit the operator ran from, and whether the tree differed from it."""
+    def git(*argv):
+        return subprocess.run(["git", *argv], cwd=ROOT, capture_output=True, text=True, check=False).stdout.strip()
+
+    return {"commit": git("rev-parse", "HEAD"), "modified": bool(git("status", "--porcelain", "--untracked-files=no"))}
 
 
 def main():
@@ -816,8 +922,9 @@ def main():
     parser.add_argument(
         "--scenarios",
         type=lambda value: [v.strip() for v in value.split(",") if v.strip()],
-        default=["fill", "steady", "burst_shrink", "latency"],
-        help="comma-separated subset of fill,steady,burst_shrink,latency (steady needs fill)",
+        default=list(SCENARIOS),
+        help=f"comma-separated subset of {','.join(SCENARIOS)}, run in that order (steady measures the filled "
+        "pool, shrink needs burst)",
     )
     parser.add_argument("--steady-seconds", type=float, default=30)
     parser.add_argument("--timeout", type=float, default=600, help="for the shrink and the other waits, seconds")
@@ -829,6 +936,12 @@ def main():
     )
     parser.add_argument("--json", default=str(ROOT / "bench" / "results" / "peers.json"))
     args = parser.parse_args()
+    unknown = [step for step in args.scenarios if step not in SCENARIOS]
+    if unknown:
+        parser.error(f"--scenarios: unknown {', '.join(unknown)} (known: {', '.join(SCENARIOS)})")
+    if "shrink" in args.scenarios and "burst" not in args.scenarios:
+        parser.error("--scenarios: shrink needs burst (it releases the burst's leases)")
+    args.scenarios = [step for step in SCENARIOS if step in args.scenarios]
     # A TERM (a CI timeout, a kill) unwinds like an exception, so the bed and the
     # controller are stopped by the finally blocks.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -843,16 +956,25 @@ def main():
             parser.error(f"{name} needs an executable binary (got {binary!r})")
 
     runs: list[dict] = []
+    revision = describe_checkout()
+    binaries = {
+        name: {"path": path, "sha256": hashlib.sha256(Path(path).read_bytes()).hexdigest()}
+        for name, path in (("upstream", args.upstream_controller), ("ansible-operator", args.ansible_operator))
+        if name in controllers
+    }
     load_before = os.getloadavg()
     started = time.monotonic()
 
     def write_results() -> dict:
         """Written after every run, so an interrupted benchmark keeps what it measured."""
-        summary = summarize(runs, controllers)
+        summary = summarize(runs, controllers, args.scenarios)
         result = {
             "date": datetime.now(UTC).isoformat(timespec="seconds"),
             "machine": {"cpus": os.cpu_count(), "load_before": load_before, "load_after": os.getloadavg()},
             "duration_s": time.monotonic() - started,
+            "command": sys.argv,
+            "revision": revision,
+            "binaries": binaries,
             "parameters": {k: v for k, v in vars(args).items() if k != "json"},
             "summary": summary,
             "runs": runs,
@@ -873,19 +995,25 @@ def main():
                         print(f"{name} repetition {rep + 1}/{args.repetitions}", flush=True)
                         try:
                             runs.append(run_one(bed, api, kinds[name], identities[name], rep, workdir, args))
-                        except Exception:  # a controller that will not start must not end the others' run
+                        except Exception as exc:  # a controller that will not start must not end the others' run
+                            reason = f"the run failed: {first_line(exc)}"
                             runs.append(
                                 {
                                     "controller": name,
                                     "repetition": rep,
                                     "errors": {"run": traceback.format_exc()[-2000:]},
+                                    "misses": {
+                                        key: reason
+                                        for step in [*args.scenarios, "run"]
+                                        for key in SCENARIO_FIGURES[step]
+                                    },
                                 }
                             )
                         print(json.dumps(runs[-1], default=str), flush=True)
                         write_results()
         finally:
             bed.down(remove=True)
-    print(table(write_results(), controllers, args.repetitions))
+    print(table(write_results(), controllers))
 
 
 if __name__ == "__main__":
