@@ -343,9 +343,13 @@ def test_startup_timeout_replaces_with_backoff():
     assert result["create"] == []
     assert result["set_annotations"][c.ANNOTATION_CONSECUTIVE_FAILURES] == "1"
     last = json.loads(result["set_annotations"][c.ANNOTATION_LAST_FAILURE])
-    assert last == {"time": NOW, "reason": c.DELETE_STARTUP_TIMEOUT, "exporters": ["rpi4-0"],
-                    "message": "rpi4-0: not ready 300s after creation"}
-    assert result["requeue_after"] == 10
+    assert last == {"time": NOW, "since": NOW, "reason": c.DELETE_STARTUP_TIMEOUT,
+                    "exporters": ["rpi4-0"], "message": "rpi4-0: not ready 300s after creation",
+                    "start": True}
+    # Never ready: the unschedulable backoff (30s first) spaces the attempts.
+    assert result["requeue_after"] == 30
+    assert result["status"]["backoff"] == {"attempts": 1, "delaySeconds": 30,
+                                           "nextAttemptTime": at(30)}
     assert condition(result, c.CONDITION_DEGRADED)["status"] == "False"
     assert any(e["reason"] == c.DELETE_STARTUP_TIMEOUT and e["exporter"] == "rpi4-0"
                for e in result["events"])

@@ -39,7 +39,8 @@ REASON_TEARDOWN_FAILED = "TeardownFailed"
 # Scale plan options a caller may set (reconcile_plan_options, watches.yaml
 # vars); the others are what the reconcile observed.
 PLAN_OPTION_NAMES = ("burst", "startup_timeout", "offline_timeout", "failure_threshold",
-                     "failure_backoff_base", "failure_backoff_max")
+                     "failure_backoff_base", "failure_backoff_max", "min_failing_duration",
+                     "unschedulable_backoff_base", "unschedulable_backoff_max")
 _ATTEMPTS = 5
 
 

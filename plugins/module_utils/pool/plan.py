@@ -31,6 +31,7 @@ another enabled Exporter exists.
 """
 
 import json
+from datetime import timedelta
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants as c
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import (
@@ -48,6 +49,9 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.parameters import (
     validate_parameters,
+)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.selectors import (
+    selector_matches,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.set_overrides import (
     resolve,
@@ -76,6 +80,12 @@ DEFAULT_OPTIONS = {
     "failure_threshold": 3,
     "failure_backoff_base": 10,
     "failure_backoff_max": 300,
+    # Autohealing, per set from its ExporterSetPolicy's healing.* (_with_healing):
+    # seconds a failure streak lasts before ReplicaFailure, and the backoff
+    # between attempts at an instance that never became ready.
+    "min_failing_duration": 0,
+    "unschedulable_backoff_base": 30,
+    "unschedulable_backoff_max": 600,
     "taken_names": (),
     "capacity": None,
     # controller_ca.read_controller_ca's result, when the reconcile read it.
@@ -328,7 +338,7 @@ def scale_plan(exporter_set, virtual_target_class, exporters, pending_leases, no
     recycle (lease_safety.py).
     """
     now = parse_time(now)
-    options = {**DEFAULT_OPTIONS, **(options or {})}
+    options = _with_healing({**DEFAULT_OPTIONS, **(options or {})})
     instances = instances or {}
     exporters = list(exporters)
     leases = list(leases or ())
@@ -485,7 +495,11 @@ def scale_plan(exporter_set, virtual_target_class, exporters, pending_leases, no
     waiting_for_cooldown = False
     victims = 0
     if surplus > 0 and idle:
-        order = _scale_down_order(idle) if extra_idle else survey.scale_down_order()
+        scale_in = (options.get("policy") or {}).get("scaleIn") or {}
+        if extra_idle or _custom_scale_in(scale_in):
+            order = _scale_down_order(idle, scale_in)
+        else:
+            order = survey.scale_down_order()
         waiting_for_cooldown, victims = _scale_down(order, surplus, cooldown, now, builder)
     else:
         builder.annotate_set(c.ANNOTATION_SURPLUS_SINCE, None)
@@ -504,12 +518,19 @@ def scale_plan(exporter_set, virtual_target_class, exporters, pending_leases, no
     if errors or redirects:
         limits.apply(0, None, None)
     backoff_wait = failures.backoff_remaining(options)
+    backoff = None
     if backoff_wait > 0:
         limits.apply(0, None, None)
         builder.requeue_at(backoff_wait)
+        backoff = failures.backoff_status(options)
     elif failures.exhausted(options):
         limits.apply(1, None, None)
     _create(exporter_set, provisioner, exporters, limits.allowed, options, builder)
+    if builder.create and failures.count > 0 and failures.last.get("time"):
+        builder.event("Normal", "Retrying",
+                      f"attempt {failures.count + 1} after {failures.count} failure(s) in a row "
+                      f"(last: {failures.last.get('reason')}), having waited "
+                      f"{failures.delay(options):g}s")
     enabled_before = leased_enabled + survey.members_enabled
     # Of the idle members, only scale-down's victims are disabled (the
     # departing ones are never idle).
@@ -537,7 +558,7 @@ def scale_plan(exporter_set, virtual_target_class, exporters, pending_leases, no
     elif ca_unavailable:
         degraded = make_condition(c.CONDITION_DEGRADED, True, c.REASON_CONTROLLER_CA_UNAVAILABLE,
                                   controller_ca.get("message") or "the controller CA is unavailable")
-    elif failures.exhausted(options):
+    elif failures.degraded(options, builder):
         degraded = make_condition(
             c.CONDITION_DEGRADED, True, c.REASON_REPLICA_FAILURE,
             f"{failures.count} consecutive instance failure(s); last: {failures.last_message}",
@@ -553,15 +574,14 @@ def scale_plan(exporter_set, virtual_target_class, exporters, pending_leases, no
     )
     conditions = [
         _available_condition(counters, warm_buffer),
-        _progressing_condition(builder, survey.provisioning, backoff_wait > 0,
-                               waiting_for_cooldown),
+        _progressing_condition(builder, survey.provisioning, backoff, waiting_for_cooldown),
         degraded,
         scaling_limited,
         class_status.terminating_condition(virtual_target_class),
     ]
     return _finish(exporter_set, counters, now, builder, target, conditions,
                    parameters=parameters, images=images,
-                   warnings=validation["warnings"] + resolved["warnings"])
+                   warnings=validation["warnings"] + resolved["warnings"], backoff=backoff)
 
 
 def _clamp(value, lower, upper):
@@ -614,13 +634,50 @@ def _rank(member):
     return _RANK_PROVISIONING
 
 
-def _scale_down_order(idle):
-    """Idle members, the first to disable first: least useful, then newest, then by name."""
-    # Stable sorts: by name, then newest first, then least useful first.
+def _custom_scale_in(scale_in):
+    """Whether a policy's scaleIn changes the default order."""
+    return (scale_in.get("order") or "Default") != "Default" or bool(scale_in.get("preferSelector"))
+
+
+def _scale_down_order(idle, scale_in=None):
+    """Idle members, the first to disable first: least useful (backend lost,
+    provisioning, offline, idle), then those the policy's
+    ``scaleIn.preferSelector`` matches, then newest first (``OldestFirst``:
+    oldest first), then by name."""
+    scale_in = scale_in or {}
+    prefer = scale_in.get("preferSelector")
+    # Stable sorts: by name, then by age, then preferred first, then least useful first.
     order = sorted(idle, key=lambda m: m.name)
-    order.sort(key=lambda m: m.created_sort_key, reverse=True)
+    order.sort(key=lambda m: m.created_sort_key, reverse=scale_in.get("order") != "OldestFirst")
+    if prefer:
+        order.sort(key=lambda m: not selector_matches(
+            prefer, m.exporter["metadata"].get("labels") or {}))
     order.sort(key=lambda m: m.rank)
     return order
+
+
+def _with_healing(options):
+    """The plan options with the set's ExporterSetPolicy ``healing`` knobs
+    (``options["policy"]``) over them; a knob left out (None) keeps the option."""
+    healing = (options.get("policy") or {}).get("healing") or {}
+    backoff = healing.get("unschedulableBackoff") or {}
+    knobs = (
+        ("failure_threshold", healing.get("startupFailureThreshold")),
+        ("min_failing_duration", healing.get("minFailingDuration")),
+        ("unschedulable_backoff_base", backoff.get("base")),
+        ("unschedulable_backoff_max", backoff.get("max")),
+    )
+    if all(value is None for _, value in knobs):
+        return options
+    options = dict(options)
+    for name, value in knobs:
+        if value is None:
+            continue
+        try:
+            options[name] = int(value) if name == "failure_threshold" else parse_duration(value)
+        except (TypeError, ValueError):
+            continue  # policy.validate names it; the option stays
+    return options
 
 
 def _parked_order(member):
@@ -679,6 +736,21 @@ class _FailureLog:
         """At the threshold, or the last failure cannot be cured by a retry."""
         return self.count >= options["failure_threshold"] or bool(self.last.get("unrecoverable"))
 
+    def degraded(self, options, builder):
+        """Exhausted, and failing for ``min_failing_duration`` since the
+        streak's first failure (at once when a retry cannot cure it); asks
+        for a requeue when that moment is still to come."""
+        if not self.exhausted(options) or self.last.get("unrecoverable"):
+            return self.exhausted(options)
+        since = self.last.get("since") or self.last.get("time")
+        if not since:
+            return True
+        remaining = options["min_failing_duration"] - (self.now - parse_time(since)).total_seconds()
+        if remaining > 0:
+            builder.requeue_at(remaining)
+            return False
+        return True
+
     def reset(self, builder):
         self.count = 0
         self.last = {}
@@ -693,14 +765,20 @@ class _FailureLog:
         fresh = [entry for entry in failed if entry[0].name not in already_counted]
         if not fresh:
             return
+        since = (self.last.get("since") or self.last.get("time")) if self.count > 0 else None
         self.count += len(fresh)
         _, reason, message = fresh[-1]
         self.last = {
             "time": format_time(self.now),
+            "since": since or format_time(self.now),
             "reason": reason,
             "message": message,
             "exporters": sorted(entry[0].name for entry in failed),
         }
+        if all(c.ANNOTATION_FIRST_READY not in entry[0].annotations for entry in fresh):
+            # Never became ready (unschedulable, or could not start): the
+            # unschedulable backoff spaces the attempts.
+            self.last["start"] = True
         if any((entry[0].instance or {}).get("reason") in UNRECOVERABLE_REASONS for entry in fresh):
             # A wrong image digest fails every retry alike: degraded at once.
             self.last["unrecoverable"] = True
@@ -708,15 +786,32 @@ class _FailureLog:
         builder.annotate_set(c.ANNOTATION_LAST_FAILURE,
                              json.dumps(self.last, sort_keys=True, separators=(",", ":")))
 
+    def delay(self, options):
+        """Seconds the create after the last failure waits: instances that
+        never became ready back off exponentially (``unschedulable_backoff_*``);
+        other failures by ``failure_backoff_*``, the maximum from the threshold on."""
+        if self.last.get("start") and not self.last.get("unrecoverable"):
+            return backoff_delay(self.count, options["unschedulable_backoff_base"],
+                                 options["unschedulable_backoff_max"])
+        delay = options["failure_backoff_max"]
+        if not self.exhausted(options):
+            delay = backoff_delay(self.count, options["failure_backoff_base"], delay)
+        return delay
+
     def backoff_remaining(self, options):
         """Seconds until the next create is allowed (0 when it is allowed now)."""
         if self.count <= 0 or not self.last.get("time"):
             return 0.0
-        delay = options["failure_backoff_max"]
-        if not self.exhausted(options):
-            delay = backoff_delay(self.count, options["failure_backoff_base"], delay)
         elapsed = (self.now - parse_time(self.last["time"])).total_seconds()
-        return max(delay - elapsed, 0.0)
+        return max(self.delay(options) - elapsed, 0.0)
+
+    def backoff_status(self, options):
+        """``status.backoff`` while a create waits: the failures in a row, the
+        wait, and when the next attempt is made."""
+        delay = self.delay(options)
+        next_time = parse_time(self.last["time"]) + timedelta(seconds=delay)
+        return {"attempts": self.count, "delaySeconds": int(round(delay)),
+                "nextAttemptTime": format_time(next_time)}
 
 
 class _CreateLimits:
@@ -838,7 +933,7 @@ def _available_condition(counters, warm_buffer):
     return make_condition(c.CONDITION_AVAILABLE, False, "BelowMinimumAvailable", message)
 
 
-def _progressing_condition(builder, provisioning, backing_off, waiting_for_cooldown):
+def _progressing_condition(builder, provisioning, backoff, waiting_for_cooldown):
     if builder.create or builder.enable:
         return make_condition(c.CONDITION_PROGRESSING, True, "ScalingUp", "adding exporters")
     scaling_down = any(builder.exporter_annotations.get(name, {}).get(c.ANNOTATION_SCALE_DOWN)
@@ -847,9 +942,12 @@ def _progressing_condition(builder, provisioning, backing_off, waiting_for_coold
         return make_condition(c.CONDITION_PROGRESSING, True, "ScalingDown", "removing idle exporters")
     if builder.delete or builder.recycle or builder.disable:
         return make_condition(c.CONDITION_PROGRESSING, True, "Replacing", "replacing exporters")
-    if backing_off:
-        return make_condition(c.CONDITION_PROGRESSING, True, "BackOff",
-                              "waiting before replacing failed instances")
+    if backoff:
+        return make_condition(
+            c.CONDITION_PROGRESSING, True, "BackOff",
+            f"waiting before replacing failed instances: {backoff['attempts']} failure(s) in a "
+            f"row, next attempt at {backoff['nextAttemptTime']} "
+            f"(after {backoff['delaySeconds']}s)")
     if provisioning:
         return make_condition(c.CONDITION_PROGRESSING, True, "Provisioning",
                               "waiting for exporters to become ready")
@@ -860,7 +958,7 @@ def _progressing_condition(builder, provisioning, backing_off, waiting_for_coold
 
 
 def _finish(exporter_set, counters, now, builder, target, conditions, parameters, images,
-            warnings):
+            warnings, backoff=None):
     previous_status = exporter_set.get("status") or {}
     previous_conditions = {x.get("type"): x for x in previous_status.get("conditions") or ()}
     for condition in conditions:
@@ -870,6 +968,8 @@ def _finish(exporter_set, counters, now, builder, target, conditions, parameters
         if turned_bad and (was.get("status"), was.get("reason")) != ("True", condition["reason"]):
             builder.event("Warning", condition["reason"], condition["message"])
     status = pool_status(exporter_set, None, now=now, conditions=conditions, counters=counters)
+    if backoff:
+        status["backoff"] = backoff
     leaving = {d["name"] for d in builder.delete}
     exporter_annotations = {
         name: patch for name, patch in sorted(builder.exporter_annotations.items())
