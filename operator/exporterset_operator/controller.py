@@ -28,7 +28,8 @@ CLASS_KEY = "VirtualTargetClass"
 
 RESOURCES = (
     *(Resource(gvr.kind, *gvr[:3])
-      for gvr in (constants.EXPORTER_SET, constants.VIRTUAL_TARGET_CLASS, constants.EXPORTER, constants.LEASE)),
+      for gvr in (constants.EXPORTER_SET, constants.VIRTUAL_TARGET_CLASS, constants.EXPORTER, constants.LEASE,
+                  constants.EXPORTER_SET_POLICY)),
     # Only the Pods the pool made, never the whole namespace. Secrets are
     # not watched (nothing is planned from them): they are read by name only,
     # so the operator needs no list or watch on Secrets.
@@ -93,6 +94,7 @@ class Controller:
             "Exporter": self._map_exporter,
             "Lease": self._map_lease,
             "Pod": self._map_labelled,
+            "ExporterSetPolicy": self._map_policy,
         }[kind]
 
         def handle(event_type: str, obj: dict, previous: dict | None) -> None:
@@ -110,6 +112,14 @@ class Controller:
         classes = {(s.get("spec") or {}).get("virtualTargetClassName") for s in (obj, previous or {})}
         for class_name in sorted(c for c in classes if c):
             yield meta["namespace"], class_name, CLASS_KEY
+
+    @staticmethod
+    def _map_policy(obj, previous):
+        """The set a policy names, and the one it named before a rename."""
+        namespace = obj["metadata"]["namespace"]
+        names = {(p.get("spec") or {}).get("exporterSetName") for p in (obj, previous or {})}
+        for name in sorted(n for n in names if n):
+            yield namespace, name
 
     def _sets_in(self, namespace):
         return self.caches["ExporterSet"].list(namespace)

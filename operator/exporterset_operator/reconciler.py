@@ -38,7 +38,7 @@ from .workqueue import ExponentialBackoff
 log = logging.getLogger(__name__)
 
 FINALIZER = lifecycle.FINALIZER
-OBSERVED_KINDS = ("VirtualTargetClass", "ExporterSet", "Exporter", "Lease", "Pod")
+OBSERVED_KINDS = ("VirtualTargetClass", "ExporterSet", "Exporter", "Lease", "Pod", "ExporterSetPolicy")
 # How long an expectation from a playbook run may wait for the cache.
 EXPECTATION_TTL = 30.0
 

@@ -36,6 +36,7 @@ class GVR(NamedTuple):
 
 EXPORTER_SET = GVR(GROUP, "v1alpha1", "exportersets", "ExporterSet")
 VIRTUAL_TARGET_CLASS = GVR(GROUP, "v1alpha1", "virtualtargetclasses", "VirtualTargetClass")
+EXPORTER_SET_POLICY = GVR(GROUP, "v1alpha1", "exportersetpolicies", "ExporterSetPolicy")
 EXPORTER = GVR(JUMPSTARTER_GROUP, "v1alpha1", "exporters", "Exporter")
 LEASE = GVR(JUMPSTARTER_GROUP, "v1alpha1", "leases", "Lease")
 POD = GVR("", "v1", "pods", "Pod")
@@ -147,3 +148,12 @@ INSTANCE_UNKNOWN = "Unknown"
 CONDITION_CLASS_TERMINATING = "ClassTerminating"
 REASON_CLASS_TERMINATING = "ClassDeleting"
 REASON_UNKNOWN_PROVISIONER = "UnknownProvisioner"
+
+# ExporterSet conditions of its ExporterSetPolicy (pool/policy.py).
+CONDITION_POLICY_VALID = "PolicyValid"
+REASON_POLICY_VALID = "Valid"
+REASON_INVALID_POLICY = "InvalidPolicy"
+REASON_CONFLICTING_POLICIES = "ConflictingPolicies"
+CONDITION_PAUSED = "Paused"
+REASON_PAUSED = "Paused"
+REASON_RESUMED = "Resumed"

@@ -8,8 +8,8 @@ module: exporterset_info
 short_description: Observe an ExporterSet and plan its next reconcile
 version_added: 0.1.0
 description:
-  - Reads an ExporterSet, its VirtualTargetClass, the Exporters, Leases and
-    instance Pods of its namespace, and computes the scale plan with the same
+  - Reads an ExporterSet, its VirtualTargetClass, the Exporters, Leases,
+    ExporterSetPolicies and instance Pods of its namespace, and computes the scale plan with the same
     pool logic the operator uses in process.
   - Returns the variables the operator passes to C(playbooks/reconcile.yml), so
     the playbook run by hand does exactly what the operator would do.
@@ -119,7 +119,21 @@ def read_namespace(client_, namespace):
         namespace, label_selector=constants.LABEL_EXPORTER_SET
     )
     objects["Pod"] = client_.sanitize_for_serialization(pods)["items"]
+    objects[constants.EXPORTER_SET_POLICY.kind] = read_policies(custom, namespace)
     return objects
+
+
+def read_policies(custom, namespace):
+    """The namespace's ExporterSetPolicies; none where their CRD is not
+    installed (the sets then run with the defaults, as without a policy)."""
+    from kubernetes.client.rest import ApiException
+
+    try:
+        return custom.list_namespaced_custom_object(*constants.EXPORTER_SET_POLICY.at(namespace))["items"]
+    except ApiException as exc:
+        if exc.status == 404:
+            return []
+        raise
 
 
 def main():

@@ -46,7 +46,7 @@ UPSTREAM_VIRTUALTARGET_CRDS = tuple(
     f"virtualtarget.jumpstarter.dev_{plural}.yaml" for plural in ("exportersets", "virtualtargetclasses")
 )
 PROJECT_CRD_DIR = PROJECT_ROOT / "config/crd"
-PROJECT_CRDS = ("exportersets.yaml", "virtualtargetclasses.yaml")
+PROJECT_CRDS = ("exportersets.yaml", "virtualtargetclasses.yaml", "exportersetpolicies.yaml")
 
 ADMIN_USER = "jve-admin"
 SERVICE_CLUSTER_IP_RANGE = "10.96.0.0/16"

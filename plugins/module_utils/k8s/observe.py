@@ -18,6 +18,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import (
     backend_refusal,
     lease_safety,
+    policy,
     set_overrides,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.demand import (
@@ -39,7 +40,7 @@ def observe(exporter_set, namespace_objects, now):
 
     ``namespace_objects`` maps kind to a list: ``VirtualTargetClass``,
     ``ExporterSet``, ``Exporter``, ``Lease``, ``Pod`` (Pods may be limited to
-    those labelled with a set).
+    those labelled with a set), ``ExporterSetPolicy`` (none when missing).
     """
     meta = exporter_set["metadata"]
     name, uid = meta["name"], meta["uid"]
@@ -62,6 +63,10 @@ def observe(exporter_set, namespace_objects, now):
     # The set over its class without credential redirects: what every
     # provisioner entry point gets as merged_parameters and merged_images.
     resolved = set_overrides.resolve(vclass, exporter_set) if vclass is not None else None
+    # The set's pool controls, and a PolicyValid=False condition when its
+    # policy is invalid or not the only one (pool/policy.py).
+    set_policy, policy_condition = policy.policy_for(
+        exporter_set, namespace_objects.get(constants.EXPORTER_SET_POLICY.kind) or ())
     lab = None
     if ((vclass or {}).get("spec") or {}).get("provisioner") == constants.PROVISIONER_QEMU_BAREMETAL:
         placed = [e for e in exporters if _labels(e).get(constants.LABEL_HOST)]
@@ -81,6 +86,8 @@ def observe(exporter_set, namespace_objects, now):
         "resolved": resolved,
         "now": now,
         "controller_ca": None,
+        "policy": set_policy,
+        "policy_condition": policy_condition,
     }
 
 
@@ -105,6 +112,8 @@ def plan_for(exporter_set, observed, options=None, read_controller_ca=None):
 
 def _makes_backends(observed, plan):
     """Whether the reconcile starts exporters: new instances, or fresh Pods in place."""
+    if paused(observed):
+        return False
     resets_pods = plan.get("recycle") and provisioner_of(observed) == constants.PROVISIONER_QEMU
     return bool(resets_pods or _credentialed_without_backend(observed))
 
@@ -113,6 +122,12 @@ def _plan(exporter_set, observed, options):
     options = dict(options or {})
     options["taken_names"] = observed["taken_names"]
     options["controller_ca"] = observed.get("controller_ca")
+    options["policy"] = observed.get("policy") or policy.normalize(None)
+    if options["policy"]["paused"]:
+        return policy.apply_to_plan(
+            scale_plan(exporter_set, observed["class"], observed["owned"], observed["pending"], observed["now"],
+                       options=options),
+            exporter_set, observed.get("policy_condition"), observed["now"])
     lab = observed.get("lab")
     instances = k8s_objects.instances_from_pods(observed["pods"])
     if lab is not None:
@@ -132,7 +147,8 @@ def _plan(exporter_set, observed, options):
     )
     if lab is not None:
         lab.complete_plan(plan)
-    return backend_refusal.apply_to_plan(plan, exporter_set, refusal, observed["now"])
+    plan = backend_refusal.apply_to_plan(plan, exporter_set, refusal, observed["now"])
+    return policy.apply_to_plan(plan, exporter_set, observed.get("policy_condition"), observed["now"])
 
 
 # Provisioners whose instance is its Pod and config Secret, which the applier
@@ -194,9 +210,15 @@ def unprovisioned(observed):
     Nothing is made until the controller CA was read and is available (the
     plan reports it Degraded otherwise).
     """
-    if not (observed.get("controller_ca") or {}).get("available"):
+    if not (observed.get("controller_ca") or {}).get("available") or paused(observed):
         return []
     return _credentialed_without_backend(observed)
+
+
+def paused(observed):
+    """Whether the set's ExporterSetPolicy pauses it: no backend is made,
+    reset, removed or probed, and its plan acts on nothing."""
+    return bool((observed.get("policy") or {}).get("paused"))
 
 
 def _credentialed_without_backend(observed):
@@ -240,7 +262,7 @@ def _credentialed_without_backend(observed):
 def probe_playbook(observed):
     """The playbook that probes the set's backends when they are due, else None."""
     lab = observed.get("lab")
-    if lab is not None and lab.probe_due():
+    if lab is not None and not paused(observed) and lab.probe_due():
         return PROBE_PLAYBOOKS[constants.PROVISIONER_QEMU_BAREMETAL]
     return None
 

@@ -36,6 +36,7 @@ from datetime import timedelta
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants as c
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import (
     class_status,
+    policy,
     pool_index,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.exporter_state import (
@@ -346,6 +347,10 @@ def scale_plan(exporter_set, virtual_target_class, exporters, pending_leases, no
     spec = exporter_set.get("spec") or {}
     builder = _Builder(metadata.get("annotations") or {}, now)
     recycle_strategy = spec.get("recycleStrategy") or c.RECYCLE_EXIT_AND_REPLACE
+    # A paused set (its ExporterSetPolicy) keeps what it has: no action, no
+    # annotation, its status as it was with Paused=True (pool/policy.py).
+    if (options.get("policy") or {}).get("paused"):
+        return policy.paused_plan(exporter_set, now)
 
     # What the pool alone says (kept while no object changes: _pool_survey).
     survey = _pool_survey(exporter_set, exporters, leases, instances, recycle_strategy)
