@@ -1,0 +1,91 @@
+"""Autohealing on the bed: an instance whose Pod cannot be scheduled (its
+class asks for a node label no kwok node has) is retried after waits that
+grow (the unschedulable backoff), each attempt visible in the set's
+``status.backoff`` and in a ``Retrying`` Event, read through watches.
+
+The plan options come from the operator's watches.yaml vars (the pool-wide
+defaults an ExporterSetPolicy's ``healing`` overrides per set): a 2 s
+startup timeout and a backoff of 2 s doubling to 8 s keep the test short.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+import yaml
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.timeutil import parse_time
+from kubernetes import client
+from operator_process import ROOT, OperatorProcess
+from pool_helpers import EventRecorder, make_class, make_set
+
+NOWHERE = {"nodeSelector": {"virtualtarget.jumpstarter.dev/test-no-such-node": "true"}}
+WAITED = re.compile(r"attempt (\d+) after (\d+) failure\(s\) in a row \(last: (\w+)\), having waited (\d+)s")
+
+
+def test_unschedulable_instance_backs_off_longer_each_time(testbed, api, namespace, standin, tmp_path):
+    watches = yaml.safe_load((ROOT / "operator" / "watches.yaml").read_text())
+    watches[0]["vars"]["reconcile_plan_options"] = {
+        "startup_timeout": 2, "failure_threshold": 10,
+        "unschedulable_backoff_base": 2, "unschedulable_backoff_max": 8}
+    watches_file = tmp_path / "watches.yaml"
+    watches_file.write_text(yaml.safe_dump(watches))
+    custom = client.CustomObjectsApi(api)
+    make_class(custom, namespace, scheduling=NOWHERE)
+    events = EventRecorder(api, "Event", namespace)
+    sets = EventRecorder(api, "ExporterSet", namespace)
+    exporters = EventRecorder(api, "Exporter", namespace)
+    pods = EventRecorder(api, "Pod", namespace)
+    make_set(custom, namespace, minAvailableReplicas=1)
+    proc = OperatorProcess(str(testbed.kubeconfig), namespace, tmp_path,
+                           "--watches-file", str(watches_file)).start()
+    try:
+        proc.wait_ready()
+
+        def retry(attempt):
+            def accept(_, obj):
+                match = WAITED.search(obj.get("message") or "")
+                return (obj.get("reason") == "Retrying" and match is not None
+                        and int(match.group(1)) == attempt)
+            return accept
+
+        # Attempts 2, 3 and 4 follow 1, 2 and 3 failures: 2 s, 4 s, then 8 s.
+        retries = [events.wait(retry(attempt), timeout=120, message=f"Retrying Event of attempt {attempt}")[1]
+                   for attempt in (2, 3, 4)]
+        waited = [int(WAITED.search(e["message"]).group(4)) for e in retries]
+        assert waited == [2, 4, 8]
+        assert all(WAITED.search(e["message"]).group(3) == constants.DELETE_STARTUP_TIMEOUT for e in retries)
+
+        # The set said each wait while it lasted: attempts and a growing delay.
+        backoffs = {}
+        for _, obj in sets.matching(lambda _, o: (o.get("status") or {}).get("backoff")):
+            backoff = obj["status"]["backoff"]
+            backoffs.setdefault(backoff["attempts"], backoff)
+        assert [backoffs[k]["delaySeconds"] for k in (1, 2, 3)] == [2, 4, 8]
+        progressing = [c for _, o in sets.events for c in (o.get("status") or {}).get("conditions") or ()
+                       if c["type"] == "Progressing" and c["reason"] == "BackOff"]
+        assert any(backoffs[3]["nextAttemptTime"] in c["message"] for c in progressing)
+
+        # No attempt came before its time: each new Exporter after the first
+        # is created no earlier than the nextAttemptTime the set announced.
+        created = sorted({parse_time(o["metadata"]["creationTimestamp"]) for t, o in exporters.events
+                          if t == "ADDED" and constants.ANNOTATION_DORMANT
+                          not in (o["metadata"].get("annotations") or {})})
+        for attempts in (1, 2, 3):
+            due = parse_time(backoffs[attempts]["nextAttemptTime"])
+            failed_at = due - timedelta(seconds=backoffs[attempts]["delaySeconds"])
+            assert any(moment >= due for moment in created), (attempts, due, created)
+            assert not [m for m in created if failed_at < m < due], (attempts, due, created)
+        # The instances really were unschedulable Pods.
+        unschedulable = [o for _, o in pods.events if any(
+            c.get("type") == "PodScheduled" and c.get("reason") == "Unschedulable"
+            for c in (o.get("status") or {}).get("conditions") or ())]
+        assert unschedulable
+        for recorder in (events, sets, exporters, pods):
+            assert recorder.error is None
+    finally:
+        for recorder in (events, sets, exporters, pods):
+            recorder.stop()
+        proc.stop()
+        print(f"--- operator log ---\n{proc.log_tail(80)}")
