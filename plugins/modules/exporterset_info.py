@@ -45,8 +45,9 @@ options:
   plan_options:
     description:
       - Options of the scale plan over the pool logic's defaults (burst 20, startup_timeout 300,
-        offline_timeout 300, failure_threshold 3, failure_backoff_base 10, failure_backoff_max 300),
-        the same the operator uses.
+        offline_timeout 300, failure_threshold 3, failure_backoff_base 10, failure_backoff_max 300,
+        min_failing_duration 0, unschedulable_backoff_base 30, unschedulable_backoff_max 600),
+        the same the operator uses; a set's ExporterSetPolicy C(healing) overrides the last four.
       - An unknown option, or a value that is not a number >= 0, fails naming it.
     type: dict
     default: {}
