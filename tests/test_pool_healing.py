@@ -1,7 +1,9 @@
-"""Autohealing on the bed: an instance whose Pod cannot be scheduled (its
-class asks for a node label no kwok node has) is retried after waits that
-grow (the unschedulable backoff), each attempt visible in the set's
-``status.backoff`` and in a ``Retrying`` Event, read through watches.
+"""Autohealing and scale-in on the bed. An instance whose Pod cannot be
+scheduled (its class asks for a node label no kwok node has) is retried
+after waits that grow (the unschedulable backoff), each attempt visible in
+the set's ``status.backoff`` and in a ``Retrying`` Event, read through
+watches. A set's ExporterSetPolicy ``scaleIn.preferSelector`` decides which
+idle Exporters scale-down disables.
 
 The plan options come from the operator's watches.yaml vars (the pool-wide
 defaults an ExporterSetPolicy's ``healing`` overrides per set): a 2 s
@@ -18,7 +20,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils impo
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.timeutil import parse_time
 from kubernetes import client
 from operator_process import ROOT, OperatorProcess
-from pool_helpers import EventRecorder, make_class, make_set
+from pool_helpers import GROUP, SET_LABEL, EventRecorder, make_class, make_set, settle_pool
 
 NOWHERE = {"nodeSelector": {"virtualtarget.jumpstarter.dev/test-no-such-node": "true"}}
 WAITED = re.compile(r"attempt (\d+) after (\d+) failure\(s\) in a row \(last: (\w+)\), having waited (\d+)s")
@@ -89,3 +91,50 @@ def test_unschedulable_instance_backs_off_longer_each_time(testbed, api, namespa
             recorder.stop()
         proc.stop()
         print(f"--- operator log ---\n{proc.log_tail(80)}")
+
+
+def _default_order(exporters):
+    """The scale-in order without a policy: newest first, then by name."""
+    by_name = sorted(exporters, key=lambda e: e["metadata"]["name"])
+    by_name.sort(key=lambda e: e["metadata"]["creationTimestamp"], reverse=True)
+    return [e["metadata"]["name"] for e in by_name]
+
+
+def test_scale_in_prefers_the_exporters_the_policy_selects(api, namespace, standin, operator):
+    custom = client.CustomObjectsApi(api)
+    make_class(custom, namespace)
+    make_set(custom, namespace, minAvailableReplicas=3, scaleDownCooldown="3s")
+    custom.create_namespaced_custom_object(*GROUP, namespace, "exportersetpolicies", {
+        "apiVersion": "virtualtarget.jumpstarter.dev/v1alpha1", "kind": "ExporterSetPolicy",
+        "metadata": {"name": "pool"},
+        "spec": {"exporterSetName": "pool",
+                 "scaleIn": {"preferSelector": {"matchLabels": {"spare": "true"}}}}})
+    operator()
+    settle_pool(standin, 3, custom, namespace, replicas=3)
+    order = _default_order(standin.exporters(f"{SET_LABEL}=pool"))
+    # Without the policy the first two of ``order`` would go; the policy
+    # prefers the first and the last.
+    spare = {order[0], order[2]}
+    for name in spare:
+        custom.patch_namespaced_custom_object("jumpstarter.dev", "v1alpha1", namespace, "exporters", name,
+                                              {"metadata": {"labels": {"spare": "true"}}})
+    exporters = EventRecorder(api, "Exporter", namespace, label_selector=f"{SET_LABEL}=pool")
+    try:
+        # The surplus lasts the 3 s cooldown before any is disabled; the
+        # labels reach the operator's cache well before that.
+        custom.patch_namespaced_custom_object(*GROUP, namespace, "exportersets", "pool",
+                                              {"spec": {"minAvailableReplicas": 1}})
+        disabled = set()
+
+        def two_disabled(kind, obj):
+            if kind == "MODIFIED" and (obj.get("spec") or {}).get("enabled") is False:
+                disabled.add(obj["metadata"]["name"])
+            return len(disabled) >= 2
+
+        exporters.wait(two_disabled, timeout=90, message="two Exporters disabled for scale-in")
+        assert disabled == spare, (disabled, order)
+        settle_pool(standin, 1, custom, namespace, replicas=1)
+        assert {e["metadata"]["name"] for e in standin.exporters(f"{SET_LABEL}=pool")} == {order[1]}
+        assert exporters.error is None
+    finally:
+        exporters.stop()
