@@ -97,6 +97,10 @@ ANNOTATION_DORMANT = GROUP + "/dormant"
 # Exporter annotations written at creation time.
 ANNOTATION_SET_GENERATION = GROUP + "/exporterset-generation"
 ANNOTATION_PROVISIONER = GROUP + "/provisioner"
+# Exporter annotation written at creation time: the hash of what its instance
+# is made from (pool/rollout.py); an Exporter whose hash differs from its
+# set's current one is outdated and rolled by the set's rollout strategy.
+ANNOTATION_TEMPLATE_HASH = GROUP + "/template-hash"
 
 # VirtualTargetClass annotation: the ConfigMap holding the CA of the
 # Jumpstarter controller's endpoint, as "name" or "name/key", in the set's
@@ -122,6 +126,10 @@ CONDITION_AVAILABLE = "Available"
 CONDITION_PROGRESSING = "Progressing"
 CONDITION_DEGRADED = "Degraded"
 CONDITION_SCALING_LIMITED = "ScalingLimited"
+# True while Exporters made from an earlier template remain (pool/rollout.py).
+CONDITION_ROLLING_OUT = "RollingOut"
+REASON_UP_TO_DATE = "UpToDate"
+REASON_ROLLOUT_OFF = "RolloutOff"
 
 REASON_CLASS_NOT_FOUND = "ClassNotFound"
 REASON_INVALID_PARAMETERS = "InvalidParameters"
@@ -137,6 +145,8 @@ DELETE_SCALE_DOWN = "ScaleDown"
 DELETE_FAILED = "Failed"
 DELETE_STARTUP_TIMEOUT = "StartupTimeout"
 DELETE_RECYCLE = "Recycle"
+# An idle outdated Exporter replaced by a Proactive rollout.
+DELETE_ROLLOUT = "Rollout"
 
 INSTANCE_PENDING = "Pending"
 INSTANCE_RUNNING = "Running"

@@ -496,7 +496,9 @@ def test_status_counters():
         "replicas": 4, "readyReplicas": 3, "availableReplicas": 1, "unavailableReplicas": 1,
         "leasedReplicas": 1, "exportersActive": 1, "exportersIdle": 1, "exportersOffline": 1,
         "exportersDisabled": 1, "podsRunning": 2, "podsPending": 1, "podsFailed": 0,
-        "podsUnknown": 1, "observedGeneration": 3}
+        "podsUnknown": 1, "observedGeneration": 3,
+        # None carries a template hash: made before rollouts, up to date (rollout.py).
+        "updatedReplicas": 4}
     assert status["selector"] == "board=rpi4"
 
 

@@ -38,6 +38,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool
     class_status,
     policy,
     pool_index,
+    rollout,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.exporter_state import (
     find_condition,
@@ -156,6 +157,8 @@ class _Builder:
         self.set_annotations = {}
         self.events = []
         self.requeue = []
+        # Written on every Exporter it creates (rollout.py).
+        self.template_hash = None
 
     def remove(self, exporter, reason):
         """Plan the deletion of an owned Exporter; the UID keeps a namesake safe."""
@@ -203,6 +206,7 @@ class _Survey:
 
     __slots__ = ("counters", "live", "leased", "leased_enabled", "dormant", "notes",
                  "became_ready", "steps", "parked", "idle", "members_enabled", "provisioning",
+                 "template_hashes",
                  "_scale_down_order")
 
     def scale_down_order(self):
@@ -248,6 +252,7 @@ def _survey(exporters, digests, leases, instances, recycle_strategy):
     steps = []  # (member, failure or _TIMED, what follows when it has not failed)
     parked = []
     idle = []
+    template_hashes = {}  # (template hash or None, leased): count (rollout.py)
     live = leased = leased_enabled = members_enabled = 0
     provisioning = False
     for exporter, digest in zip(exporters, digests, strict=True):
@@ -264,6 +269,8 @@ def _survey(exporters, digests, leases, instances, recycle_strategy):
         instance = instances.get(name)
         phase = instance.get("phase") if instance else None
         tally_exporter(tally, ready, digest.online, enabled, lease is not None, phase)
+        made_from = (digest.annotations.get(c.ANNOTATION_TEMPLATE_HASH), lease is not None)
+        template_hashes[made_from] = template_hashes.get(made_from, 0) + 1
         if ready and not digest.first_ready:
             notes.append((name, c.ANNOTATION_FIRST_READY, _NOW))
         if lease:
@@ -323,6 +330,7 @@ def _survey(exporters, digests, leases, instances, recycle_strategy):
     survey.steps = steps
     survey.parked = parked
     survey.idle = idle
+    survey.template_hashes = template_hashes
     survey.members_enabled = members_enabled
     survey.provisioning = provisioning
     survey._scale_down_order = None
@@ -399,6 +407,21 @@ def scale_plan(exporter_set, virtual_target_class, exporters, pending_leases, no
         cooldown = parse_duration(DEFAULT_SCALE_DOWN_COOLDOWN)
     waits_for_consumer = class_spec.get("bindingMode") == c.BINDING_WAIT_FOR_FIRST_CONSUMER
     warm_buffer = 0 if waits_for_consumer else (spec.get("minAvailableReplicas") or 0)
+    # Rollout of changes (rollout.py): what a new Exporter is made from, and
+    # whether outdated ones are replaced (never while the set is invalid:
+    # nothing could be made in their place).
+    builder.template_hash = rollout.template_hash(virtual_target_class, exporter_set,
+                                                  parameters, images)
+    rollout_strategy, max_unavailable = rollout.settings(options.get("policy"))
+    rolling = rollout_strategy != rollout.ROLLOUT_NONE and not (errors or redirects)
+    rollout_in_flight = 0
+
+    def replaced_not_reset(member, why):
+        """An outdated member is replaced, not reset in place, while rolling."""
+        if (rolling and why == c.RECYCLE_IN_PLACE_REUSE
+                and rollout.outdated(member.annotations, builder.template_hash)):
+            return c.DELETE_RECYCLE
+        return why
 
     failures = _FailureLog(builder.set_annotation_values, now)
     failed = []  # (member, reason, message)
@@ -437,15 +460,19 @@ def scale_plan(exporter_set, virtual_target_class, exporters, pending_leases, no
             continue
         kind = then[0]
         if kind == _DEPART:
-            depart(member, then[1])
+            rollout_in_flight += then[1] == c.DELETE_ROLLOUT
+            depart(member, replaced_not_reset(member, then[1]))
         elif kind == _ENDED:
             _, lease_name, why = then
-            builder.event("Normal", "Recycling",
-                          f"lease {lease_name} ended, "
-                          + ("resetting in place (InPlaceReuse)" if why == c.RECYCLE_IN_PLACE_REUSE
-                             else "replacing the exporter (ExitAndReplace)"),
-                          member.name)
-            depart(member, why)
+            replaced = replaced_not_reset(member, why)
+            if replaced != why:
+                what = "replacing the exporter, made from an earlier template (rollout)"
+            elif why == c.RECYCLE_IN_PLACE_REUSE:
+                what = "resetting in place (InPlaceReuse)"
+            else:
+                what = "replacing the exporter (ExitAndReplace)"
+            builder.event("Normal", "Recycling", f"lease {lease_name} ended, {what}", member.name)
+            depart(member, replaced)
         elif kind == _PARKED:
             extra_parked.append(member)
         else:
@@ -456,6 +483,25 @@ def scale_plan(exporter_set, virtual_target_class, exporters, pending_leases, no
         parked = sorted(parked + extra_parked, key=_parked_order)
     if extra_idle:
         idle = idle + extra_idle
+    # Proactive rollout: idle outdated members go, a few at a time, while the
+    # warm buffer stays met; those that must wait for a replacement are
+    # counted out of the pool, so the replacement is made first.
+    rollout_waiting = 0
+    if rolling and rollout_strategy == rollout.ROLLOUT_PROACTIVE:
+        candidates = [m for m in idle if rollout.outdated(m.annotations, builder.template_hash)]
+        going, rollout_waiting = rollout.choose(candidates, max_unavailable, rollout_in_flight,
+                                                sum(m.ready for m in idle), warm_buffer)
+        if going:
+            gone = {m.name for m in going}
+            idle = [m for m in idle if m.name not in gone]
+            # idle is no longer the survey's: its scale-down order is made afresh.
+            extra_idle = extra_idle or going
+            for member in going:
+                depart(member, c.DELETE_ROLLOUT)
+            builder.event("Normal", "RollingOut",
+                          f"replacing {len(going)} idle exporter(s) made from an earlier "
+                          f"template (Proactive, maxUnavailable {max_unavailable}): "
+                          f"{', '.join(sorted(gone))}")
 
     for member, why in sorted(retire, key=lambda entry: entry[0].name):
         builder.disable.append(member.name)
@@ -469,7 +515,7 @@ def scale_plan(exporter_set, virtual_target_class, exporters, pending_leases, no
     target = _clamp(target_unclamped, min_replicas, max_replicas)
     # Exporters reset in place are enabled again once their instance is fresh.
     recycling = sorted(recycling, key=lambda m: m.name)
-    useful = leased + len(idle) + len(recycling)
+    useful = leased + len(idle) + len(recycling) - rollout_waiting
     need = target - useful
     reenabled = parked[:max(need, 0)]
     for member in reenabled:
@@ -583,10 +629,25 @@ def scale_plan(exporter_set, virtual_target_class, exporters, pending_leases, no
         degraded,
         scaling_limited,
         class_status.terminating_condition(virtual_target_class),
+        rollout.condition(rollout_strategy, survey.template_hashes, builder.template_hash,
+                          held_by=_rollout_held_by(rolling, rollout_strategy, rollout_waiting,
+                                                   limits)),
     ]
+    counters = {**counters, "updatedReplicas": rollout.updated_count(
+        survey.template_hashes, builder.template_hash)}
     return _finish(exporter_set, counters, now, builder, target, conditions,
                    parameters=parameters, images=images,
                    warnings=validation["warnings"] + resolved["warnings"], backoff=backoff)
+
+
+def _rollout_held_by(rolling, strategy, waiting, limits):
+    """Why a rollout cannot go on, or None."""
+    if not rolling and strategy != rollout.ROLLOUT_NONE:
+        return "the set's parameters or images are invalid (Degraded)"
+    if waiting and limits.allowed < limits.wanted:
+        return ("no replacement can be made while the warm buffer is kept"
+                + (f" ({limits.message})" if limits.message else ""))
+    return None
 
 
 def _clamp(value, lower, upper):
@@ -847,7 +908,10 @@ def _create(exporter_set, provisioner, exporters, count, options, builder):
     taken.update(e["metadata"]["name"] for e in exporters)
     names = _free_names(set_name, taken)
     for _ in range(count):
-        builder.create.append(_new_exporter(exporter_set, provisioner, next(names)))
+        entry = _new_exporter(exporter_set, provisioner, next(names))
+        if builder.template_hash is not None:
+            entry["annotations"][c.ANNOTATION_TEMPLATE_HASH] = builder.template_hash
+        builder.create.append(entry)
 
 
 def _keep_one_enabled(exporter_set, provisioner, exporters, dormant, enabled_before,
