@@ -41,6 +41,10 @@ FINALIZER = lifecycle.FINALIZER
 OBSERVED_KINDS = ("VirtualTargetClass", "ExporterSet", "Exporter", "Lease", "Pod", "ExporterSetPolicy")
 # How long an expectation from a playbook run may wait for the cache.
 EXPECTATION_TTL = 30.0
+# How long a backend run waits for new Exporters' credentials, so that one
+# run makes the backends of a whole burst; and how often it looks.
+BATCH_WINDOW = 1.0
+BATCH_POLL = 0.05
 
 
 @dataclass
@@ -273,10 +277,18 @@ class Reconciler:
         if len(key) != 2:
             return
         namespace, _ = key
-        exporter_set = self.caches["ExporterSet"].get(*key)
-        if exporter_set is None:
-            return
-        observed = self.observe(exporter_set)
+        # Batched: Exporters just created get their credential from the
+        # Jumpstarter controller within moments; a run waits for them (at
+        # most BATCH_WINDOW) so that one run makes every backend of a burst.
+        deadline = time.monotonic() + BATCH_WINDOW
+        while True:
+            exporter_set = self.caches["ExporterSet"].get(*key)
+            if exporter_set is None:
+                return
+            observed = self.observe(exporter_set)
+            if time.monotonic() >= deadline or not _awaiting_credentials(observed):
+                break
+            time.sleep(BATCH_POLL)
         if lifecycle.deleting(exporter_set):
             self._run_teardown(key, exporter_set, observed)
             return
@@ -455,6 +467,17 @@ class Reconciler:
         # The cache shows the deletions shortly; the pool loop waits for them.
         deleted = (result.applied or {}).get("deleted") or [e["metadata"]["name"] for e in remaining]
         self.expectations.expect(key, [], deleted)
+
+
+def _awaiting_credentials(observed: dict) -> bool:
+    """Whether an Exporter of the set that will want a backend still waits
+    for the credential the Jumpstarter controller issues."""
+    return any(
+        not e["metadata"].get("deletionTimestamp")
+        and constants.ANNOTATION_DORMANT not in (e["metadata"].get("annotations") or {})
+        and (e.get("spec") or {}).get("enabled", True)
+        and not ((e.get("status") or {}).get("credential") or {}).get("name")
+        for e in observed["owned"])
 
 
 def _outcome_missing(exporter_set: dict) -> bool:

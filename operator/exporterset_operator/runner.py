@@ -13,6 +13,7 @@ import shutil
 import sys
 import tempfile
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -113,6 +114,7 @@ class PlaybookRunner:
                 playbook_path = generated
             else:
                 playbook_path = self.collection_root / playbook
+            started = time.monotonic()
             runner = ansible_runner.run(
                 private_data_dir=private_data_dir,
                 artifact_dir=str(self.artifacts_dir),
@@ -128,8 +130,7 @@ class PlaybookRunner:
             )
             ok = runner.status == "successful"
             message = "" if ok else _failure_message(runner)
-            stats = runner.stats or {}
-            duration = float(stats.get("elapsed", 0) or 0)
+            duration = time.monotonic() - started
             return RunResult(ok, runner.status, runner.rc, message, str(self.artifacts_dir / ident), duration,
                              applied=_applied(runner))
         finally:

@@ -109,6 +109,8 @@ waiting:
   elements: str
 """
 
+from concurrent.futures import ThreadPoolExecutor
+
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import credentials
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import objects as k8s_objects
@@ -116,7 +118,15 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.client import (
     ClusterModule,
     k8s_module,
+    read_object,
 )
+
+# Instances made or removed at once in one run (each is a few API calls).
+PARALLEL = 8
+
+
+class InstanceError(Exception):
+    """An instance that could not be made or removed; the message names it."""
 
 
 class PodManager(ClusterModule):
@@ -128,16 +138,14 @@ class PodManager(ClusterModule):
         self.result = {"created": [], "deleted": [], "waiting": []}
 
     def _api_error(self, what, exc):
-        self.module.fail_json(msg=f"{what}: {exc.status} {exc.reason}", **self.result)
+        raise InstanceError(f"{what}: {exc.status} {exc.reason}")
 
     def _read(self, reader, name):
         from kubernetes.client.rest import ApiException
 
         try:
-            return reader(name, self.namespace)
+            return read_object(reader, name, self.namespace)
         except ApiException as exc:
-            if exc.status == 404:
-                return None
             self._api_error(f"reading {self.namespace}/{name}", exc)
 
     def _token(self, exporter):
@@ -153,10 +161,10 @@ class PodManager(ClusterModule):
 
         exporter = self.by_name.get(name)
         if exporter is None:
-            self.module.fail_json(msg=f"Exporter {self.namespace}/{name} is not among owned_exporters")
+            raise InstanceError(f"Exporter {self.namespace}/{name} is not among owned_exporters")
         pod = self._read(self.core.read_namespaced_pod, name)
         if pod is not None:
-            found = self.api_client.sanitize_for_serialization(pod)
+            found = pod
             if not k8s_objects.controlled_by(found, exporter["metadata"].get("uid")):
                 # Not this Exporter's: a Pod the pool made for an earlier Exporter
                 # of the same name (with its token) goes; this one waits.
@@ -182,11 +190,13 @@ class PodManager(ClusterModule):
         if self.module.check_mode:
             return
         try:
+            # Nothing is read back from these writes: no response is decoded.
             if self._read(self.core.read_namespaced_secret, secret["metadata"]["name"]) is None:
-                self.core.create_namespaced_secret(self.namespace, secret)
+                self.core.create_namespaced_secret(self.namespace, secret, _preload_content=False)
             else:
-                self.core.replace_namespaced_secret(secret["metadata"]["name"], self.namespace, secret)
-            self.core.create_namespaced_pod(self.namespace, pod)
+                self.core.replace_namespaced_secret(secret["metadata"]["name"], self.namespace, secret,
+                                                    _preload_content=False)
+            self.core.create_namespaced_pod(self.namespace, pod, _preload_content=False)
         except ApiException as exc:
             if exc.status != 409:
                 self._api_error(f"creating the instance of {self.namespace}/{name}", exc)
@@ -195,16 +205,17 @@ class PodManager(ClusterModule):
         from kubernetes import client
         from kubernetes.client.rest import ApiException
 
-        self.result["deleted"].append(pod.metadata.name)
+        meta = pod["metadata"]
+        self.result["deleted"].append(meta["name"])
         if self.module.check_mode:
             return
         try:
             self.core.delete_namespaced_pod(
-                pod.metadata.name, self.namespace, grace_period_seconds=0,
-                body=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=pod.metadata.uid)))
+                meta["name"], self.namespace, grace_period_seconds=0,
+                body=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=meta["uid"])))
         except ApiException as exc:
             if exc.status not in (404, 409):
-                self._api_error(f"deleting {self.namespace}/{pod.metadata.name}", exc)
+                self._api_error(f"deleting {self.namespace}/{meta['name']}", exc)
 
     def absent(self, name):
         from kubernetes.client.rest import ApiException
@@ -243,12 +254,15 @@ def main():
         supports_check_mode=True,
     )
     manager = PodManager(module)
-    for name in module.params["exporters"]:
-        if module.params["state"] == "present":
-            manager.present(name)
-        else:
-            manager.absent(name)
-    result = manager.result
+    act = manager.present if module.params["state"] == "present" else manager.absent
+    names = module.params["exporters"]
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, min(PARALLEL, len(names)))) as pool:
+            for future in [pool.submit(act, name) for name in names]:
+                future.result()
+    except InstanceError as exc:
+        module.fail_json(msg=str(exc), **{k: sorted(v) for k, v in manager.result.items()})
+    result = {key: sorted(value) for key, value in manager.result.items()}
     module.exit_json(changed=bool(result["created"] or result["deleted"]), **result)
 
 

@@ -72,6 +72,8 @@ def _configuration(auth):
         auth["host"] = host = host.rstrip("/")
     complete = host and (auth.get("api_key") or (auth.get("client_cert") and auth.get("client_key")))
     configuration = client.Configuration()
+    # Room for the requests a module or the operator makes side by side.
+    configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize or 0, 8)
     if complete:
         pass  # the options alone reach and authenticate to the API server
     elif auth.get("kubeconfig") or auth.get("context") or os.environ.get("KUBECONFIG") \
@@ -203,3 +205,21 @@ class ClusterModule:
         self.api_client = module_api_client(module)
         self.core = client.CoreV1Api(self.api_client)
         self.custom = client.CustomObjectsApi(self.api_client)
+
+
+def read_object(reader, *args):
+    """``reader(*args)`` (a ``read_namespaced_*`` call) as a plain dict, or
+    None when the object does not exist (other errors raise). The response is
+    decoded as JSON, not into the client's model classes, which costs a
+    fraction of the time."""
+    import json
+
+    from kubernetes.client.rest import ApiException
+
+    try:
+        response = reader(*args, _preload_content=False)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+    return json.loads(response.data)

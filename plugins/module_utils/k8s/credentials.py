@@ -18,6 +18,7 @@ Secrets are only ever read by name (GET), never listed.
 import base64
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import client as k8s_client
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import objects as k8s_objects
 
 TOKEN_KEY = "token"
@@ -45,15 +46,8 @@ def token_for(secret, exporter):
 def read_secret(api_client, namespace, name):
     """The Secret as a dict, or None when it does not exist (other errors raise)."""
     from kubernetes import client
-    from kubernetes.client.rest import ApiException
 
-    try:
-        found = client.CoreV1Api(api_client).read_namespaced_secret(name, namespace)
-    except ApiException as exc:
-        if exc.status == 404:
-            return None
-        raise
-    return api_client.sanitize_for_serialization(found)
+    return k8s_client.read_object(client.CoreV1Api(api_client).read_namespaced_secret, name, namespace)
 
 
 def read_token(api_client, exporter):
