@@ -222,7 +222,10 @@ class Reconciler:
         # The outcome (the SDK's Successful) is written once nothing is left
         # to do for the set's backends; a failed run's Failure stays until then.
         settled = not (needs_backends or busy or key in self._backend_failure)
-        outcome_due = self.manage_status and settled and _outcome_missing(exporter_set)
+        # A paused set (pool/policy.py) writes nothing once it says so, not
+        # even the outcome of a newer generation.
+        outcome_due = (self.manage_status and settled and not plan.get("paused")
+                       and _outcome_missing(exporter_set))
         if pool_plan["changed"] or outcome_due:
             # Creating, enabling or disabling Exporters touches no backend (a
             # new Exporter gets its backend once its credential exists), so it
