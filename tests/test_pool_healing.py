@@ -5,13 +5,15 @@ the set's ``status.backoff`` and in a ``Retrying`` Event, read through
 watches. A set's ExporterSetPolicy ``scaleIn.preferSelector`` decides which
 idle Exporters scale-down disables.
 
-The plan options come from the operator's watches.yaml vars (the pool-wide
-defaults an ExporterSetPolicy's ``healing`` overrides per set): a 2 s
-startup timeout and a backoff of 2 s doubling to 8 s keep the test short.
+The set's ExporterSetPolicy ``healing`` gives the backoff (2 s doubling to
+8 s), the threshold and the minimum failing duration; the operator's
+watches.yaml vars give a 2 s startup timeout (a pool option): the test
+stays short.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import timedelta
 
@@ -28,9 +30,7 @@ WAITED = re.compile(r"attempt (\d+) after (\d+) failure\(s\) in a row \(last: (\
 
 def test_unschedulable_instance_backs_off_longer_each_time(testbed, api, namespace, standin, tmp_path):
     watches = yaml.safe_load((ROOT / "operator" / "watches.yaml").read_text())
-    watches[0]["vars"]["reconcile_plan_options"] = {
-        "startup_timeout": 2, "failure_threshold": 10,
-        "unschedulable_backoff_base": 2, "unschedulable_backoff_max": 8}
+    watches[0]["vars"]["reconcile_plan_options"] = {"startup_timeout": 2}
     watches_file = tmp_path / "watches.yaml"
     watches_file.write_text(yaml.safe_dump(watches))
     custom = client.CustomObjectsApi(api)
@@ -40,6 +40,12 @@ def test_unschedulable_instance_backs_off_longer_each_time(testbed, api, namespa
     exporters = EventRecorder(api, "Exporter", namespace)
     pods = EventRecorder(api, "Pod", namespace)
     make_set(custom, namespace, minAvailableReplicas=1)
+    custom.create_namespaced_custom_object(*GROUP, namespace, "exportersetpolicies", {
+        "apiVersion": "virtualtarget.jumpstarter.dev/v1alpha1", "kind": "ExporterSetPolicy",
+        "metadata": {"name": "pool-healing"},
+        "spec": {"exporterSetName": "pool", "healing": {
+            "startupFailureThreshold": 2, "minFailingDuration": "15s",
+            "unschedulableBackoff": {"base": "2s", "max": "8s"}}}})
     proc = OperatorProcess(str(testbed.kubeconfig), namespace, tmp_path,
                            "--watches-file", str(watches_file)).start()
     try:
@@ -84,6 +90,22 @@ def test_unschedulable_instance_backs_off_longer_each_time(testbed, api, namespa
             c.get("type") == "PodScheduled" and c.get("reason") == "Unschedulable"
             for c in (o.get("status") or {}).get("conditions") or ())]
         assert unschedulable
+
+        # Two failures reach the threshold, but ReplicaFailure waits until
+        # the failures have lasted 15 s since the first one.
+        def replica_failure(_, obj):
+            degraded = next((c for c in (obj.get("status") or {}).get("conditions") or ()
+                             if c["type"] == "Degraded"), {})
+            return degraded.get("reason") == constants.REASON_REPLICA_FAILURE and degraded["status"] == "True"
+
+        _, degraded_set = sets.wait(replica_failure, timeout=60, message="Degraded=True/ReplicaFailure")
+        degraded = next(c for c in degraded_set["status"]["conditions"] if c["type"] == "Degraded")
+        last_failure = json.loads(degraded_set["metadata"]["annotations"][constants.ANNOTATION_LAST_FAILURE])
+        failing_for = parse_time(degraded["lastTransitionTime"]) - parse_time(last_failure["since"])
+        assert failing_for >= timedelta(seconds=15), (degraded, last_failure)
+        # ... although the threshold was reached well before that.
+        second = parse_time(backoffs[2]["nextAttemptTime"]) - timedelta(seconds=backoffs[2]["delaySeconds"])
+        assert second - parse_time(last_failure["since"]) < timedelta(seconds=15)
         for recorder in (events, sets, exporters, pods):
             assert recorder.error is None
     finally:
