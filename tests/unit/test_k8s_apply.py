@@ -2,6 +2,8 @@
 preconditions, what goes with an Exporter, names blocked by a stale credential."""
 
 import copy
+import json
+from types import SimpleNamespace
 
 import pytest
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants as c
@@ -104,15 +106,21 @@ class FakeCustom:
         self.api.patch(KINDS[plural], name, body)
 
 
+def _response(obj, preload):
+    return obj if preload else SimpleNamespace(data=json.dumps(obj).encode())
+
+
 class FakeCore:
     def __init__(self, api):
         self.api = api
 
-    def read_namespaced_secret(self, name, namespace):
-        return self.api.get("Secret", name)
+    # As the client does, a read with _preload_content=False hands back the
+    # raw response, whose body the caller decodes.
+    def read_namespaced_secret(self, name, namespace, _preload_content=True):
+        return _response(self.api.get("Secret", name), _preload_content)
 
-    def read_namespaced_pod(self, name, namespace):
-        return self.api.get("Pod", name)
+    def read_namespaced_pod(self, name, namespace, _preload_content=True):
+        return _response(self.api.get("Pod", name), _preload_content)
 
     def delete_namespaced_secret(self, name, namespace, body):
         self.api.delete("Secret", name, body)
