@@ -95,11 +95,17 @@ def test_every_grant_is_used_and_nothing_is_refused(testbed_factory, tmp_path):
         core = client.CoreV1Api(api)
         make_class(custom, namespace)
         make_set(custom, namespace)
+        # A policy: the informer, and its status (the set it is in force for).
+        custom.create_namespaced_custom_object(*GROUP, namespace, "exportersetpolicies", {
+            "apiVersion": "virtualtarget.jumpstarter.dev/v1alpha1", "kind": "ExporterSetPolicy",
+            "metadata": {"name": "pool"}, "spec": {"exporterSetName": "pool"}})
         proc = OperatorProcess(str(bed.kubeconfig), namespace, tmp_path, *election).start()
         try:
             proc.wait_ready()
             # Scale up: Exporters, credentials, config Secrets, Pods, status, Events.
             settle_pool(standin, 2, custom, namespace)
+            wait_for(lambda: (custom.get_namespaced_custom_object(*GROUP, namespace, "exportersetpolicies", "pool")
+                              .get("status") or {}).get("exporterSet") == "pool", message="the policy's status")
             # A lease ends: ExitAndReplace deletes the used instance and refills.
             standin.create_lease("lease-a", {"board": "qemu-x86"})
             used_name = standin.wait_assigned("lease-a")

@@ -61,6 +61,10 @@ def operator_writes(log: Path, namespace: str, since: datetime, prefix: str) -> 
     return found
 
 
+def policy_status(custom, namespace, name="pool-policy"):
+    return custom.get_namespaced_custom_object(*GROUP, namespace, "exportersetpolicies", name).get("status") or {}
+
+
 def _paused_event(core, namespace):
     events = core.list_namespaced_event(namespace, field_selector="involvedObject.name=pool").items
     return [e for e in events if e.reason == "Paused"]
@@ -85,9 +89,11 @@ def test_a_paused_set_makes_no_writes_and_converges_when_unpaused(testbed_factor
 
             def paused():
                 said = condition(get_set(custom, namespace), "Paused")
-                return said if said and said["status"] == "True" and _paused_event(core, namespace) else None
+                in_force = policy_status(custom, namespace).get("exporterSet") == "pool"
+                return said if said and said["status"] == "True" and _paused_event(core, namespace) and in_force \
+                    else None
 
-            said = wait_for(paused, timeout=30, message="Paused=True and its Event")
+            said = wait_for(paused, timeout=30, message="Paused=True, its Event and the policy in force")
             assert said["reason"] == "Paused"
             since = datetime.now(UTC)
 
@@ -133,6 +139,12 @@ def test_two_policies_for_one_set_conflict_and_the_set_runs_with_defaults(api, n
     settle_pool(standin, 1, custom, namespace)
     said = condition(get_set(custom, namespace), "PolicyValid")
     assert (said["status"], said["reason"]) == ("False", "ConflictingPolicies")
+    for name, rival in (("a", "b"), ("b", "a")):
+        status = wait_for(lambda name=name: (policy_status(custom, namespace, name).get("conditions") or [None])[0],
+                          timeout=30, message=f"policy {name}'s status")
+        assert (status["type"], status["status"], status["reason"]) == ("Valid", "False", "ConflictingPolicies")
+        assert f"{rival} also name ExporterSet pool" in status["message"]
+        assert policy_status(custom, namespace, name)["exporterSet"] == ""
     assert "ExporterSetPolicies a, b all name this set" in said["message"]
     events = client.CoreV1Api(api).list_namespaced_event(namespace, field_selector="involvedObject.name=pool").items
     assert "ConflictingPolicies" in {e.reason for e in events}
@@ -145,6 +157,8 @@ def test_two_policies_for_one_set_conflict_and_the_set_runs_with_defaults(api, n
                 and (condition(the_set, "Paused") or {}).get("status") == "True")
 
     wait_for(valid_and_paused, timeout=30, message="PolicyValid=True and Paused=True")
+    wait_for(lambda: policy_status(custom, namespace, "a").get("exporterSet") == "pool", timeout=30,
+             message="policy a in force for the set")
 
 
 @pytest.mark.testbed

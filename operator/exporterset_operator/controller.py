@@ -25,6 +25,8 @@ SET_LABEL_SELECTOR = constants.LABEL_EXPORTER_SET
 # Work-queue keys: (namespace, name) for an ExporterSet, (namespace, name,
 # CLASS_KEY) for a VirtualTargetClass (its finalizer and status).
 CLASS_KEY = "VirtualTargetClass"
+# (namespace, name, POLICY_KEY): an ExporterSetPolicy (its status).
+POLICY_KEY = constants.EXPORTER_SET_POLICY.kind
 
 RESOURCES = (
     *(Resource(gvr.kind, *gvr[:3])
@@ -104,22 +106,35 @@ class Controller:
 
         return handle
 
-    @staticmethod
-    def _map_set(obj, previous):
+    def _map_set(self, obj, previous):
         meta = obj["metadata"]
         yield meta["namespace"], meta["name"]
         # The class it names (and the one it named before) counts its sets.
         classes = {(s.get("spec") or {}).get("virtualTargetClassName") for s in (obj, previous or {})}
         for class_name in sorted(c for c in classes if c):
             yield meta["namespace"], class_name, CLASS_KEY
+        # A set that comes or goes: the policies naming it say whether they are in force.
+        if previous is None or meta.get("deletionTimestamp"):
+            for policy in self._policies_naming(meta["namespace"], {meta["name"]}):
+                yield meta["namespace"], policy, POLICY_KEY
 
-    @staticmethod
-    def _map_policy(obj, previous):
-        """The set a policy names, and the one it named before a rename."""
-        namespace = obj["metadata"]["namespace"]
-        names = {(p.get("spec") or {}).get("exporterSetName") for p in (obj, previous or {})}
-        for name in sorted(n for n in names if n):
+    def _map_policy(self, obj, previous):
+        """The set a policy names (and the one it named before a rename),
+        the policy itself (its status), and the other policies naming either
+        set (a conflict begins or ends)."""
+        meta = obj["metadata"]
+        namespace = meta["namespace"]
+        names = {(p.get("spec") or {}).get("exporterSetName") for p in (obj, previous or {})} - {None, ""}
+        for name in sorted(names):
             yield namespace, name
+        yield namespace, meta["name"], POLICY_KEY
+        for other in self._policies_naming(namespace, names):
+            if other != meta["name"]:
+                yield namespace, other, POLICY_KEY
+
+    def _policies_naming(self, namespace, set_names):
+        return sorted(p["metadata"]["name"] for p in self.caches[POLICY_KEY].list(namespace)
+                      if (p.get("spec") or {}).get("exporterSetName") in set_names)
 
     def _sets_in(self, namespace):
         return self.caches["ExporterSet"].list(namespace)
@@ -236,6 +251,9 @@ class Controller:
             for vclass in self.caches["VirtualTargetClass"].list():
                 meta = vclass["metadata"]
                 self.queue.add((meta["namespace"], meta["name"], CLASS_KEY))
+            for policy in self.caches[POLICY_KEY].list():
+                meta = policy["metadata"]
+                self.queue.add((meta["namespace"], meta["name"], POLICY_KEY))
 
     def _work(self) -> None:
         worker = threading.current_thread().name

@@ -25,7 +25,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import objects as k8s_objects
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import observe as k8s_observe
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import status as k8s_status
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import class_status
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import class_status, policy
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.selectors import (
     selector_matches,
 )
@@ -167,6 +167,8 @@ class Reconciler:
 
     # -- reconcile -----------------------------------------------------------
     def reconcile(self, key: tuple) -> Result:
+        if len(key) == 3 and key[2] == constants.EXPORTER_SET_POLICY.kind:
+            return self.reconcile_policy(key)
         if len(key) == 3:
             return self.reconcile_class(key)
         namespace, name = key
@@ -428,6 +430,33 @@ class Reconciler:
         except ApiException as exc:
             return Result(error=str(exc), path="class")
         return Result(path="class")
+
+    # -- policies ------------------------------------------------------------------
+    def reconcile_policy(self, key: tuple) -> Result:
+        """An ExporterSetPolicy's status: the set it is in force for and its
+        ``Valid`` condition (pool/policy.py). Written by the operator that
+        serves the set's class (by every one while there is no such set or
+        class: the same status, guarded by resourceVersion)."""
+        namespace, name, _ = key
+        esp = self.caches["ExporterSetPolicy"].get(namespace, name)
+        if esp is None:
+            return Result(path="gone")
+        the_set = self.caches["ExporterSet"].get(namespace, (esp.get("spec") or {}).get("exporterSetName") or "")
+        vclass = the_set and self.caches["VirtualTargetClass"].get(
+            namespace, (the_set.get("spec") or {}).get("virtualTargetClassName") or "")
+        if vclass and not self._serves_class(vclass):
+            return Result(path="skipped")
+        wanted = policy.desired_status(esp, self.caches["ExporterSetPolicy"].list(namespace),
+                                       self.caches["ExporterSet"].list(namespace), self.clock())
+        if not policy.status_differs(esp.get("status"), wanted):
+            return Result(path="fastpath")
+        try:
+            policy.write_status(self.api_client, esp, wanted)
+        except ApiException as exc:
+            if exc.status == 404:
+                return Result(path="gone")
+            return Result(error=str(exc), path="policy")
+        return Result(path="policy")
 
     # -- finalizer (k8s/lifecycle.py decides, for every runner of a set) -------
     def _teardown(self, key, exporter_set: dict, observed: dict) -> Result:

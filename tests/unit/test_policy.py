@@ -223,10 +223,71 @@ def test_an_invalid_pause_is_not_a_pause():
     assert condition(plan["status"], c.CONDITION_POLICY_VALID)["reason"] == c.REASON_INVALID_POLICY
 
 
+class _Cache:
+    def __init__(self, items):
+        self.items = items
+
+    def list(self, namespace=None):
+        return [i for i in self.items if namespace is None or i["metadata"]["namespace"] == namespace]
+
+
+def _controller(policies):
+    from exporterset_operator.controller import Controller
+
+    controller = Controller.__new__(Controller)
+    controller.caches = {"ExporterSetPolicy": _Cache(policies)}
+    return controller
+
+
 def test_the_operator_looks_at_the_set_a_policy_names_before_and_after_a_rename():
-    from exporterset_operator.controller import RESOURCES, Controller
+    from exporterset_operator.controller import POLICY_KEY, RESOURCES
 
     assert "ExporterSetPolicy" in [r.kind for r in RESOURCES]
-    renamed = list(Controller._map_policy(esp(set_name="new"), esp(set_name="old")))
-    assert renamed == [("lab", "new"), ("lab", "old")]
-    assert list(Controller._map_policy(esp(), None)) == [("lab", SET_NAME)]
+    rival = esp("rival", set_name="old")
+    controller = _controller([esp(set_name="new"), rival, esp("elsewhere", set_name="third")])
+    renamed = list(controller._map_policy(esp(set_name="new"), esp(set_name="old")))
+    assert renamed == [("lab", "new"), ("lab", "old"), ("lab", "rpi4-policy", POLICY_KEY),
+                       ("lab", "rival", POLICY_KEY)]
+    assert list(_controller([esp()])._map_policy(esp(), None)) == [("lab", SET_NAME),
+                                                                    ("lab", "rpi4-policy", POLICY_KEY)]
+
+
+def test_a_set_that_comes_or_goes_looks_at_its_policies():
+    from exporterset_operator.controller import POLICY_KEY
+
+    controller = _controller([esp()])
+    the_set = exporter_set()
+    assert ("lab", "rpi4-policy", POLICY_KEY) in list(controller._map_set(the_set, None))
+    assert ("lab", "rpi4-policy", POLICY_KEY) not in list(controller._map_set(the_set, the_set))
+    going = copy.deepcopy(the_set)
+    going["metadata"]["deletionTimestamp"] = NOW
+    assert ("lab", "rpi4-policy", POLICY_KEY) in list(controller._map_set(going, the_set))
+
+
+# --- the policy's own status -----------------------------------------------------------
+
+
+def test_policy_status_in_force_invalid_conflicting_or_waiting_for_its_set():
+    mine = esp()
+    status = policy.desired_status(mine, [mine], [exporter_set()], NOW)
+    assert status["exporterSet"] == SET_NAME and status["observedGeneration"] == 1
+    (valid,) = status["conditions"]
+    assert (valid["type"], valid["status"], valid["reason"]) == ("Valid", "True", "Valid")
+    # Written, it is current: nothing to write again.
+    mine["status"] = status
+    assert not policy.status_differs(mine["status"], policy.desired_status(mine, [mine], [exporter_set()], NOW))
+
+    no_set = policy.desired_status(esp(), [esp()], [], NOW)
+    assert no_set["exporterSet"] == "" and "does not exist" in no_set["conditions"][0]["message"]
+
+    rival = esp("rival")
+    conflict = policy.desired_status(esp(), [esp(), rival], [exporter_set()], NOW)
+    assert conflict["exporterSet"] == ""
+    assert (conflict["conditions"][0]["status"], conflict["conditions"][0]["reason"]) == (
+        "False", c.REASON_CONFLICTING_POLICIES)
+    assert "rival also name ExporterSet rpi4" in conflict["conditions"][0]["message"]
+
+    bad = esp(rollout={"maxUnavailable": 0})
+    invalid = policy.desired_status(bad, [bad], [exporter_set()], NOW)
+    assert invalid["exporterSet"] == ""
+    assert invalid["conditions"][0]["message"] == "spec.rollout.maxUnavailable: must be >= 1"

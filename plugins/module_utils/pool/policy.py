@@ -38,6 +38,8 @@ SCALE_IN_NEWEST_FIRST = "NewestFirst"
 SCALE_IN_ORDERS = (SCALE_IN_DEFAULT, SCALE_IN_OLDEST_FIRST, SCALE_IN_NEWEST_FIRST)
 
 SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
+# The policy's own condition: whether it is in force.
+CONDITION_VALID = "Valid"
 
 _FIELDS = {
     "exporterSetName": None,
@@ -319,3 +321,55 @@ def policy_condition_of(kind, status, reason, message):
 
 def _condition(status, kind):
     return next((x for x in (status or {}).get("conditions") or () if x.get("type") == kind), {})
+
+
+def desired_status(esp, policies, exporter_sets, now):
+    """The status an ExporterSetPolicy should carry: ``observedGeneration``,
+    ``exporterSet`` (the set it is in force for; empty while it is not:
+    invalid, in conflict, or no such set) and a ``Valid`` condition
+    (``Valid``, ``InvalidPolicy`` or ``ConflictingPolicies``), from the
+    namespace's ``policies`` and ``exporter_sets``."""
+    meta = esp["metadata"]
+    namespace, generation = meta.get("namespace"), meta.get("generation")
+    spec = esp.get("spec") or {}
+    set_name = spec.get("exporterSetName")
+    errors = validate(spec)
+    rivals = sorted(p["metadata"]["name"] for p in policies or ()
+                    if p["metadata"]["name"] != meta["name"] and names_set(p, namespace, set_name))
+    exists = any(s["metadata"]["name"] == set_name and not s["metadata"].get("deletionTimestamp")
+                 for s in exporter_sets or ())
+    if errors:
+        valid = policy_condition_of(CONDITION_VALID, False, c.REASON_INVALID_POLICY, "; ".join(errors))
+    elif rivals:
+        valid = policy_condition_of(
+            CONDITION_VALID, False, c.REASON_CONFLICTING_POLICIES,
+            f"ExporterSetPolicies {', '.join(rivals)} also name ExporterSet {set_name}; "
+            "none is in force until one is left")
+    elif exists:
+        valid = policy_condition_of(CONDITION_VALID, True, c.REASON_POLICY_VALID,
+                                    f"in force for ExporterSet {set_name}")
+    else:
+        valid = policy_condition_of(CONDITION_VALID, True, c.REASON_POLICY_VALID,
+                                    f"ExporterSet {set_name} does not exist; in force once it does")
+    previous = (esp.get("status") or {}).get("conditions") or []
+    status = {"exporterSet": set_name if valid["status"] == "True" and exists else "",
+              "conditions": merge_conditions(previous, [valid], now, generation)}
+    if generation is not None:
+        status["observedGeneration"] = generation
+    return status
+
+
+def status_differs(current, wanted):
+    """Whether writing ``wanted`` changes ``current``."""
+    return {k: v for k, v in (current or {}).items() if k in wanted} != wanted
+
+
+def write_status(api_client, esp, status):
+    """Patch the policy's status, guarded by its resourceVersion (a 409 is
+    raised: the caller looks again once its cache has the newer object)."""
+    from kubernetes import client
+
+    meta = esp["metadata"]
+    client.CustomObjectsApi(api_client).patch_namespaced_custom_object_status(
+        *c.EXPORTER_SET_POLICY.at(meta["namespace"]), meta["name"],
+        {"metadata": {"resourceVersion": meta["resourceVersion"]}, "status": status})
