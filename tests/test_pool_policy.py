@@ -6,7 +6,8 @@ pool (a lease takes an instance, the warm buffer is raised), as the API
 server's audit log shows; unpaused, the set converges. The CRD: its schema
 refuses what ``pool/policy.py`` refuses, and ``kubectl get esp`` shows the
 controls. Two policies naming one set: the set says so and runs with the
-defaults.
+defaults. Beside upstream's ExporterSet CRD, which prunes controls written
+on a set, the policy keeps them.
 """
 
 from __future__ import annotations
@@ -17,13 +18,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import policy
 from jumpstarter_standin import wait_for
 from jumpstarter_standin.pytest_plugin import serve_namespace
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 from operator_process import USERNAME, OperatorProcess
 from pool_helpers import GROUP, SET_LABEL, condition, get_set, make_class, make_set, settle_pool
-from testbed import BIN_DIR
+from testbed import BIN_DIR, upstream_crd_files
+
+ROOT = Path(__file__).resolve().parents[1]
 
 WRITES = {"create", "update", "patch", "delete", "deletecollection"}
 
@@ -180,3 +184,20 @@ def test_the_schema_refuses_bad_controls_and_kubectl_shows_them(api, namespace, 
                             "-n", namespace], capture_output=True, text=True, check=True).stdout.split("\n")
     assert shown[0].split() == ["NAME", "SET", "PAUSED", "ROLLOUT", "SCALE-IN", "AGE"]
     assert shown[1].split()[:5] == ["pool-policy", "pool", "true", "Proactive", "OldestFirst"]
+
+
+@pytest.mark.testbed
+def test_beside_upstreams_exporterset_crd_the_policy_keeps_what_the_set_would_lose(testbed_factory):
+    """Why the controls are an object of their own: on a cluster that holds
+    upstream Jumpstarter's ExporterSet CRD, a control written on the set is
+    pruned, while the ExporterSetPolicy CRD installs beside it and keeps it."""
+    bed = testbed_factory("upstream-policy", controllers=False,
+                          crd_files=upstream_crd_files() + [ROOT / "config/crd/exportersetpolicies.yaml"])
+    with bed.api_client() as api:
+        custom = client.CustomObjectsApi(api)
+        the_set = make_set(custom, "default", paused=True, rollout={"strategy": "Proactive"})
+        assert "paused" not in the_set["spec"] and "rollout" not in the_set["spec"]
+        made = make_policy(custom, "default", paused=True, rollout={"strategy": "Proactive"})
+        assert made["spec"]["paused"] is True and made["spec"]["rollout"]["strategy"] == "Proactive"
+        in_force, said = policy.policy_for(the_set, [made])
+        assert said is None and in_force["paused"] is True and in_force["rollout"]["strategy"] == "Proactive"
