@@ -270,3 +270,17 @@ def test_settings_defaults():
     assert rollout.settings(None) == ("Opportunistic", 1)
     assert rollout.settings({"rollout": {"strategy": "Proactive", "maxUnavailable": 3}}) \
         == ("Proactive", 3)
+
+
+def test_parked_exporters_of_the_current_template_are_re_enabled_first():
+    the_set, klass = exporter_set(min_available=1), target_class()
+    now_hash = current_hash(the_set, klass)
+    parked = {c.ANNOTATION_SCALE_DOWN: NOW}
+    # Without a rollout the parked order (then the name) picks rpi4-0.
+    pool = [made_from(OLD, name="rpi4-0", enabled=False, annotations=parked),
+            made_from(now_hash, name="rpi4-1", enabled=False, annotations=parked)]
+    assert plan(the_set, pool, klass=klass, policy={"rollout": {"strategy": "None"}})["enable"] \
+        == ["rpi4-0"]
+    result = plan(the_set, pool, klass=klass)
+    assert result["enable"] == ["rpi4-1"]
+    assert result["delete"] == [{"name": "rpi4-0", "reason": c.DELETE_SCALE_DOWN}]

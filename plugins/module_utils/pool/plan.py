@@ -517,6 +517,10 @@ def scale_plan(exporter_set, virtual_target_class, exporters, pending_leases, no
     recycling = sorted(recycling, key=lambda m: m.name)
     useful = leased + len(idle) + len(recycling) - rollout_waiting
     need = target - useful
+    if rolling and need > 0 and parked:
+        # Parked Exporters made from the current template are re-enabled first.
+        parked = sorted(parked, key=lambda m: rollout.outdated(m.annotations,
+                                                               builder.template_hash))
     reenabled = parked[:max(need, 0)]
     for member in reenabled:
         builder.enable.append(member.name)
