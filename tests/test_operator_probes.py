@@ -17,7 +17,7 @@ from operator_process import ROOT, OperatorProcess, leader_and_standby
 from pool_helpers import GROUP, make_class, make_set, settle_pool
 
 ELECTION = ("--leader-elect", "--leader-election-id", "pool-operator")
-KINDS = "ExporterSet, VirtualTargetClass, Exporter, Lease, Pod"
+KINDS = "ExporterSet, VirtualTargetClass, Exporter, Lease, ExporterSetPolicy, Pod"
 
 
 class GatedProxy:
