@@ -80,8 +80,8 @@ def test_default_builds_the_crds_rbac_and_one_deployment_per_provisioner():
     objects = _kustomize(CONFIG / "default")
     kinds = sorted(obj["kind"] for obj in objects)
     assert kinds == sorted(["Namespace", "CustomResourceDefinition", "CustomResourceDefinition",
-                            "CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "Role",
-                            "RoleBinding", "Deployment", "Deployment", "Deployment"])
+                            "CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRole",
+                            "ClusterRoleBinding", "Role", "RoleBinding", "Deployment", "Deployment", "Deployment"])
     cluster_scoped = {"Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding"}
     for obj in objects:
         assert obj["metadata"].get("namespace") == (None if obj["kind"] in cluster_scoped else NAMESPACE), _key(obj)
