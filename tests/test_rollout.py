@@ -15,6 +15,9 @@ recorder of test_lease_safety_race); replayed in resourceVersion order they
 show the namespace at each write: no leased Exporter disabled, deleted or
 reset, at most one Exporter out for the rollout at a time, and never fewer
 than two available Exporters.
+
+Without a policy, the default Opportunistic rollout replaces an outdated
+Exporter when its lease ends and leaves the idle ones alone.
 """
 
 from __future__ import annotations
@@ -145,3 +148,39 @@ def test_proactive_rollout_of_a_class_change(api, namespace, standin, operator):
     assert most_out == 1
     assert fewest >= WARM
     assert status["replicas"] == status["updatedReplicas"] == WARM
+
+
+def test_opportunistic_default_replaces_only_at_lease_end(api, namespace, standin, operator):
+    """No ExporterSetPolicy: the default Opportunistic rollout replaces an
+    outdated Exporter when its lease ends (not reset, although the set
+    reuses instances in place) and leaves the idle ones as they are."""
+    custom = client.CustomObjectsApi(api)
+    make_class(custom, namespace)
+    make_set(custom, namespace, minAvailableReplicas=WARM, maxReplicas=6,
+             recycleStrategy="InPlaceReuse")
+    operator()
+    settle_pool(standin, WARM, custom, namespace, replicas=WARM)
+    standin.create_lease("lease-a", {"board": "qemu-x86"})
+    used = standin.wait_assigned("lease-a")
+    settle_pool(standin, WARM, custom, namespace, leasedReplicas=1, replicas=3, updatedReplicas=3)
+    idle = {e["metadata"]["name"] for e in standin.exporters(f"{SET_LABEL}=pool")} - {used}
+    custom.patch_namespaced_custom_object(
+        *GROUP, namespace, "virtualtargetclasses", "qemu-small",
+        {"spec": {"parameters": {**QEMU_PARAMETERS, "resources": {"cpu": 1, "memory": "384Mi"}}}})
+
+    def says(reason, text):
+        found = condition(get_set(custom, namespace), "RollingOut") or {}
+        return found.get("reason") == reason and text in found.get("message", "") and found
+
+    rolling = wait_for(lambda: says("Opportunistic", "0 of 3"), message="RollingOut Opportunistic")
+    assert rolling["status"] == "True" and "1 of them leased" in rolling["message"]
+    standin.release("lease-a")
+    wait_for(lambda: used not in {e["metadata"]["name"] for e in standin.exporters()},
+             timeout=120, message="the used outdated exporter replaced")
+    status = settle_pool(standin, WARM, custom, namespace, leasedReplicas=0, replicas=WARM)
+    # The idle ones are the same Exporters, still made from the first template.
+    names = {e["metadata"]["name"] for e in standin.exporters(f"{SET_LABEL}=pool")}
+    assert names == idle and status["updatedReplicas"] == 0
+    assert says("Opportunistic", "0 of 2")
+    assert not [e for e in client.CoreV1Api(api).list_namespaced_event(namespace).items
+                if e.reason == "RollingOut"]
