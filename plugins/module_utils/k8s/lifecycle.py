@@ -158,27 +158,28 @@ def _read_set(custom, exporter_set):
         raise
 
 
-def _patch_finalizers(api_client, exporter_set, change, check_mode):
-    """Apply ``change`` (list -> list) to the set's finalizers on a fresh
-    read; returns whether they changed (or would, in check mode)."""
+def _write_fresh(api_client, exporter_set, body_for, status, check_mode):
+    """Write what ``body_for(current)`` returns (None: nothing to change) on
+    a fresh read of the set, with its resourceVersion as precondition, through
+    the status subresource when ``status``; a 409 Conflict reads again and
+    retries. Returns whether the set changed (or would, in check mode)."""
     from kubernetes.client.rest import ApiException
 
     custom = _custom(api_client)
     meta = _meta(exporter_set)
+    patch = custom.patch_namespaced_custom_object_status if status else custom.patch_namespaced_custom_object
     for attempt in range(_ATTEMPTS):
         current = _read_set(custom, exporter_set)
         if current is None or (meta.get("uid") and current["metadata"].get("uid") != meta["uid"]):
             return False
-        finalizers = list(current["metadata"].get("finalizers") or [])
-        wanted = change(finalizers)
-        if wanted == finalizers:
+        body = body_for(current)
+        if body is None:
             return False
         if check_mode:
             return True
-        body = {"metadata": {"finalizers": wanted or None,
-                             "resourceVersion": current["metadata"]["resourceVersion"]}}
+        body["metadata"] = {**body.get("metadata", {}), "resourceVersion": current["metadata"]["resourceVersion"]}
         try:
-            custom.patch_namespaced_custom_object(*constants.EXPORTER_SET.at(meta["namespace"]), meta["name"], body)
+            patch(*constants.EXPORTER_SET.at(meta["namespace"]), meta["name"], body)
             return True
         except ApiException as exc:
             if exc.status == 404:
@@ -187,6 +188,16 @@ def _patch_finalizers(api_client, exporter_set, change, check_mode):
                 raise
             time.sleep(backoff_delay(attempt + 1, 0.05))
     raise AssertionError("unreachable")
+
+
+def _patch_finalizers(api_client, exporter_set, change, check_mode):
+    """Apply ``change`` (list -> list) to the set's finalizers on a fresh
+    read; returns whether they changed (or would, in check mode)."""
+    def body_for(current):
+        finalizers = list(current["metadata"].get("finalizers") or [])
+        wanted = change(finalizers)
+        return None if wanted == finalizers else {"metadata": {"finalizers": wanted or None}}
+    return _write_fresh(api_client, exporter_set, body_for, False, check_mode)
 
 
 def add_finalizer(api_client, exporter_set, finalizer=FINALIZER, check_mode=False):
@@ -206,32 +217,11 @@ def remove_finalizer(api_client, exporter_set, finalizer=FINALIZER, check_mode=F
 def write_outcome(api_client, exporter_set, condition, check_mode=False):
     """Write only the outcome ``condition`` (``outcome``) into the set's
     status, keeping every other field; returns whether it changed."""
-    from kubernetes.client.rest import ApiException
-
-    custom = _custom(api_client)
-    meta = _meta(exporter_set)
-    for attempt in range(_ATTEMPTS):
-        current = _read_set(custom, exporter_set)
-        if current is None:
-            return False
+    def body_for(current):
         status = current.get("status") or {}
         kept = {k: v for k, v in status.items() if k != "conditions"}
         kept["conditions"] = [c for c in status.get("conditions") or []
                               if c.get("type") not in k8s_status.OUTCOME_CONDITIONS]
         desired = k8s_status.status_with_outcome(kept, status, condition)
-        if not k8s_status.status_differs(status, desired):
-            return False
-        if check_mode:
-            return True
-        body = {"metadata": {"resourceVersion": current["metadata"]["resourceVersion"]}, "status": desired}
-        try:
-            custom.patch_namespaced_custom_object_status(
-                *constants.EXPORTER_SET.at(meta["namespace"]), meta["name"], body)
-            return True
-        except ApiException as exc:
-            if exc.status == 404:
-                return False
-            if exc.status != 409 or attempt == _ATTEMPTS - 1:
-                raise
-            time.sleep(backoff_delay(attempt + 1, 0.05))
-    raise AssertionError("unreachable")
+        return {"status": desired} if k8s_status.status_differs(status, desired) else None
+    return _write_fresh(api_client, exporter_set, body_for, True, check_mode)
