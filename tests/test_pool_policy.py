@@ -184,6 +184,9 @@ def test_the_schema_refuses_bad_controls_and_kubectl_shows_them(api, namespace, 
                             "-n", namespace], capture_output=True, text=True, check=True).stdout.split("\n")
     assert shown[0].split() == ["NAME", "SET", "PAUSED", "ROLLOUT", "SCALE-IN", "AGE"]
     assert shown[1].split()[:5] == ["pool-policy", "pool", "true", "Proactive", "OldestFirst"]
+    wide = subprocess.run([str(BIN_DIR / "kubectl"), "--kubeconfig", str(testbed.kubeconfig), "get", "esp",
+                           "-n", namespace, "-o", "wide"], capture_output=True, text=True, check=True).stdout
+    assert wide.split("\n")[0].split() == ["NAME", "SET", "PAUSED", "ROLLOUT", "SCALE-IN", "VALID", "AGE"]
 
 
 @pytest.mark.testbed
