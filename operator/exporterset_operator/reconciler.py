@@ -59,6 +59,8 @@ class Expectation:
     present: set[str] = field(default_factory=set)
     absent: set[str] = field(default_factory=set)
     deadline: float = 0.0
+    # name -> the resourceVersion it had before we patched it.
+    changed: dict[str, str] = field(default_factory=dict)
 
 
 class Expectations:
@@ -72,21 +74,27 @@ class Expectations:
         self._by_key: dict[tuple[str, str], Expectation] = {}
         self._lock = threading.Lock()
 
-    def expect(self, key, present, absent) -> None:
+    def expect(self, key, present, absent, changed: dict[str, str] | None = None) -> None:
         with self._lock:
-            self._by_key[key] = Expectation(set(present), set(absent), time.monotonic() + EXPECTATION_TTL)
+            self._by_key[key] = Expectation(set(present), set(absent), time.monotonic() + EXPECTATION_TTL,
+                                            dict(changed or {}))
 
-    def satisfied(self, key, names: set[str], taken: set[str] | frozenset = frozenset()) -> bool:
+    def satisfied(self, key, names: set[str], taken: set[str] | frozenset = frozenset(),
+                  versions: dict[str, str] | None = None) -> bool:
         """Whether the cache shows what was done: every name expected present
         is ``taken`` (by the set's Exporter, or by another object whose
         namesake we could not create: a 409), every name expected absent is
-        gone from the set's ``names``."""
+        gone from the set's ``names``, and every Exporter we patched is seen
+        at another resourceVersion than before (``versions``: name ->
+        resourceVersion in the cache)."""
         with self._lock:
             exp = self._by_key.get(key)
             if exp is None:
                 return True
+            versions = versions or {}
+            stale = any(versions.get(name) == before for name, before in exp.changed.items())
             if time.monotonic() > exp.deadline or (
-                exp.present <= (names | set(taken)) and not (exp.absent & names)
+                exp.present <= (names | set(taken)) and not (exp.absent & names) and not stale
             ):
                 del self._by_key[key]
                 return True
@@ -199,7 +207,8 @@ class Reconciler:
         # A terminating Exporter counts as gone: the plan skips it, and an
         # orphaning delete keeps it until the garbage collector is done.
         owned_names = {e["metadata"]["name"] for e in observed["owned"] if not e["metadata"].get("deletionTimestamp")}
-        if not self.expectations.satisfied(key, owned_names, set(observed["taken_names"])):
+        versions = {e["metadata"]["name"]: e["metadata"].get("resourceVersion") for e in observed["owned"]}
+        if not self.expectations.satisfied(key, owned_names, set(observed["taken_names"]), versions):
             return Result(requeue_after=1.0, path="waiting")
 
         # The controller CA is a GET by name, made only when backends are to be
@@ -239,8 +248,13 @@ class Reconciler:
                 self._report_failure(exporter_set, plan, str(exc))
                 return Result(error=str(exc), path="inprocess")
             self._count_actions(key, pool_plan)
-            if applied["created"] or applied["deleted"]:
-                self.expectations.expect(key, applied["created"], applied["deleted"])
+            # A pass that starts before the cache shows these writes would
+            # plan them again (a disable twice, its Event twice): it waits.
+            written = applied.get("versions") or {}
+            patched = {name: versions[name] for name in applied.get("patched") or ()
+                       if name in versions and written.get(name) not in (None, versions[name])}
+            if applied["created"] or applied["deleted"] or patched:
+                self.expectations.expect(key, applied["created"], applied["deleted"], patched)
             return Result(requeue_after=requeue, path="inprocess")
         return Result(requeue_after=requeue, path="fastpath")
 
@@ -326,7 +340,7 @@ class Reconciler:
             write_outcome = self.manage_status
         applier = k8s_apply.PlanApplier(self.api_client, exporter_set, write_outcome=write_outcome)
         applier.apply_plan(plan, provisioner or "")
-        return applier.result
+        return {**applier.result, "versions": dict(applier.versions)}
 
     def _run_playbook(self, key, exporter_set, observed, backend_plan, plan) -> None:
         """The reconcile playbook with the backends' part of the plan."""

@@ -112,3 +112,19 @@ def test_forget_drops_the_expectation_of_one_set():
     assert expectations.satisfied(KEY, set(), set())
     assert not expectations.satisfied(OTHER, set(), set())
     expectations.forget(("ns", "never-expected"))
+
+
+def test_a_patched_exporter_is_waited_for_until_the_cache_shows_a_new_version():
+    """A disable (or any patch) the pool loop wrote: the next pass waits until
+    the cache holds the Exporter at another resourceVersion, so it does not
+    plan the same disable and Event again."""
+    expectations = Expectations()
+    expectations.expect(KEY, [], [], {"pool-0": "41"})
+    assert not expectations.satisfied(KEY, {"pool-0"}, versions={"pool-0": "41"})
+    assert expectations.satisfied(KEY, {"pool-0"}, versions={"pool-0": "57"})
+
+
+def test_a_patched_exporter_that_is_gone_is_not_waited_for():
+    expectations = Expectations()
+    expectations.expect(KEY, [], [], {"pool-0": "41"})
+    assert expectations.satisfied(KEY, set(), versions={})

@@ -51,10 +51,18 @@ class PlanApplier:
         self.core = client.CoreV1Api(api_client)
         self.set = exporterset
         self.namespace = self.set["metadata"]["namespace"]
+        # Exporter name -> the resourceVersion our last write of it left.
+        self.versions = {}
         self.result = {"created": [], "deleted": [], "patched": [], "blocked": [], "held": [],
                        "conflicts": 0, "status_changed": False, "events": 0}
         # name -> why, for the ExporterHeld Events.
         self.held_why = {}
+
+    def _patched(self, name, written):
+        """Keep the resourceVersion an Exporter write left (``versions``)."""
+        version = ((written or {}).get("metadata") or {}).get("resourceVersion") if isinstance(written, dict) else None
+        if version:
+            self.versions[name] = version
 
     def _fail(self, what, exc):
         raise ApplyError(f"{what}: {getattr(exc, 'status', '')} {getattr(exc, 'reason', exc)}".strip()) from exc
@@ -132,7 +140,8 @@ class PlanApplier:
             body["metadata"]["annotations"] = annotations
         if not self.check:
             try:
-                self.custom.patch_namespaced_custom_object(*constants.EXPORTER.at(self.namespace), name, body)
+                self._patched(name, self.custom.patch_namespaced_custom_object(
+                    *constants.EXPORTER.at(self.namespace), name, body))
             except ApiException as exc:
                 if exc.status == 409:
                     self._hold(name, "changed since it was read (409 Conflict)", conflict=True)
@@ -243,7 +252,8 @@ class PlanApplier:
 
         if not self.check:
             try:
-                self.custom.patch_namespaced_custom_object(*constants.EXPORTER.at(self.namespace), name, body)
+                self._patched(name, self.custom.patch_namespaced_custom_object(
+                    *constants.EXPORTER.at(self.namespace), name, body))
             except ApiException as exc:
                 if exc.status == 404:
                     return
