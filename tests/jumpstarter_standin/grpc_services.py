@@ -1103,8 +1103,12 @@ class GrpcStandIn:
     in ``status.endpoint``).
     """
 
+    # Every exporter holds its Status stream open, and each stream takes a
+    # thread here; the real controller serves a stream per goroutine, so no
+    # pool a test or bench makes may run out of them (at 64, the 65th
+    # exporter's Register waited for a free thread and timed out).
     def __init__(self, controller: StandInController, host: str | None = None, heartbeat: float = HEARTBEAT,
-                 max_workers: int = 64):
+                 max_workers: int = 1024):
         self.controller = controller
         self.host = host or default_host()
         self.heartbeat = heartbeat
