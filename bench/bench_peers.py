@@ -360,6 +360,20 @@ def set_members(standin: JumpstarterStandIn, exporter_set: dict) -> list[dict]:
     ]
 
 
+def _reached(figures, figure, follows, timeout, predicate, reason) -> bool:
+    """Wait up to ``timeout`` for ``predicate``; when it is not reached,
+    record ``figure`` as a miss with ``reason()``, and ``follows`` (the figure
+    measured after it) as not measured. Returns whether it was reached."""
+    try:
+        wait_for(predicate, timeout=timeout, interval=0.1, message=figure)
+        return True
+    except AssertionError:
+        why = reason()
+        figures["misses"][figure] = why
+        figures["misses"][follows] = f"not measured: {why}"
+        return False
+
+
 def scenario_fill(standin, custom, namespace, figures, timeout):
     started = time.monotonic()
     pool = make_set(
@@ -372,17 +386,9 @@ def scenario_fill(standin, custom, namespace, figures, timeout):
         minAvailableReplicas=FILL,
         scaleDownCooldown=COOLDOWN,
     )
-    try:
-        wait_for(
-            lambda: len(set_members(standin, pool)) >= FILL,
-            timeout=timeout,
-            interval=0.1,
-            message=f"{FILL} exporters",
-        )
-    except AssertionError:
-        reason = f"{len(set_members(standin, pool))} of {FILL} exporters after {timeout:g} s"
-        figures["misses"]["fill_exist_s"] = reason
-        figures["misses"]["fill_ready_s"] = f"not measured: {reason}"
+    if not _reached(figures, "fill_exist_s", "fill_ready_s", timeout,
+                    lambda: len(set_members(standin, pool)) >= FILL,
+                    lambda: f"{len(set_members(standin, pool))} of {FILL} exporters after {timeout:g} s"):
         return
     figures["fill_exist_s"] = time.monotonic() - started
     try:
@@ -469,17 +475,10 @@ def scenario_burst(standin, custom, namespace, figures, timeout, event_timeout):
     started = time.monotonic()
     for lease in leases:
         standin.create_lease(lease, {"board": "burst"})
-    try:
-        wait_for(
-            lambda: len(set_members(standin, burst)) >= BURST + 1,
-            timeout=event_timeout,
-            interval=0.1,
-            message=f"{BURST} new exporters for the burst",
-        )
-    except AssertionError:
-        reason = f"{len(set_members(standin, burst)) - 1} of {BURST} new exporters after {event_timeout:g} s"
-        figures["misses"]["burst_exist_s"] = reason
-        figures["misses"]["burst_assigned_s"] = f"not measured: {reason}"
+    if not _reached(figures, "burst_exist_s", "burst_assigned_s", event_timeout,
+                    lambda: len(set_members(standin, burst)) >= BURST + 1,
+                    lambda: f"{len(set_members(standin, burst)) - 1} of {BURST} new exporters "
+                            f"after {event_timeout:g} s"):
         return
     figures["burst_exist_s"] = time.monotonic() - started
 

@@ -3,6 +3,7 @@ the one who asks, and handing the set back when a run ends."""
 
 import threading
 import time
+from contextlib import contextmanager
 
 from exporterset_operator.backends import BackendRuns
 
@@ -42,6 +43,17 @@ class Runs:
         self.done_event.set()
 
 
+@contextmanager
+def running_lane(run, on_done, workers):
+    """A started lane, shut down when the test ends."""
+    lane = BackendRuns(run, on_done, workers=workers)
+    lane.start()
+    try:
+        yield lane
+    finally:
+        lane.shutdown()
+
+
 def wait_for(predicate, what):
     deadline = time.monotonic() + BOUND
     while not predicate():
@@ -51,9 +63,7 @@ def wait_for(predicate, what):
 
 def test_a_set_asked_for_many_times_runs_once_at_a_time():
     runs = Runs()
-    lane = BackendRuns(runs.run, runs.on_done, workers=3)
-    lane.start()
-    try:
+    with running_lane(runs.run, runs.on_done, 3) as lane:
         key = ("ns", "a")
         assert lane.submit(key)
         wait_for(lambda: runs.started == [key], "the run starts")
@@ -64,15 +74,11 @@ def test_a_set_asked_for_many_times_runs_once_at_a_time():
         wait_for(lambda: runs.done == [key], "the set is handed back once")
         wait_for(lambda: not lane.busy(key), "the lane is idle")
         assert runs.started == [key] and runs.max_concurrent == 1
-    finally:
-        lane.shutdown()
 
 
 def test_a_set_asked_for_while_queued_is_queued_once():
     runs = Runs()
-    lane = BackendRuns(runs.run, runs.on_done, workers=1)
-    lane.start()
-    try:
+    with running_lane(runs.run, runs.on_done, 1) as lane:
         first, second = ("ns", "a"), ("ns", "b")
         lane.submit(first)
         wait_for(lambda: runs.started == [first], "the first run starts")
@@ -83,15 +89,11 @@ def test_a_set_asked_for_while_queued_is_queued_once():
         runs.gate(second).set()
         wait_for(lambda: sorted(runs.done) == [first, second], "both runs end")
         assert runs.started == [first, second]
-    finally:
-        lane.shutdown()
 
 
 def test_runs_across_sets_are_bounded_and_submit_never_blocks():
     runs = Runs()
-    lane = BackendRuns(runs.run, runs.on_done, workers=2)
-    lane.start()
-    try:
+    with running_lane(runs.run, runs.on_done, 2) as lane:
         keys = [("ns", f"set-{i}") for i in range(5)]
         started = time.monotonic()
         for key in keys:
@@ -104,8 +106,6 @@ def test_runs_across_sets_are_bounded_and_submit_never_blocks():
             runs.gate(key).set()
         wait_for(lambda: sorted(runs.done) == sorted(keys), "every run ends")
         assert runs.max_concurrent == 2
-    finally:
-        lane.shutdown()
 
 
 def test_a_run_that_raises_still_hands_the_set_back():
@@ -114,16 +114,12 @@ def test_a_run_that_raises_still_hands_the_set_back():
     def run(key):
         raise RuntimeError("boom")
 
-    lane = BackendRuns(run, done.append, workers=1)
-    lane.start()
-    try:
+    with running_lane(run, done.append, 1) as lane:
         lane.submit(("ns", "a"))
         wait_for(lambda: done == [("ns", "a")], "the set is handed back")
         wait_for(lambda: all(t.is_alive() for t in lane.threads), "the lane lives on")
         lane.submit(("ns", "a"))
         wait_for(lambda: len(done) == 2, "the lane takes the next run")
-    finally:
-        lane.shutdown()
 
 
 def test_shutdown_takes_no_more_runs_and_waits_for_the_one_in_flight():

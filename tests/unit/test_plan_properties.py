@@ -70,6 +70,16 @@ class World:
         wanted = set(demand[SET_NAME])
         return [x for x in self.leases if x["metadata"]["name"] in wanted]
 
+    def run(self, events, *checks):
+        """Plan, check the plan (``check(world, plan)``), apply it, then let
+        the next event happen: once per event."""
+        for kind, index in events:
+            plan = self.plan()
+            for check in checks:
+                check(self, plan)
+            self.apply(plan)
+            self.event(kind, index)
+
     def plan(self):
         return scale_plan(self.set, self.klass, self.sorted_exporters(), self.pending_for_set(),
                           format_time(self.now), instances=self.instances,
@@ -267,6 +277,10 @@ def applied(world, plan):
     return after
 
 
+def check_deterministic(world, plan):
+    assert plan == world.plan(), "the plan is not deterministic"
+
+
 def check_invariants(world, plan):
     the_spec = world.set["spec"]
     max_replicas = the_spec["maxReplicas"]
@@ -347,12 +361,7 @@ def settle(world, limit=40):
 def test_invariants_hold_under_random_events(scenario, events):
     the_set, klass, pool, options = scenario
     world = World(the_set, klass, pool, options)
-    for kind, index in events:
-        plan = world.plan()
-        assert plan == world.plan(), "the plan is not deterministic"
-        check_invariants(world, plan)
-        world.apply(plan)
-        world.event(kind, index)
+    world.run(events, check_deterministic, check_invariants)
     settle(world)
 
 
@@ -361,9 +370,7 @@ def test_invariants_hold_under_random_events(scenario, events):
 def test_converges_to_target_when_exporters_become_ready(scenario, events):
     the_set, klass, pool, options = scenario
     world = World(the_set, klass, pool, options)
-    for kind, index in events:
-        world.apply(world.plan())
-        world.event(kind, index)
+    world.run(events)
     for _ in range(30):
         plan = world.plan()
         world.apply(plan)
@@ -393,9 +400,7 @@ def test_every_exporter_that_served_an_ended_lease_is_recycled(scenario, events)
     (ExitAndReplace) or reset (InPlaceReuse) once nothing else happens."""
     the_set, klass, pool, options = scenario
     world = World(the_set, klass, pool, options)
-    for kind, index in events:
-        world.apply(world.plan())
-        world.event(kind, index)
+    world.run(events)
     world.sync()
     settle(world)
     reuse = the_set["spec"]["recycleStrategy"] == c.RECYCLE_IN_PLACE_REUSE

@@ -97,12 +97,7 @@ def check_rollout(world, plan):
 def test_rollout_keeps_leases_and_the_warm_buffer(scenario, events):
     the_set, klass, pool, options = scenario
     world = RolloutWorld(the_set, klass, pool, options)
-    for kind, index in events:
-        plan = world.plan()
-        check_invariants(world, plan)
-        check_rollout(world, plan)
-        world.apply(plan)
-        world.event(kind, index)
+    world.run(events, check_invariants, check_rollout)
     settle(world)
 
 
@@ -114,11 +109,7 @@ def test_proactive_rollout_completes_once_leases_end(scenario, events):
     the_set, klass, pool, options = scenario
     options["policy"]["rollout"]["strategy"] = "Proactive"
     world = RolloutWorld(the_set, klass, pool, options)
-    for kind, index in events:
-        plan = world.plan()
-        check_rollout(world, plan)
-        world.apply(plan)
-        world.event(kind, index)
+    world.run(events, check_rollout)
     world.event("change", 1)
     for held in [x for x in world.leases if not x["status"].get("ended")]:
         world.end(held)
