@@ -222,6 +222,9 @@ def test_quota_refusal_limits_scaling_with_the_api_message(api, namespace, stand
     assert cond["status"] == "True"
     assert "Not enough quota in project Default Project" in cond["message"]
     assert len(corellium_fake.instances()) == 1
+    # The accepted instance's Pod comes with the end of the backend run that
+    # met the refusal (the condition is written by the pool loop meanwhile).
+    wait_for(lambda: len(standin.pods()) == 1, message="the accepted instance's Pod")
     # The refused Exporter waits without a Pod; no third Exporter is made for it.
     with no_event(api, "Pod", added, 2.0, namespace, what="Pod for the refused Exporter"):
         assert_no_event(api, "Exporter", added, 2.0, namespace, what="third Exporter")
