@@ -28,15 +28,8 @@ author:
 extends_documentation_fragment:
   - jumpstarter.virtual_exporters.attributes
   - jumpstarter.virtual_exporters.attributes.idempotent
+  - jumpstarter.virtual_exporters.exporterset
 options:
-  namespace:
-    description: Namespace of the ExporterSet.
-    type: str
-    required: true
-  exporterset:
-    description: Name of the ExporterSet.
-    type: str
-    required: true
   parameters:
     description: The class parameters with the set's overrides deep-merged over them.
     type: dict

@@ -26,14 +26,6 @@ attributes:
       Every run records what the probe saw; recording an observation reports no change
       (see C(hosts_changed) for whether a host's entry moved).
 options:
-  namespace:
-    description: Namespace of the ExporterSet.
-    type: str
-    required: true
-  exporterset:
-    description: Name of the ExporterSet.
-    type: str
-    required: true
   results:
     description:
       - Per host name C(unreachable) and C(instances) (the
@@ -43,6 +35,7 @@ options:
     required: true
 extends_documentation_fragment:
   - jumpstarter.virtual_exporters.attributes
+  - jumpstarter.virtual_exporters.exporterset
   - jumpstarter.virtual_exporters.kubernetes
 """
 

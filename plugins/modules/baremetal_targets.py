@@ -25,19 +25,6 @@ description:
 author:
   - Jumpstarter virtual exporters maintainers (@jumpstarter-dev)
 options:
-  exporterset:
-    description: The ExporterSet object.
-    type: dict
-    required: true
-  virtual_target_class:
-    description: The set's VirtualTargetClass object.
-    type: dict
-    required: true
-  owned_exporters:
-    description: The Exporter objects of the set.
-    type: list
-    elements: dict
-    required: true
   exporters:
     description: Names of the Exporters the entry point acts on.
     type: list
@@ -66,6 +53,7 @@ options:
     default: ""
 extends_documentation_fragment:
   - jumpstarter.virtual_exporters.attributes
+  - jumpstarter.virtual_exporters.exporterset.objects
   - jumpstarter.virtual_exporters.attributes.idempotent
   - jumpstarter.virtual_exporters.kubernetes
 """

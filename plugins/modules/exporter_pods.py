@@ -27,19 +27,6 @@ description:
 author:
   - Jumpstarter virtual exporters maintainers (@jumpstarter-dev)
 options:
-  exporterset:
-    description: The ExporterSet object.
-    type: dict
-    required: true
-  virtual_target_class:
-    description: The set's VirtualTargetClass object.
-    type: dict
-    required: true
-  owned_exporters:
-    description: The Exporter objects of the set (as read from the API).
-    type: list
-    elements: dict
-    required: true
   exporters:
     description: Names of the Exporters to act on.
     type: list
@@ -67,6 +54,7 @@ options:
     default: present
 extends_documentation_fragment:
   - jumpstarter.virtual_exporters.attributes
+  - jumpstarter.virtual_exporters.exporterset.objects
   - jumpstarter.virtual_exporters.attributes.idempotent
   - jumpstarter.virtual_exporters.kubernetes
 """

@@ -1,0 +1,37 @@
+# Copyright: Jumpstarter virtual exporters maintainers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+
+
+class ModuleDocFragment:
+    # The set a module acts for, by name: modules that run on lab hosts or
+    # write one annotation, and so need no object from the API.
+    DOCUMENTATION = r"""
+options:
+  namespace:
+    description: Namespace of the ExporterSet.
+    type: str
+    required: true
+  exporterset:
+    description: Name of the ExporterSet.
+    type: str
+    required: true
+"""
+
+    # The objects a provisioner's module plans from, as the reconcile role
+    # holds them: the set, its class and the Exporters it owns.
+    OBJECTS = r"""
+options:
+  exporterset:
+    description: The ExporterSet object, as read from the API.
+    type: dict
+    required: true
+  virtual_target_class:
+    description: The set's VirtualTargetClass object.
+    type: dict
+    required: true
+  owned_exporters:
+    description: The Exporter objects the set owns, as read from the API.
+    type: list
+    elements: dict
+    required: true
+"""
