@@ -17,9 +17,10 @@ options:
     required: true
 """
 
-    # The objects a provisioner's module plans from, as the reconcile role
-    # holds them: the set, its class and the Exporters it owns.
-    OBJECTS = r"""
+    # What a provisioner's entry-point module plans from, as the reconcile
+    # role holds it: the set, its class and the Exporters it owns, the names
+    # of those to act on and the class parameters with the set's overrides.
+    PROVISIONER = r"""
 options:
   exporterset:
     description: The ExporterSet object, as read from the API.
@@ -34,4 +35,13 @@ options:
     type: list
     elements: dict
     required: true
+  exporters:
+    description: Names of the Exporters the provisioner's entry point acts on.
+    type: list
+    elements: str
+    required: true
+  parameters:
+    description: The class parameters with the set's overrides deep-merged over them.
+    type: dict
+    default: {}
 """

@@ -137,7 +137,7 @@ import subprocess
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants, exporterset_options
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.baremetal import hosts as baremetal
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu import argv as qemu_argv
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu import images as image_fetch
@@ -500,8 +500,7 @@ def main():
     names = dict(type="list", elements="str", default=[])
     module = AnsibleModule(
         argument_spec=dict(
-            namespace=dict(type="str", required=True),
-            exporterset=dict(type="str", required=True),
+            **exporterset_options.SET_NAME,
             parameters=dict(type="dict", default={}),
             configs=dict(type="dict", default={}),
             tokens=dict(type="dict", default={}, no_log=True),

@@ -64,7 +64,7 @@ written:
 
 from datetime import UTC, datetime
 
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants, exporterset_options
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.baremetal import (
     pool as baremetal_pool,
 )
@@ -78,8 +78,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.
 def main():
     module = k8s_module(
         dict(
-            namespace=dict(type="str", required=True),
-            exporterset=dict(type="str", required=True),
+            **exporterset_options.SET_NAME,
             results=dict(type="dict", required=True),
         ),
         supports_check_mode=True,

@@ -25,15 +25,6 @@ description:
 author:
   - Jumpstarter virtual exporters maintainers (@jumpstarter-dev)
 options:
-  exporters:
-    description: Names of the Exporters the entry point acts on.
-    type: list
-    elements: str
-    required: true
-  parameters:
-    description: The class parameters with the set's overrides deep-merged over them.
-    type: dict
-    default: {}
   action:
     description:
       - The provisioner entry point; C(probe) only reads the state of the instances on every
@@ -53,7 +44,7 @@ options:
     default: ""
 extends_documentation_fragment:
   - jumpstarter.virtual_exporters.attributes
-  - jumpstarter.virtual_exporters.exporterset.objects
+  - jumpstarter.virtual_exporters.exporterset.provisioner
   - jumpstarter.virtual_exporters.attributes.idempotent
   - jumpstarter.virtual_exporters.kubernetes
 """
@@ -108,7 +99,7 @@ import copy
 import os
 from datetime import UTC, datetime
 
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants, exporterset_options
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.baremetal import hosts as baremetal
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.baremetal import (
     pool as baremetal_pool,
@@ -227,11 +218,7 @@ class Targets(ClusterModule):
 def main():
     module = k8s_module(
         dict(
-            exporterset=dict(type="dict", required=True),
-            virtual_target_class=dict(type="dict", required=True),
-            owned_exporters=dict(type="list", elements="dict", required=True),
-            exporters=dict(type="list", elements="str", required=True),
-            parameters=dict(type="dict", default={}),
+            **exporterset_options.PROVISIONER,
             action=dict(type="str", required=True, choices=["provision", "remove", "reset", "retain", "probe"]),
             ssh_dir=dict(type="path", default="~/.ansible/jumpstarter-baremetal"),
             controller_tls_ca=dict(type="str", default=""),

@@ -27,15 +27,6 @@ description:
 author:
   - Jumpstarter virtual exporters maintainers (@jumpstarter-dev)
 options:
-  exporters:
-    description: Names of the Exporters to act on.
-    type: list
-    elements: str
-    required: true
-  parameters:
-    description: The class parameters with the set's overrides deep-merged over them.
-    type: dict
-    default: {}
   images:
     description: The class images with the set's per-field overrides.
     type: dict
@@ -54,7 +45,7 @@ options:
     default: present
 extends_documentation_fragment:
   - jumpstarter.virtual_exporters.attributes
-  - jumpstarter.virtual_exporters.exporterset.objects
+  - jumpstarter.virtual_exporters.exporterset.provisioner
   - jumpstarter.virtual_exporters.attributes.idempotent
   - jumpstarter.virtual_exporters.kubernetes
 """
@@ -99,7 +90,7 @@ waiting:
 
 from concurrent.futures import ThreadPoolExecutor
 
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants, exporterset_options
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import credentials
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import objects as k8s_objects
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import pod as k8s_pod
@@ -230,11 +221,7 @@ class PodManager(ClusterModule):
 def main():
     module = k8s_module(
         dict(
-            exporterset=dict(type="dict", required=True),
-            virtual_target_class=dict(type="dict", required=True),
-            owned_exporters=dict(type="list", elements="dict", required=True),
-            exporters=dict(type="list", elements="str", required=True),
-            parameters=dict(type="dict", default={}),
+            **exporterset_options.PROVISIONER,
             images=dict(type="dict", default={}),
             controller_tls_ca=dict(type="str", default=""),
             state=dict(type="str", choices=["present", "absent"], default="present"),

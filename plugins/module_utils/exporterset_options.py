@@ -1,0 +1,18 @@
+"""Argument specs of the options several modules share, each documented
+once by a doc fragment in ``plugins/doc_fragments/exporterset.py``."""
+
+# jumpstarter.virtual_exporters.exporterset: the set a module acts for, by name.
+SET_NAME = dict(
+    namespace=dict(type="str", required=True),
+    exporterset=dict(type="str", required=True),
+)
+
+# jumpstarter.virtual_exporters.exporterset.provisioner: what a provisioner's
+# entry-point module plans from.
+PROVISIONER = dict(
+    exporterset=dict(type="dict", required=True),
+    virtual_target_class=dict(type="dict", required=True),
+    owned_exporters=dict(type="list", elements="dict", required=True),
+    exporters=dict(type="list", elements="str", required=True),
+    parameters=dict(type="dict", default={}),
+)
