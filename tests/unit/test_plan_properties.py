@@ -54,6 +54,8 @@ def is_dormant(exporter):
 
 class World:
     def __init__(self, the_set, klass, exporters, options):
+        """A world of one set, its class, the Exporters it owns and the plan's
+        options: the scenario the strategies draw."""
         self.set = the_set
         self.klass = klass
         self.exporters = {e["metadata"]["name"]: e for e in exporters}
@@ -359,8 +361,7 @@ def settle(world, limit=40):
 @PROPERTY_SETTINGS
 @given(spec_and_pool(), EVENTS)
 def test_invariants_hold_under_random_events(scenario, events):
-    the_set, klass, pool, options = scenario
-    world = World(the_set, klass, pool, options)
+    world = World(*scenario)
     world.run(events, check_deterministic, check_invariants)
     settle(world)
 
@@ -368,8 +369,7 @@ def test_invariants_hold_under_random_events(scenario, events):
 @PROPERTY_SETTINGS
 @given(spec_and_pool(), EVENTS)
 def test_converges_to_target_when_exporters_become_ready(scenario, events):
-    the_set, klass, pool, options = scenario
-    world = World(the_set, klass, pool, options)
+    world = World(*scenario)
     world.run(events)
     for _ in range(30):
         plan = world.plan()
@@ -398,12 +398,11 @@ def test_every_exporter_that_served_an_ended_lease_is_recycled(scenario, events)
     """Seen leased or not (``flash`` leases begin and end between two plans),
     an Exporter that served a Lease that has since ended is replaced
     (ExitAndReplace) or reset (InPlaceReuse) once nothing else happens."""
-    the_set, klass, pool, options = scenario
-    world = World(the_set, klass, pool, options)
+    world = World(*scenario)
     world.run(events)
     world.sync()
     settle(world)
-    reuse = the_set["spec"]["recycleStrategy"] == c.RECYCLE_IN_PLACE_REUSE
+    reuse = world.set["spec"]["recycleStrategy"] == c.RECYCLE_IN_PLACE_REUSE
     view = LeaseView(world.leases)
     for name, obj in world.exporters.items():
         if is_dormant(obj) or view.holders(obj):

@@ -95,8 +95,7 @@ def check_rollout(world, plan):
 @PROPERTY_SETTINGS
 @given(rollout_scenarios(), ROLLOUT_EVENTS)
 def test_rollout_keeps_leases_and_the_warm_buffer(scenario, events):
-    the_set, klass, pool, options = scenario
-    world = RolloutWorld(the_set, klass, pool, options)
+    world = RolloutWorld(*scenario)
     world.run(events, check_invariants, check_rollout)
     settle(world)
 
