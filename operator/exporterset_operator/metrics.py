@@ -12,69 +12,43 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 SET_LABELS = ("namespace", "exporterset")
 
 
+PREFIX = "jumpstarter_exporterset_"
+
+
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        r = self.registry
-        self.reconcile_duration = Histogram(
-            "jumpstarter_exporterset_reconcile_duration_seconds",
-            "Time spent in one reconcile of an ExporterSet, by path taken.",
-            ["path"],
-            buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
-            registry=r,
+
+        def new(kind, name: str, help_text: str, labels=(), **kwargs):
+            """A metric ``jumpstarter_exporterset_<name>`` of this registry."""
+            return kind(PREFIX + name, help_text, labels, registry=self.registry, **kwargs)
+
+        self.reconcile_duration = new(
+            Histogram, "reconcile_duration_seconds", "Time spent in one reconcile of an ExporterSet, by path taken.",
+            ["path"], buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
         )
-        self.reconciles = Counter(
-            "jumpstarter_exporterset_reconciles_total",
-            "Reconciles by outcome (fastpath, status, playbook, error, skipped).",
+        self.reconciles = new(
+            Counter, "reconciles_total", "Reconciles by outcome (fastpath, status, playbook, error, skipped).",
             ["outcome"],
-            registry=r,
         )
-        self.playbook_runs = Counter(
-            "jumpstarter_exporterset_playbook_runs_total",
-            "ansible-runner runs of the reconcile playbook by result.",
-            ["result"],
-            registry=r,
+        self.playbook_runs = new(
+            Counter, "playbook_runs_total", "ansible-runner runs of the reconcile playbook by result.", ["result"],
         )
-        self.fast_path_hits = Counter(
-            "jumpstarter_exporterset_fast_path_total",
-            "Reconciles finished in process without running a playbook.",
-            registry=r,
+        self.fast_path_hits = new(
+            Counter, "fast_path_total", "Reconciles finished in process without running a playbook.",
         )
-        self.queue_depth = Gauge(
-            "jumpstarter_exporterset_workqueue_depth",
-            "ExporterSets waiting in the work queue.",
-            registry=r,
+        self.queue_depth = new(Gauge, "workqueue_depth", "ExporterSets waiting in the work queue.")
+        self.backend_runs = new(
+            Gauge, "backend_runs", "ExporterSets whose backend run (the reconcile playbook) is queued or in flight.",
         )
-        self.backend_runs = Gauge(
-            "jumpstarter_exporterset_backend_runs",
-            "ExporterSets whose backend run (the reconcile playbook) is queued or in flight.",
-            registry=r,
-        )
-        self.scale_ups = Counter(
-            "jumpstarter_exporterset_scale_up_total",
-            "Exporters created by scale-up.",
+        self.scale_ups = new(Counter, "scale_up_total", "Exporters created by scale-up.", SET_LABELS)
+        self.scale_downs = new(Counter, "scale_down_total", "Exporters removed by scale-down.", SET_LABELS)
+        self.failures = new(
+            Counter, "instance_failures_total", "Instances replaced because they failed or never became ready.",
             SET_LABELS,
-            registry=r,
-        )
-        self.scale_downs = Counter(
-            "jumpstarter_exporterset_scale_down_total",
-            "Exporters removed by scale-down.",
-            SET_LABELS,
-            registry=r,
-        )
-        self.failures = Counter(
-            "jumpstarter_exporterset_instance_failures_total",
-            "Instances replaced because they failed or never became ready.",
-            SET_LABELS,
-            registry=r,
         )
         self.replicas = {
-            field: Gauge(
-                f"jumpstarter_exporterset_{metric}",
-                help_text,
-                SET_LABELS,
-                registry=r,
-            )
+            field: new(Gauge, metric, help_text, SET_LABELS)
             for field, metric, help_text in (
                 ("replicas", "replicas", "Exporters owned by the set."),
                 ("readyReplicas", "ready_replicas", "Owned Exporters registered and online."),
@@ -82,17 +56,10 @@ class Metrics:
                 ("leasedReplicas", "leased_replicas", "Owned Exporters serving a lease."),
             )
         }
-        self.leader = Gauge(
-            "jumpstarter_exporterset_leader",
-            "1 while this process leads (or runs without leader election) and reconciles, else 0.",
-            registry=r,
+        self.leader = new(
+            Gauge, "leader", "1 while this process leads (or runs without leader election) and reconciles, else 0.",
         )
-        self.pending_demand = Gauge(
-            "jumpstarter_exporterset_pending_demand",
-            "Pending leases attributed to the set.",
-            SET_LABELS,
-            registry=r,
-        )
+        self.pending_demand = new(Gauge, "pending_demand", "Pending leases attributed to the set.", SET_LABELS)
 
     def observe_set(self, namespace: str, name: str, status: dict, demand: int) -> None:
         for field, gauge in self.replicas.items():
