@@ -50,34 +50,24 @@ class ResilientLeaseLock(LeaseLock):
             return False, _unreachable("get", exc)
 
     def create(self, name, namespace, election_record):
-        with self._mutex:
-            if self._released:
-                return False
-            return self._create(name, namespace, election_record)
-
-    def _create(self, name, namespace, election_record):
-        try:
-            return super().create(name, namespace, election_record)
-        except ApiException:
-            raise
-        except Exception as exc:
-            _unreachable("create", exc)
-            return False
+        return self._write("create", super().create, name, namespace, election_record)
 
     def update(self, name, namespace, updated_record):
+        return self._write("update", super().update, name, namespace, updated_record)
+
+    def _write(self, action, write, name, namespace, record):
+        """A create or update of the Lease: none once released, and any error
+        but an ApiException is a failed attempt."""
         with self._mutex:
             if self._released:
                 return False
-            return self._update(name, namespace, updated_record)
-
-    def _update(self, name, namespace, updated_record):
-        try:
-            return super().update(name, namespace, updated_record)
-        except ApiException:
-            raise
-        except Exception as exc:
-            _unreachable("update", exc)
-            return False
+            try:
+                return write(name, namespace, record)
+            except ApiException:
+                raise
+            except Exception as exc:
+                _unreachable(action, exc)
+                return False
 
     def release(self) -> bool:
         """Give the Lease up if this process holds it: clear the holder (with
