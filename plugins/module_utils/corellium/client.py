@@ -287,19 +287,14 @@ class CorelliumClient:
 
     def get_project(self, ref: str) -> dict | None:
         """The project whose id or name is ``ref``."""
-        for project in self.list_projects():
-            if ref in (project.get("id"), project.get("name")):
-                return project
-        return None
+        return _first_with(self.list_projects(), ref, ("id", "name"))
 
     def list_models(self) -> list[dict]:
         return self.request("GET", "/v1/models") or []
 
     def get_model(self, flavor: str) -> dict | None:
-        for model in self.list_models():
-            if flavor in (model.get("flavor"), model.get("model")):
-                return model
-        return None
+        """The model whose flavor or model name is ``flavor``."""
+        return _first_with(self.list_models(), flavor, ("flavor", "model"))
 
     # -- instances ------------------------------------------------------------
 
@@ -399,6 +394,11 @@ class _AlreadyCreated(Exception):
     def __init__(self, instance: dict):
         super().__init__(instance["id"])
         self.instance = instance
+
+
+def _first_with(items: list[dict], value: str, keys: tuple[str, ...]) -> dict | None:
+    """The first of ``items`` that has ``value`` under one of ``keys``."""
+    return next((item for item in items if value in (item.get(key) for key in keys)), None)
 
 
 def _quote(segment: str) -> str:
