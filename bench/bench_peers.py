@@ -107,6 +107,13 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 
 
+def bench_set(custom, namespace: str, name: str, min_replicas: int, min_available: int) -> dict:
+    """A set of the benchmark: its own board (its name), at most CEILING
+    Exporters, scaling down after COOLDOWN."""
+    return make_set(custom, namespace, name=name, board=name, minReplicas=min_replicas, maxReplicas=CEILING,
+                    minAvailableReplicas=min_available, scaleDownCooldown=COOLDOWN)
+
+
 # -- identities ------------------------------------------------------------
 
 
@@ -376,16 +383,7 @@ def _reached(figures, figure, follows, timeout, predicate, reason) -> bool:
 
 def scenario_fill(standin, custom, namespace, figures, timeout):
     started = time.monotonic()
-    pool = make_set(
-        custom,
-        namespace,
-        name="pool",
-        board="pool",
-        minReplicas=0,
-        maxReplicas=CEILING,
-        minAvailableReplicas=FILL,
-        scaleDownCooldown=COOLDOWN,
-    )
+    pool = bench_set(custom, namespace, "pool", min_replicas=0, min_available=FILL)
     if not _reached(figures, "fill_exist_s", "fill_ready_s", timeout,
                     lambda: len(set_members(standin, pool)) >= FILL,
                     lambda: f"{len(set_members(standin, pool))} of {FILL} exporters after {timeout:g} s"):
@@ -453,16 +451,7 @@ def scenario_burst(standin, custom, namespace, figures, timeout, event_timeout):
     sets the 20 that follow Pending (NotAvailable), which is what upstream's
     controller scales up for; a lease matching no Exporter at all is refused
     instead (Unsatisfiable, NoAccess), as the real controller does."""
-    burst = make_set(
-        custom,
-        namespace,
-        name="burst",
-        board="burst",
-        minReplicas=1,
-        maxReplicas=CEILING,
-        minAvailableReplicas=0,
-        scaleDownCooldown=COOLDOWN,
-    )
+    burst = bench_set(custom, namespace, "burst", min_replicas=1, min_available=0)
     wait_for(
         lambda: _settled(set_members(standin, burst)),
         timeout=timeout,
@@ -559,16 +548,7 @@ def scenario_latency(bed, standin, custom, namespace, user, figures, events, tim
     the audit log: from the server receiving the Lease to the server having
     stored the controller's create of the replacement; the local clock only
     decides when to go on."""
-    lat = make_set(
-        custom,
-        namespace,
-        name="lat",
-        board="lat",
-        minReplicas=0,
-        maxReplicas=CEILING,
-        minAvailableReplicas=1,
-        scaleDownCooldown=COOLDOWN,
-    )
+    lat = bench_set(custom, namespace, "lat", min_replicas=0, min_available=1)
     outcomes: list[dict] = []  # per event: lease, new (names), or miss (reason)
     with open(bed.audit_log) as log:
         log.seek(0, os.SEEK_END)
