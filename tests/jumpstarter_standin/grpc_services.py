@@ -351,6 +351,16 @@ def lease_to_pb(lease: dict) -> client_pb2.Lease:
     return result
 
 
+def _lease_client(lease: dict) -> str | None:
+    """The name of the Client a Lease is for."""
+    return ((lease.get("spec") or {}).get("clientRef") or {}).get("name")
+
+
+def _lease_exporter(lease: dict) -> str | None:
+    """The name of the Exporter a Lease is assigned to, once it is."""
+    return ((lease.get("status") or {}).get("exporterRef") or {}).get("name")
+
+
 def _time_fields(begin: datetime | None, end: datetime | None, duration: timedelta | None):
     """ReconcileLeaseTimeFields: derive the missing one, refuse conflicts."""
     if begin is not None and end is not None:
@@ -503,16 +513,22 @@ class _Services(jumpstarter_pb2_grpc.ControllerServiceServicer, router_pb2_grpc.
             if report.labels:
                 device["labels"] = dict(report.labels)
             devices.append(device)
+        # An empty list is omitted by the real one's JSON, like nil.
+        self._update_status(name, {"devices": devices or None})
+        return jumpstarter_pb2.RegisterResponse(uuid=exporter["metadata"]["uid"])
+
+    def _update_status(self, name: str, status: dict) -> None:
+        """Patches an Exporter's status for a call that fails when it cannot."""
         try:
-            # An empty list is omitted by the real one's JSON, like nil.
-            self._patch_status(name, {"devices": devices or None})
+            self._patch_status(name, status)
         except ApiException as exc:
             raise RpcAbort(grpc.StatusCode.INTERNAL,
                            f"unable to update exporter status: {_k8s_error(exc).message}") from exc
-        return jumpstarter_pb2.RegisterResponse(uuid=exporter["metadata"]["uid"])
 
     @staticmethod
-    def _sync_online(exporter: dict, status: dict, conditions: list) -> None:
+    def _online_conditions(exporter: dict, status: dict) -> list:
+        """The Exporter's conditions with Online set from the status it reports."""
+        conditions = [dict(c) for c in (exporter.get("status") or {}).get("conditions") or ()]
         value = status.get("exporterStatus") or ""
         generation = exporter["metadata"].get("generation")
         if value not in ("", STATUS_OFFLINE, "Unspecified"):
@@ -520,23 +536,19 @@ class _Services(jumpstarter_pb2_grpc.ControllerServiceServicer, router_pb2_grpc.
                           generation)
         else:
             set_condition(conditions, "Online", False, "Offline", status.get("statusMessage") or "", generation)
+        return conditions
 
     @_rpc
     def Unregister(self, request, context):
         exporter = self._authenticate(context, "Exporter")
         status = {"devices": None, "exporterStatus": STATUS_OFFLINE,
                   "statusMessage": request.reason or "Exporter unregistered"}
-        conditions = [dict(c) for c in (exporter.get("status") or {}).get("conditions") or ()]
-        self._sync_online(exporter, status, conditions)
+        conditions = self._online_conditions(exporter, status)
         set_condition(conditions, "Registered", False, "Unregister",
                       "Exporter unregistered from the controller and became offline.",
                       exporter["metadata"].get("generation"))
         status["conditions"] = conditions
-        try:
-            self._patch_status(exporter["metadata"]["name"], status)
-        except ApiException as exc:
-            raise RpcAbort(grpc.StatusCode.INTERNAL,
-                           f"unable to update exporter status: {_k8s_error(exc).message}") from exc
+        self._update_status(exporter["metadata"]["name"], status)
         return jumpstarter_pb2.UnregisterResponse()
 
     @_rpc
@@ -544,14 +556,8 @@ class _Services(jumpstarter_pb2_grpc.ControllerServiceServicer, router_pb2_grpc.
         exporter = self._authenticate(context, "Exporter")
         status = {"exporterStatus": STATUS_NAMES.get(request.status, "Unspecified"),
                   "statusMessage": request.message or None, "lastSeen": format_time(now_utc())}
-        conditions = [dict(c) for c in (exporter.get("status") or {}).get("conditions") or ()]
-        self._sync_online(exporter, status, conditions)
-        status["conditions"] = conditions
-        try:
-            self._patch_status(exporter["metadata"]["name"], status)
-        except ApiException as exc:
-            raise RpcAbort(grpc.StatusCode.INTERNAL,
-                           f"unable to update exporter status: {_k8s_error(exc).message}") from exc
+        status["conditions"] = self._online_conditions(exporter, status)
+        self._update_status(exporter["metadata"]["name"], status)
         if request.release_lease:
             # A failure is only logged: the client can still release it.
             with contextlib.suppress(RpcAbort, ApiException):
@@ -567,8 +573,7 @@ class _Services(jumpstarter_pb2_grpc.ControllerServiceServicer, router_pb2_grpc.
             if exc.status == 404:
                 raise RpcAbort(grpc.StatusCode.NOT_FOUND, f"lease {lease_name} not found") from exc
             raise RpcAbort(grpc.StatusCode.INTERNAL, f"failed to get lease: {_k8s_error(exc).message}") from exc
-        holder = ((lease.get("status") or {}).get("exporterRef") or {}).get("name")
-        if holder != exporter["metadata"]["name"]:
+        if _lease_exporter(lease) != exporter["metadata"]["name"]:
             raise RpcAbort(grpc.StatusCode.FAILED_PRECONDITION,
                            f"lease {lease_name} is not held by exporter {exporter['metadata']['name']}")
         if (lease.get("status") or {}).get("ended") or (lease.get("spec") or {}).get("release"):
@@ -617,7 +622,7 @@ class _Services(jumpstarter_pb2_grpc.ControllerServiceServicer, router_pb2_grpc.
                 if lease_ref:
                     lease = self._get("leases", lease_ref)
                     response.lease_name = lease_ref
-                    response.client_name = (lease.get("spec") or {}).get("clientRef", {}).get("name", "")
+                    response.client_name = _lease_client(lease) or ""
                 if response != last:
                     last = response
                     yield response
@@ -645,13 +650,7 @@ class _Services(jumpstarter_pb2_grpc.ControllerServiceServicer, router_pb2_grpc.
 
     @_rpc_stream
     def Listen(self, request, context):
-        exporter = self._authenticate(context, "Exporter")
-        lease_name = request.lease_name
-        if not lease_name:
-            raise _unknown("empty lease name")
-        lease = self._get("leases", lease_name)
-        if ((lease.get("status") or {}).get("exporterRef") or {}).get("name") != exporter["metadata"]["name"]:
-            raise _unknown("permission denied")
+        lease_name, _ = self._held_lease(context, request, "Exporter")
         mine = _ListenQueue()
         with self._lock:
             previous = self._listen.get(lease_name)
@@ -691,6 +690,18 @@ class _Services(jumpstarter_pb2_grpc.ControllerServiceServicer, router_pb2_grpc.
                 if self._listen.get(lease_name) is mine:
                     del self._listen[lease_name]
 
+    def _held_lease(self, context, request, kind: str) -> tuple[str, dict]:
+        """The name and object of the lease a Listen (``kind`` Exporter) or
+        Dial (``kind`` Client) names, which the caller must hold."""
+        caller = self._authenticate(context, kind)
+        if not request.lease_name:
+            raise _unknown("empty lease name")
+        lease = self._get("leases", request.lease_name)
+        holder = _lease_exporter(lease) if kind == "Exporter" else _lease_client(lease)
+        if holder != caller["metadata"]["name"]:
+            raise _unknown("permission denied")
+        return request.lease_name, lease
+
     def _send_to_listener(self, lease_name: str, response) -> None:
         with self._lock:
             target = self._listen.get(lease_name)
@@ -710,7 +721,7 @@ class _Services(jumpstarter_pb2_grpc.ControllerServiceServicer, router_pb2_grpc.
             return jumpstarter_pb2.ReleaseLeaseResponse()
         jclient = self._authenticate(context, "Client")
         lease = self._get("leases", request.name)
-        if (lease.get("spec") or {}).get("clientRef", {}).get("name") != jclient["metadata"]["name"]:
+        if _lease_client(lease) != jclient["metadata"]["name"]:
             raise _unknown("ReleaseLease permission denied")
         if not (lease.get("status") or {}).get("ended") and not (lease.get("spec") or {}).get("release"):
             self._patch("leases", request.name, {"spec": {"release": True}})
@@ -719,14 +730,8 @@ class _Services(jumpstarter_pb2_grpc.ControllerServiceServicer, router_pb2_grpc.
     # -- ControllerService: the client ------------------------------------------
     @_rpc
     def Dial(self, request, context):
-        jclient = self._authenticate(context, "Client")
-        lease_name = request.lease_name
-        if not lease_name:
-            raise _unknown("empty lease name")
-        lease = self._get("leases", lease_name)
-        if (lease.get("spec") or {}).get("clientRef", {}).get("name") != jclient["metadata"]["name"]:
-            raise _unknown("permission denied")
-        exporter_name = ((lease.get("status") or {}).get("exporterRef") or {}).get("name")
+        lease_name, lease = self._held_lease(context, request, "Client")
+        exporter_name = _lease_exporter(lease)
         if not exporter_name:
             raise _unknown("lease not active")
         exporter = self._get("exporters", exporter_name)
@@ -756,7 +761,7 @@ class _Services(jumpstarter_pb2_grpc.ControllerServiceServicer, router_pb2_grpc.
         jclient = self._authenticate(context, "Client")
         lease = self._get("leases", request.name)
         spec, status = lease.get("spec") or {}, lease.get("status") or {}
-        if (spec.get("clientRef") or {}).get("name") != jclient["metadata"]["name"]:
+        if _lease_client(lease) != jclient["metadata"]["name"]:
             raise _unknown("GetLease permission denied")
         selector = spec.get("selector") or {}
         response = jumpstarter_pb2.GetLeaseResponse(
@@ -805,15 +810,13 @@ class _Services(jumpstarter_pb2_grpc.ControllerServiceServicer, router_pb2_grpc.
         leases = self.custom.list_namespaced_custom_object(
             GROUP, VERSION, self.namespace, "leases", label_selector=f"!{LEASE_ENDED_LABEL}")["items"]
         names = [x["metadata"]["name"] for x in leases
-                 if (x.get("spec") or {}).get("clientRef", {}).get("name") == jclient["metadata"]["name"]]
+                 if _lease_client(x) == jclient["metadata"]["name"]]
         return jumpstarter_pb2.ListLeasesResponse(names=names)
 
     # -- ClientService -----------------------------------------------------------
     @_rpc
     def GetExporter(self, request, context):
-        namespace, name = parse_identifier(request.name, "exporters")
-        self._client_in(context, namespace)
-        return exporter_to_pb(self._get("exporters", name))
+        return exporter_to_pb(self._get_as_client(context, request.name, "exporters"))
 
     @_rpc
     def ListExporters(self, request, context):
@@ -823,6 +826,13 @@ class _Services(jumpstarter_pb2_grpc.ControllerServiceServicer, router_pb2_grpc.
         items, next_page = self._list_page(namespace, "exporters", request, request.filter)
         return client_pb2.ListExportersResponse(exporters=[exporter_to_pb(e) for e in items],
                                                 next_page_token=next_page)
+
+    def _get_as_client(self, context, identifier: str, plural: str) -> dict:
+        """The object ``namespaces/<namespace>/<plural>/<name>`` names, for a
+        Client of that namespace."""
+        namespace, name = parse_identifier(identifier, plural)
+        self._client_in(context, namespace)
+        return self._get(plural, name)
 
     def _list_page(self, namespace: str, plural: str, request, label_selector: str) -> tuple[list, str]:
         """One page of a list request (``page_size``, ``page_token``): its
@@ -854,9 +864,7 @@ class _Services(jumpstarter_pb2_grpc.ControllerServiceServicer, router_pb2_grpc.
 
     @_rpc
     def GetLeaseClient(self, request, context):
-        namespace, name = parse_identifier(request.name, "leases")
-        self._client_in(context, namespace)
-        return lease_to_pb(self._get("leases", name))
+        return lease_to_pb(self._get_as_client(context, request.name, "leases"))
 
     @_rpc
     def CreateLease(self, request, context):
@@ -899,7 +907,7 @@ class _Services(jumpstarter_pb2_grpc.ControllerServiceServicer, router_pb2_grpc.
         jclient = self._client_in(context, namespace)
         current = self._get("leases", name)
         spec, status = dict(current.get("spec") or {}), current.get("status") or {}
-        if (spec.get("clientRef") or {}).get("name") != jclient["metadata"]["name"]:
+        if _lease_client(current) != jclient["metadata"]["name"]:
             raise _unknown("UpdateLease permission denied")
         wanted = request.lease
         times = any(wanted.HasField(f) for f in ("begin_time", "duration", "end_time"))
@@ -941,7 +949,7 @@ class _Services(jumpstarter_pb2_grpc.ControllerServiceServicer, router_pb2_grpc.
         namespace, name = parse_identifier(request.name, "leases")
         jclient = self._client_in(context, namespace)
         lease = self._get("leases", name)
-        if (lease.get("spec") or {}).get("clientRef", {}).get("name") != jclient["metadata"]["name"]:
+        if _lease_client(lease) != jclient["metadata"]["name"]:
             raise _unknown("DeleteLease permission denied")
         if (lease.get("spec") or {}).get("release"):
             raise RpcAbort(grpc.StatusCode.FAILED_PRECONDITION, f"lease {request.name!r} has already been released")
@@ -1193,40 +1201,33 @@ class GrpcStandIn:
                 raise TimeoutError(f"no credential Secret {name}-{kind} after {timeout}s")
             time.sleep(0.25)
 
-    def _tls(self, with_ca: bool) -> dict:
-        return {"ca": self.ca_b64 if with_ca else "", "insecure": False}
-
-    def write_client_config(self, path: str | os.PathLike, client_name: str, allow: list[str] | None = None,
-                            unsafe: bool = True, token: str | None = None, with_ca: bool = True) -> Path:
-        """A ClientConfig for ``jmp --client-config`` as the Client's user would get it."""
+    def _write_config(self, path: str | os.PathLike, kind: str, name: str, token: str | None, with_ca: bool,
+                      rest: dict) -> Path:
+        """A ClientConfig or ExporterConfig (``kind`` client or exporter) of
+        the named object, reaching this endpoint with its token, then ``rest``."""
         body = {
             "apiVersion": "jumpstarter.dev/v1alpha1",
-            "kind": "ClientConfig",
-            "metadata": {"namespace": self.controller.namespace, "name": client_name},
+            "kind": f"{kind.capitalize()}Config",
+            "metadata": {"namespace": self.controller.namespace, "name": name},
             "endpoint": self.endpoint,
-            "tls": self._tls(with_ca),
-            "token": token or self.credential_token("client", client_name),
+            "tls": {"ca": self.ca_b64 if with_ca else "", "insecure": False},
+            "token": token or self.credential_token(kind, name),
             "grpcOptions": {},
-            "drivers": {"allow": list(allow or []), "unsafe": unsafe},
+            **rest,
         }
         target = Path(path)
         target.write_text(yaml.safe_dump(body, sort_keys=False))
         return target
+
+    def write_client_config(self, path: str | os.PathLike, client_name: str, allow: list[str] | None = None,
+                            unsafe: bool = True, token: str | None = None, with_ca: bool = True) -> Path:
+        """A ClientConfig for ``jmp --client-config`` as the Client's user would get it."""
+        return self._write_config(path, "client", client_name, token, with_ca,
+                                  {"drivers": {"allow": list(allow or []), "unsafe": unsafe}})
 
     def write_exporter_config(self, path: str | os.PathLike, exporter_name: str, export: dict | None = None,
                               token: str | None = None, with_ca: bool = True) -> Path:
         """An ExporterConfig for ``jmp run --exporter-config``; ``export``
         defaults to one MockPower driver named ``power``."""
-        body = {
-            "apiVersion": "jumpstarter.dev/v1alpha1",
-            "kind": "ExporterConfig",
-            "metadata": {"namespace": self.controller.namespace, "name": exporter_name},
-            "endpoint": self.endpoint,
-            "tls": self._tls(with_ca),
-            "token": token or self.credential_token("exporter", exporter_name),
-            "grpcOptions": {},
-            "export": export or {"power": {"type": "jumpstarter_driver_power.driver.MockPower"}},
-        }
-        target = Path(path)
-        target.write_text(yaml.safe_dump(body, sort_keys=False))
-        return target
+        export = export or {"power": {"type": "jumpstarter_driver_power.driver.MockPower"}}
+        return self._write_config(path, "exporter", exporter_name, token, with_ca, {"export": export})
