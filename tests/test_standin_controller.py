@@ -13,7 +13,7 @@ import json
 from datetime import UTC, datetime
 
 import pytest
-from jumpstarter_standin import JS, LEASE_ENDED_LABEL, condition_true, wait_for
+from jumpstarter_standin import JS, LEASE_ENDED_LABEL, condition_true, wait_for, wait_gone
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
@@ -221,14 +221,7 @@ def test_deleting_an_exporter_collects_its_leases(standin):
     standin.release("history")
     wait_lease(standin, "history", lambda x: x["metadata"].get("labels", {}).get(LEASE_ENDED_LABEL), "ended")
     standin.custom.delete_namespaced_custom_object(*JS, standin.namespace, "exporters", "doomed")
-
-    def collected():
-        try:
-            standin.lease("history")
-        except ApiException as exc:
-            return exc.status == 404
-        return False
-    wait_for(collected, timeout=60, message="ended lease garbage-collected with its exporter")
+    wait_gone(lambda: standin.lease("history"), timeout=60, message="ended lease garbage-collected with its exporter")
 
 
 def test_exporter_seen_too_long_ago_goes_offline(standin):

@@ -17,9 +17,8 @@ from pathlib import Path
 import grpc
 import pytest
 from jumpstarter_protocol.jumpstarter.client.v1 import client_pb2, client_pb2_grpc
-from jumpstarter_standin import JS, LEASE_ENDED_LABEL, condition_true, wait_for
+from jumpstarter_standin import JS, LEASE_ENDED_LABEL, condition_true, wait_for, wait_gone
 from jumpstarter_standin.grpc_services import GrpcStandIn, go_duration, parse_label_selector
-from kubernetes.client.rest import ApiException
 
 pytestmark = [pytest.mark.testbed, pytest.mark.slow]
 
@@ -162,14 +161,7 @@ def test_token_of_a_deleted_exporter_is_refused_at_register(standin, grpc_standi
     first = make_exporter(standin, "reborn")
     stale = grpc_standin.credential_token("exporter", "reborn")
     standin.custom.delete_namespaced_custom_object(*JS, standin.namespace, "exporters", "reborn")
-
-    def gone():
-        try:
-            standin.exporter("reborn")
-        except ApiException as exc:
-            return exc.status == 404
-        return False
-    wait_for(gone, message="old Exporter gone")
+    wait_gone(lambda: standin.exporter("reborn"), message="old Exporter gone")
     second = make_exporter(standin, "reborn")
     assert second["metadata"]["uid"] != first["metadata"]["uid"]
 

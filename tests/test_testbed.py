@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
+from jumpstarter_standin import wait_for, wait_gone
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 from testbed import namespace_name
@@ -19,17 +19,6 @@ pytestmark = pytest.mark.testbed
 
 GROUP = "virtualtarget.jumpstarter.dev"
 VERSION = "v1alpha1"
-
-
-def wait_for(predicate, timeout=30.0, interval=0.1, what="condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(interval)
 
 
 def exporter_set_body(name: str, **spec) -> dict:
@@ -203,7 +192,8 @@ def test_pods_are_scheduled_and_run_on_kwok_nodes(api, namespace):
     for name, arch in (("amd", "amd64"), ("arm", "arm64")):
         pod = wait_for(
             lambda n=name: (p := core.read_namespaced_pod(n, namespace)).status.phase == "Running" and p,
-            what=f"pod {name} Running",
+            timeout=30,
+            message=f"pod {name} Running",
         )
         node = core.read_node(pod.spec.node_name)
         assert node.metadata.labels["kubernetes.io/arch"] == arch
@@ -214,14 +204,7 @@ def test_pods_are_scheduled_and_run_on_kwok_nodes(api, namespace):
     # Terminating forever.
     core.delete_namespaced_pod("amd", namespace)
 
-    def deleted():
-        try:
-            core.read_namespaced_pod("amd", namespace)
-        except ApiException as error:
-            return error.status == 404
-        return False
-
-    wait_for(deleted, what="the deleted pod to disappear")
+    wait_gone(lambda: core.read_namespaced_pod("amd", namespace), timeout=30, message="the deleted pod to disappear")
 
 
 def test_deployments_roll_out(api, namespace):
@@ -243,7 +226,8 @@ def test_deployments_roll_out(api, namespace):
     )
     wait_for(
         lambda: apps.read_namespaced_deployment("operator", namespace).status.available_replicas == 2,
-        what="two available replicas",
+        timeout=30,
+        message="two available replicas",
     )
 
 
@@ -376,14 +360,11 @@ def test_owned_objects_are_garbage_collected(custom, namespace):
     )
     custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, "exportersets", "pool")
 
-    def exporter_gone():
-        try:
-            custom.get_namespaced_custom_object("jumpstarter.dev", "v1alpha1", namespace, "exporters", "pool-0")
-        except ApiException as error:
-            return error.status == 404
-        return False
-
-    wait_for(exporter_gone, what="garbage collection of the owned Exporter")
+    wait_gone(
+        lambda: custom.get_namespaced_custom_object("jumpstarter.dev", "v1alpha1", namespace, "exporters", "pool-0"),
+        timeout=30,
+        message="garbage collection of the owned Exporter",
+    )
 
 
 def test_deleted_namespaces_are_finalized(api, request):
@@ -393,14 +374,7 @@ def test_deleted_namespaces_are_finalized(api, request):
     core.create_namespaced_config_map(name, {"metadata": {"name": "leftover"}})
     core.delete_namespace(name)
 
-    def gone():
-        try:
-            core.read_namespace(name)
-        except ApiException as error:
-            return error.status == 404
-        return False
-
-    wait_for(gone, timeout=60, what=f"namespace {name} to be finalized")
+    wait_gone(lambda: core.read_namespace(name), timeout=60, message=f"namespace {name} to be finalized")
 
 
 def test_apiserver_restart_keeps_data_and_port(testbed_factory):
@@ -463,7 +437,7 @@ def test_rbac_is_enforced_for_service_account_tokens(testbed, api, namespace):
                 "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": namespace}],
             },
         )
-        wait_for(lambda: list_sets() == 200, what="the RoleBinding to take effect")
+        wait_for(lambda: list_sets() == 200, timeout=30, message="the RoleBinding to take effect")
         with pytest.raises(ApiException) as denied:
             reader.create_namespaced_custom_object(GROUP, VERSION, namespace, "exportersets", exporter_set_body("pool"))
         assert denied.value.status == 403
@@ -484,7 +458,7 @@ def test_audit_log_records_requests_by_verb(testbed_factory):
                 return event
         return None
 
-    event = wait_for(audited_create, timeout=15, what="the audit event of the create")
+    event = wait_for(audited_create, timeout=15, message="the audit event of the create")
     assert event["user"]["username"] == "jve-admin"
     assert event["responseStatus"]["code"] == 201
 

@@ -18,12 +18,14 @@ from __future__ import annotations
 import time
 
 from kubernetes import client
+from kubernetes.client.rest import ApiException
 
 from .controller import GROUP, LEASE_ENDED_LABEL, VERSION, StandInController, condition_true
 
 JS = (GROUP, VERSION)
 
-__all__ = ["JS", "LEASE_ENDED_LABEL", "JumpstarterStandIn", "StandInController", "condition_true", "wait_for"]
+__all__ = ["JS", "LEASE_ENDED_LABEL", "JumpstarterStandIn", "StandInController", "condition_true", "wait_for",
+           "wait_gone"]
 
 
 class JumpstarterStandIn:
@@ -128,3 +130,14 @@ def wait_for(predicate, timeout: float = 60.0, interval: float = 0.25, message: 
             return last
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {message}; last value: {last!r}")
+
+
+def wait_gone(read, timeout: float = 60.0, interval: float = 0.25, message: str = "object gone") -> None:
+    """Poll ``read`` (a call that reads one object) until the API answers 404."""
+    def gone():
+        try:
+            read()
+        except ApiException as exc:
+            return exc.status == 404
+        return False
+    wait_for(gone, timeout=timeout, interval=interval, message=message)
