@@ -63,6 +63,16 @@ class Processes:
         self.started.append((process, log))
         return process, log
 
+    def output_of_refused_run(self, config: Path, name: str, what: str) -> str:
+        """The output of a ``jmp run`` that is refused and must give up
+        within 120 s (``what`` names the run, as in "with a stale token")."""
+        process, log = self.run_exporter(config, name)
+        try:
+            process.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"jmp run {what} kept running:\n{log.read_text()[-4000:]}")
+        return log.read_text()
+
     def stop(self) -> None:
         for process, _ in self.started:
             if process.poll() is None:
@@ -166,13 +176,8 @@ def test_token_of_a_deleted_exporter_is_refused_at_register(standin, grpc_standi
     assert second["metadata"]["uid"] != first["metadata"]["uid"]
 
     config = grpc_standin.write_exporter_config(tmp_path / "stale.yaml", "reborn", token=stale)
-    process, log = processes.run_exporter(config, "reborn")
-    try:
-        process.wait(timeout=120)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"jmp run with a stale token kept running:\n{log.read_text()[-4000:]}")
     # jmp run gives up after five rapid failures of its child (exit status 0).
-    output = log.read_text()
+    output = processes.output_of_refused_run(config, "reborn", "with a stale token")
     assert output.count("StatusCode.PERMISSION_DENIED") >= 5, output[-4000:]
     assert "permission denied for exporter" in output
     exporter = standin.exporter("reborn")
@@ -184,12 +189,7 @@ def test_token_of_a_deleted_exporter_is_refused_at_register(standin, grpc_standi
 def test_without_the_ca_tls_fails(standin, grpc_standin, processes, tmp_path):
     make_exporter(standin, "no-ca")
     config = grpc_standin.write_exporter_config(tmp_path / "no-ca.yaml", "no-ca", with_ca=False)
-    process, log = processes.run_exporter(config, "no-ca")
-    try:
-        process.wait(timeout=120)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"jmp run without tls.ca kept running:\n{log.read_text()[-4000:]}")
-    output = log.read_text()
+    output = processes.output_of_refused_run(config, "no-ca", "without tls.ca")
     assert "StatusCode.UNAVAILABLE" in output and "CERTIFICATE_VERIFY_FAILED" in output, output[-4000:]
     assert "Registering exporter with controller" in output
     assert not condition_true(standin.exporter("no-ca"), "Registered")
