@@ -35,6 +35,18 @@ def exporter_set_body(name: str, **spec) -> dict:
     }
 
 
+def patch_set_status(custom, namespace: str, body: dict) -> dict:
+    """Patches the status of the ExporterSet ``pool``."""
+    return custom.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, "exportersets", "pool", body)
+
+
+def create_exporter(custom, namespace: str, metadata: dict, spec: dict) -> dict:
+    return custom.create_namespaced_custom_object(
+        "jumpstarter.dev", "v1alpha1", namespace, "exporters",
+        {"apiVersion": "jumpstarter.dev/v1alpha1", "kind": "Exporter", "metadata": metadata, "spec": spec},
+    )
+
+
 def full_status(**counters) -> dict:
     names = [
         "replicas",
@@ -92,14 +104,7 @@ def test_scale_subresource_drives_max_replicas(testbed, custom, namespace):
     custom.create_namespaced_custom_object(
         GROUP, VERSION, namespace, "exportersets", exporter_set_body("pool", minReplicas=2)
     )
-    custom.patch_namespaced_custom_object_status(
-        GROUP,
-        VERSION,
-        namespace,
-        "exportersets",
-        "pool",
-        {"status": {**full_status(replicas=3)["status"], "selector": "board=rpi4"}},
-    )
+    patch_set_status(custom, namespace, {"status": {**full_status(replicas=3)["status"], "selector": "board=rpi4"}})
 
     custom.patch_namespaced_custom_object_scale(
         GROUP, VERSION, namespace, "exportersets", "pool", {"spec": {"replicas": 7}}
@@ -145,12 +150,9 @@ def test_status_is_written_only_through_its_subresource(custom, namespace):
         "lastTransitionTime": "2026-01-01T00:00:00Z",
         "observedGeneration": 1,
     }
-    custom.patch_namespaced_custom_object_status(
-        GROUP,
-        VERSION,
+    patch_set_status(
+        custom,
         namespace,
-        "exportersets",
-        "pool",
         {
             "status": {
                 "replicas": 2,
@@ -232,18 +234,7 @@ def test_deployments_roll_out(api, namespace):
 
 
 def test_exporter_status_is_patched_like_the_jumpstarter_controller(custom, namespace):
-    custom.create_namespaced_custom_object(
-        "jumpstarter.dev",
-        "v1alpha1",
-        namespace,
-        "exporters",
-        {
-            "apiVersion": "jumpstarter.dev/v1alpha1",
-            "kind": "Exporter",
-            "metadata": {"name": "rpi4-0", "labels": {"board": "rpi4"}},
-            "spec": {"enabled": True},
-        },
-    )
+    create_exporter(custom, namespace, {"name": "rpi4-0", "labels": {"board": "rpi4"}}, {"enabled": True})
     now = "2026-01-01T00:00:00Z"
     conditions = [
         {
@@ -285,14 +276,7 @@ def test_exporter_status_is_patched_like_the_jumpstarter_controller(custom, name
 
 def test_printer_columns_short_names_and_category(testbed, custom, namespace):
     custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "exportersets", exporter_set_body("pool"))
-    custom.patch_namespaced_custom_object_status(
-        GROUP,
-        VERSION,
-        namespace,
-        "exportersets",
-        "pool",
-        full_status(replicas=6, readyReplicas=5, availableReplicas=2, leasedReplicas=3),
-    )
+    patch_set_status(custom, namespace, full_status(replicas=6, readyReplicas=5, availableReplicas=2, leasedReplicas=3))
     custom.create_namespaced_custom_object(
         GROUP,
         VERSION,
@@ -334,29 +318,23 @@ def test_printer_columns_short_names_and_category(testbed, custom, namespace):
 
 def test_owned_objects_are_garbage_collected(custom, namespace):
     owner = custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "exportersets", exporter_set_body("pool"))
-    custom.create_namespaced_custom_object(
-        "jumpstarter.dev",
-        "v1alpha1",
+    create_exporter(
+        custom,
         namespace,
-        "exporters",
         {
-            "apiVersion": "jumpstarter.dev/v1alpha1",
-            "kind": "Exporter",
-            "metadata": {
-                "name": "pool-0",
-                "ownerReferences": [
-                    {
-                        "apiVersion": f"{GROUP}/{VERSION}",
-                        "kind": "ExporterSet",
-                        "name": "pool",
-                        "uid": owner["metadata"]["uid"],
-                        "controller": True,
-                        "blockOwnerDeletion": True,
-                    }
-                ],
-            },
-            "spec": {},
+            "name": "pool-0",
+            "ownerReferences": [
+                {
+                    "apiVersion": f"{GROUP}/{VERSION}",
+                    "kind": "ExporterSet",
+                    "name": "pool",
+                    "uid": owner["metadata"]["uid"],
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
         },
+        {},
     )
     custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, "exportersets", "pool")
 
