@@ -228,16 +228,14 @@ class OperatorProcess:
         return self
 
     def wait_ready(self, timeout: float = 60.0) -> None:
+        from testbed import answers_ok
+
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise AssertionError(f"operator exited with {self.proc.returncode}:\n{self.log_tail()}")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/readyz", timeout=1) as resp:
-                    if resp.status == 200:
-                        return
-            except OSError:
-                pass
+            if answers_ok(f"http://127.0.0.1:{self.port}/readyz", 1):
+                return
             time.sleep(0.2)
         raise AssertionError(f"operator not ready after {timeout}s:\n{self.log_tail()}")
 

@@ -17,7 +17,6 @@ import socket
 import ssl
 import subprocess
 import time
-import urllib.error
 import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -88,6 +87,15 @@ def binary(name: str) -> str:
     if not built.is_file():
         raise TestBedError(f"{built} missing; run scripts/testbed build")
     return str(built)
+
+
+def answers_ok(url: str, timeout: float, context: ssl.SSLContext | None = None) -> bool:
+    """Whether a GET of ``url`` answers 200; False while nothing answers."""
+    try:
+        with urllib.request.urlopen(url, context=context, timeout=timeout) as response:
+            return response.status == 200
+    except OSError:
+        return False
 
 
 def free_ports(count: int) -> list[int]:
@@ -508,11 +516,7 @@ class TestBed:
         return context
 
     def _ready(self) -> bool:
-        try:
-            with urllib.request.urlopen(f"{self.server}/readyz", context=self._ssl_context(), timeout=2) as r:
-                return r.status == 200
-        except (OSError, urllib.error.URLError, ssl.SSLError):
-            return False
+        return answers_ok(f"{self.server}/readyz", 2, self._ssl_context())
 
     def _wait_etcd(self) -> None:
         """kube-apiserver started before etcd listens backs off between
@@ -522,12 +526,8 @@ class TestBed:
         while time.monotonic() < deadline:
             if not self._alive("etcd"):
                 raise TestBedError(self._exit_report("etcd"))
-            try:
-                with urllib.request.urlopen(url, timeout=2) as response:
-                    if response.status == 200:
-                        return
-            except OSError:
-                pass
+            if answers_ok(url, 2):
+                return
             time.sleep(0.05)
         raise TestBedError(f"etcd not healthy after {STARTUP_TIMEOUT:.0f} s; see {self.state_dir}/logs")
 
