@@ -289,6 +289,38 @@ def _process_table() -> dict[int, tuple[int, float, int]]:
     return table
 
 
+def _pss(pid: int) -> int:
+    """Proportional set size in bytes: every page shared by n processes
+    counts 1/n to each, so a tree's sum is the memory it really holds (the
+    RSS sum counts a page a forked child shares with its parent twice)."""
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def _process_label(pid: int) -> str:
+    """A short name for a process: the script a Python runs (ansible-playbook,
+    exporterset_operator), else the program."""
+    try:
+        argv = [a for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") if a]
+    except OSError:
+        return "?"
+    words = [a.decode(errors="replace") for a in argv]
+    if not words:
+        return "?"
+    program = os.path.basename(words[0])
+    if program.startswith("python") and len(words) > 1:
+        rest = [w for w in words[1:] if not w.startswith("-")]
+        if "-m" in words[1:]:
+            return words[words.index("-m") + 1]
+        return os.path.basename(rest[0]) if rest else f"{program} (stdin)"
+    return program
+
+
 class TreeSampler:
     """Samples CPU time, RSS and the load average of a process tree."""
 
@@ -296,6 +328,9 @@ class TreeSampler:
         self.pid = pid
         self.cpu_s = 0.0
         self.peak_rss = 0
+        self.peak_pss = 0
+        # What the process tree held at its RSS peak: label → [processes, RSS, PSS].
+        self.peak_composition: dict[str, list] = {}
         self.loads: list[float] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(interval,), daemon=True)
@@ -314,7 +349,18 @@ class TreeSampler:
                 todo.extend(children.get(pid, ()))
         if tree:
             self.cpu_s = max(self.cpu_s, sum(table[p][1] for p in tree))
-            self.peak_rss = max(self.peak_rss, sum(table[p][2] for p in tree))
+            rss = sum(table[p][2] for p in tree)
+            pss = {p: _pss(p) for p in tree}
+            self.peak_pss = max(self.peak_pss, sum(pss.values()))
+            if rss > self.peak_rss:
+                self.peak_rss = rss
+                composition: dict[str, list] = {}
+                for p in tree:
+                    entry = composition.setdefault(_process_label(p), [0, 0.0, 0.0])
+                    entry[0] += 1
+                    entry[1] += table[p][2] / 2**20
+                    entry[2] += pss[p] / 2**20
+                self.peak_composition = {k: [n, round(r, 1), round(s, 1)] for k, (n, r, s) in composition.items()}
         self.loads.append(os.getloadavg()[0])
 
     def _run(self, interval):
@@ -327,9 +373,59 @@ class TreeSampler:
         return {
             "cpu_s": self.cpu_s,
             "peak_rss_mib": self.peak_rss / 2**20,
+            "peak_pss_mib": self.peak_pss / 2**20,
+            "peak_rss_by_process": self.peak_composition,
             "load1_mean": statistics.fmean(self.loads) if self.loads else None,
             "load1_max": max(self.loads, default=None),
         }
+
+
+# -- the floor of one playbook run ------------------------------------------
+
+# One task running one module, through ansible-runner with the settings the
+# operator's runner uses: the least any backend run can cost.
+FLOOR_PLAYBOOK = """\
+- hosts: localhost
+  connection: local
+  gather_facts: false
+  tasks:
+    - ansible.builtin.command: "true"
+      changed_when: false
+"""
+FLOOR_SCRIPT = """\
+import json, resource, shutil, sys, tempfile, time
+import ansible_runner
+from pathlib import Path
+work = Path(tempfile.mkdtemp(prefix="jve-floor-"))
+(work / "floor.yml").write_text(sys.argv[1])
+began = time.monotonic()
+runner = ansible_runner.run(
+    private_data_dir=str(work), playbook=str(work / "floor.yml"), quiet=True,
+    inventory=f"localhost ansible_connection=local ansible_python_interpreter={sys.executable}\\n",
+    envvars={"ANSIBLE_GATHERING": "explicit", "ANSIBLE_PIPELINING": "1"})
+wall = time.monotonic() - began
+shutil.rmtree(work, ignore_errors=True)
+usage = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+print(json.dumps({"status": runner.status, "wall_s": wall,
+                  "cpu_s": sum(u.ru_utime + u.ru_stime for u in usage)}))
+"""
+
+
+def runner_floor(repetitions: int) -> dict:
+    """CPU and wall seconds of a one-module playbook run through
+    ansible-runner, each in a fresh Python (its start and imports count, as
+    in the operator's runs, which also pay them in ansible-playbook)."""
+    samples = []
+    for _ in range(repetitions):
+        out = subprocess.run([sys.executable, "-c", FLOOR_SCRIPT, FLOOR_PLAYBOOK],
+                             capture_output=True, text=True, check=True, timeout=120)
+        sample = json.loads(out.stdout.strip().splitlines()[-1])
+        if sample["status"] != "successful":
+            raise RuntimeError(f"the floor run ended {sample['status']}: {out.stderr[-500:]}")
+        samples.append(sample)
+    return {key: {"median": statistics.median(s[key] for s in samples),
+                  "min": min(s[key] for s in samples), "max": max(s[key] for s in samples)}
+            for key in ("cpu_s", "wall_s")} | {"n": len(samples)}
 
 
 # -- what the Jumpstarter controller shows ------------------------------------
@@ -762,6 +858,7 @@ FIGURES = [
     ("cpu_outside_shrink_s", "CPU, the run without the shrink (s)", "run", ("ratio", 2.0)),
     ("cpu_s", "CPU over the run (s)", "run", None),
     ("peak_rss_mib", "peak RSS of the process tree (MiB)", "run", ("at most", 150.0)),
+    ("peak_pss_mib", "peak PSS of the process tree (MiB)", "run", None),
 ]
 SCENARIO_FIGURES = {
     step: [key for key, _, scenario, _ in FIGURES if scenario == step] for step in SCENARIOS + ["run"]
@@ -943,6 +1040,7 @@ def main():
     }
     load_before = os.getloadavg()
     started = time.monotonic()
+    floor = runner_floor(args.repetitions) if "ours" in controllers else None
 
     def write_results() -> dict:
         """Written after every run, so an interrupted benchmark keeps what it measured."""
@@ -956,6 +1054,8 @@ def main():
             "binaries": binaries,
             "parameters": {k: v for k, v in vars(args).items() if k != "json"},
             "summary": summary,
+            # ansible-runner's floor: what each of our backend runs costs at the least.
+            "runner_floor": floor,
             "runs": runs,
         }
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
@@ -993,6 +1093,10 @@ def main():
         finally:
             bed.down(remove=True)
     print(table(write_results(), controllers))
+    if floor:
+        print(f"\nfloor of one playbook run (one module, ansible-runner), n={floor['n']}: "
+              f"CPU {floor['cpu_s']['median']:.2f} s ({floor['cpu_s']['min']:.2f}–{floor['cpu_s']['max']:.2f}), "
+              f"wall {floor['wall_s']['median']:.2f} s")
 
 
 if __name__ == "__main__":
