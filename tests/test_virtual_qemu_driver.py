@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import re
 import time
+from contextlib import contextmanager
 
+import pexpect
 import pytest
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.exporter_config import (
     qemu_driver_overrides,
@@ -64,6 +66,19 @@ def wait_for_the_guest_shell(vm, after=None):
         time.sleep(0.1)
 
 
+@contextmanager
+def showing_the_guest(vm):
+    """A console wait that times out fails with what the guest printed and
+    the VM's state, so that a guest that did not boot and a console that did
+    not show it are told apart."""
+    try:
+        yield
+    except pexpect.TIMEOUT:
+        log = (vm.run_dir / "serial.log").read_text(errors="replace")
+        raise AssertionError(f"the console did not show it; VM {status(vm)!r}, "
+                             f"serial.log ends:\n{log[-3000:]}") from None
+
+
 def boot_facts(console):
     console.expect(FLASHED_BANNER, timeout=BOOT_TIMEOUT)
     console.expect("\n")
@@ -79,7 +94,7 @@ def test_power_off_holds_the_guest_at_reset_and_power_on_boots_it(target):
     assert status(vm) == "prelaunch"
     client.power.on()
     assert status(vm) == "running"
-    with client.console.pexpect() as console:
+    with client.console.pexpect() as console, showing_the_guest(vm):
         console.expect(GUEST_BANNER.decode(), timeout=BOOT_TIMEOUT)
         # The console takes input: the guest's shell answers.
         console.sendline("echo answer-$((40 + 2))")
