@@ -980,7 +980,10 @@ def describe_checkout() -> dict:
     def git(*argv):
         return subprocess.run(["git", *argv], cwd=ROOT, capture_output=True, text=True, check=False).stdout.strip()
 
-    return {"commit": git("rev-parse", "HEAD"), "modified": bool(git("status", "--porcelain", "--untracked-files=no"))}
+    # The benchmark's own results files are left out: a run rewrites them.
+    changed = git("diff", "--name-only", "HEAD").splitlines()
+    modified = [path for path in changed if not path.startswith("bench/results/")]
+    return {"commit": git("rev-parse", "HEAD"), "modified": bool(modified), "modified_files": modified}
 
 
 def main():
