@@ -68,11 +68,23 @@ def pytest_runtest_makereport(item, call):
     return report
 
 
+# Bed tests that run beside the others in the lab hosts' process (see below).
+SECOND_PROCESS_FILES = frozenset({
+    "test_pool_healing.py", "test_pool_policy.py", "test_rollout.py",
+    "test_standin_controller.py", "test_standin_grpc.py",
+})
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     # Every test on the lab hosts (machine-wide network namespaces) carries
     # the `labhosts` mark, before `-m` selects: scripts/test runs those in one
     # process and the rest in another, side by side.
+    # A few files of bed tests carry `second_process` too: that process
+    # runs them once the lab hosts' tests are done, so the two processes end
+    # near each other instead of one running alone for its last third.
     for item in items:
         if "lab_hosts" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.labhosts)
+        if item.path.name in SECOND_PROCESS_FILES:
+            item.add_marker(pytest.mark.second_process)
