@@ -382,8 +382,8 @@ class TreeSampler:
 
 # -- the floor of one playbook run ------------------------------------------
 
-# One task running one module, through ansible-runner with the settings the
-# operator's runner uses: the least any backend run can cost.
+# One task running one module, run by the operator's own PlaybookRunner (its
+# settings, inventory and artifact handling): the least any backend run costs.
 FLOOR_PLAYBOOK = """\
 - hosts: localhost
   connection: local
@@ -393,33 +393,31 @@ FLOOR_PLAYBOOK = """\
       changed_when: false
 """
 FLOOR_SCRIPT = """\
-import json, resource, shutil, sys, tempfile, time
-import ansible_runner
+import json, resource, shutil, sys, tempfile
 from pathlib import Path
+from exporterset_operator.runner import PlaybookRunner
 def used():
     usage = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
     return sum(u.ru_utime + u.ru_stime for u in usage)
 work = Path(tempfile.mkdtemp(prefix="jve-floor-"))
-(work / "floor.yml").write_text(sys.argv[1])
-began, cpu = time.monotonic(), used()
-runner = ansible_runner.run(
-    private_data_dir=str(work), playbook=str(work / "floor.yml"), quiet=True,
-    inventory=f"localhost ansible_connection=local ansible_python_interpreter={sys.executable}\\n",
-    envvars={"ANSIBLE_GATHERING": "explicit", "ANSIBLE_PIPELINING": "1"})
-wall, cpu = time.monotonic() - began, used() - cpu
+(work / "floor.yml").write_text(sys.argv[2])
+runner = PlaybookRunner(sys.argv[1], str(work / "artifacts"))
+cpu = used()
+result = runner.run(str(work / "floor.yml"), ("floor", "floor"), {})
+cpu = used() - cpu
 shutil.rmtree(work, ignore_errors=True)
-print(json.dumps({"status": runner.status, "wall_s": wall, "cpu_s": cpu}))
+print(json.dumps({"status": result.status, "wall_s": result.duration, "cpu_s": cpu}))
 """
 
 
 def runner_floor(repetitions: int) -> dict:
-    """CPU and wall seconds of a one-module playbook run through
-    ansible-runner: the run alone, from a Python that has ansible_runner
+    """CPU and wall seconds of a one-module playbook run through the
+    operator's PlaybookRunner: the run alone, from a Python that has it
     imported already, as the operator has (the ansible-playbook process and
     the module's own Python, which every run starts, count)."""
     samples = []
     for _ in range(repetitions):
-        out = subprocess.run([sys.executable, "-c", FLOOR_SCRIPT, FLOOR_PLAYBOOK],
+        out = subprocess.run([sys.executable, "-c", FLOOR_SCRIPT, str(ROOT), FLOOR_PLAYBOOK],
                              capture_output=True, text=True, check=True, timeout=120)
         sample = json.loads(out.stdout.strip().splitlines()[-1])
         if sample["status"] != "successful":

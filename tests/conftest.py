@@ -81,7 +81,8 @@ def pytest_collection_modifyitems(config, items):
     # the `labhosts` mark, before `-m` selects: scripts/test runs those in one
     # process and the rest in another, side by side.
     # A few files of bed tests carry `second_process` too: that process
-    # runs them once the lab hosts' tests are done, so the two processes end
+    # reaches them after the lab hosts' tests (they sort after every file of
+    # those, and pytest collects files in name order), so the two processes end
     # near each other instead of one running alone for its last third.
     for item in items:
         if "lab_hosts" in getattr(item, "fixturenames", ()):
