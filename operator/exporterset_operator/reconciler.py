@@ -59,8 +59,24 @@ class Expectation:
     present: set[str] = field(default_factory=set)
     absent: set[str] = field(default_factory=set)
     deadline: float = 0.0
-    # name -> the resourceVersion it had before we patched it.
-    changed: dict[str, str] = field(default_factory=dict)
+    # name -> (the resourceVersion it had before we patched it, the one our
+    # write left).
+    changed: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+
+def _caught_up(seen: str | None, before: str, written: str) -> bool:
+    """Whether the cache's resourceVersion ``seen`` of an Exporter we patched
+    shows our write. kube-apiserver's resourceVersions are etcd revisions,
+    which only grow; another writer's change between our read and our patch
+    makes a version that differs from ``before`` and still precedes ours,
+    so differing alone is not enough. Versions that are not numbers (another
+    storage) fall back to differing from ``before``."""
+    if seen is None or seen == written:
+        return True
+    try:
+        return int(seen) >= int(written)
+    except ValueError:
+        return seen != before
 
 
 class Expectations:
@@ -74,7 +90,7 @@ class Expectations:
         self._by_key: dict[tuple[str, str], Expectation] = {}
         self._lock = threading.Lock()
 
-    def expect(self, key, present, absent, changed: dict[str, str] | None = None) -> None:
+    def expect(self, key, present, absent, changed: dict[str, tuple[str, str]] | None = None) -> None:
         with self._lock:
             self._by_key[key] = Expectation(set(present), set(absent), time.monotonic() + EXPECTATION_TTL,
                                             dict(changed or {}))
@@ -85,14 +101,15 @@ class Expectations:
         is ``taken`` (by the set's Exporter, or by another object whose
         namesake we could not create: a 409), every name expected absent is
         gone from the set's ``names``, and every Exporter we patched is seen
-        at another resourceVersion than before (``versions``: name ->
-        resourceVersion in the cache)."""
+        at the resourceVersion our write left or a later one (``versions``:
+        name -> resourceVersion in the cache)."""
         with self._lock:
             exp = self._by_key.get(key)
             if exp is None:
                 return True
             versions = versions or {}
-            stale = any(versions.get(name) == before for name, before in exp.changed.items())
+            stale = not all(_caught_up(versions.get(name), before, written)
+                            for name, (before, written) in exp.changed.items())
             if time.monotonic() > exp.deadline or (
                 exp.present <= (names | set(taken)) and not (exp.absent & names) and not stale
             ):
@@ -251,7 +268,7 @@ class Reconciler:
             # A pass that starts before the cache shows these writes would
             # plan them again (a disable twice, its Event twice): it waits.
             written = applied.get("versions") or {}
-            patched = {name: versions[name] for name in applied.get("patched") or ()
+            patched = {name: (versions[name], written[name]) for name in applied.get("patched") or ()
                        if name in versions and written.get(name) not in (None, versions[name])}
             if applied["created"] or applied["deleted"] or patched:
                 self.expectations.expect(key, applied["created"], applied["deleted"], patched)

@@ -281,6 +281,22 @@ def test_a_disable_refused_by_its_precondition_is_not_forced(api):
     assert result["held"] == ["rpi4-0"] and result["conflicts"] == 1
 
 
+def test_an_event_about_a_held_exporter_waits_for_the_plan_that_acts(api):
+    """Two leases ended; one Exporter was taken again before the disable. Its
+    Recycling Event is not written (the next plan, which acts, writes it once);
+    the other's is, and the held one is said in ExporterHeld."""
+    exporter(api, "rpi4-0")
+    exporter(api, "rpi4-1")
+    lease_object(api, "taken-again", "rpi4-0")
+    recycling = [{"type": "Normal", "reason": "Recycling", "exporter": name,
+                  "message": "lease l1 ended, replacing the exporter (ExitAndReplace)"}
+                 for name in ("rpi4-0", "rpi4-1")]
+    result = apply(api, {"disable": ["rpi4-0", "rpi4-1"], "events": recycling})
+    assert result["held"] == ["rpi4-0"]
+    assert sorted((e.reason, e.related.name) for e in api.events) == [
+        ("ExporterHeld", "rpi4-0"), ("Recycling", "rpi4-1")]
+
+
 def test_confirm_keeps_only_what_may_be_removed_or_reset_now(api):
     exporter(api, "gone-ok", enabled=False)
     exporter(api, "reset-ok", enabled=False)

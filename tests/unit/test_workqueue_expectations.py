@@ -116,15 +116,32 @@ def test_forget_drops_the_expectation_of_one_set():
 
 def test_a_patched_exporter_is_waited_for_until_the_cache_shows_a_new_version():
     """A disable (or any patch) the pool loop wrote: the next pass waits until
-    the cache holds the Exporter at another resourceVersion, so it does not
-    plan the same disable and Event again."""
+    the cache holds the Exporter at the version the write left, so it does
+    not plan the same disable and Event again."""
     expectations = Expectations()
-    expectations.expect(KEY, [], [], {"pool-0": "41"})
+    expectations.expect(KEY, [], [], {"pool-0": ("41", "57")})
     assert not expectations.satisfied(KEY, {"pool-0"}, versions={"pool-0": "41"})
     assert expectations.satisfied(KEY, {"pool-0"}, versions={"pool-0": "57"})
 
 
-def test_a_patched_exporter_that_is_gone_is_not_waited_for():
+def test_another_writers_version_before_ours_is_not_enough():
+    """The controller wrote the Exporter (its status) between our read and our
+    patch: the cache shows that version first, which differs from what we
+    read but does not hold our write yet."""
     expectations = Expectations()
-    expectations.expect(KEY, [], [], {"pool-0": "41"})
+    expectations.expect(KEY, [], [], {"pool-0": ("41", "57")})
+    assert not expectations.satisfied(KEY, {"pool-0"}, versions={"pool-0": "49"})
+    assert expectations.satisfied(KEY, {"pool-0"}, versions={"pool-0": "63"})
+
+
+def test_an_exporter_gone_from_the_cache_does_not_hold_the_set():
+    expectations = Expectations()
+    expectations.expect(KEY, [], [], {"pool-0": ("41", "57")})
     assert expectations.satisfied(KEY, set(), versions={})
+
+
+def test_versions_that_are_not_numbers_fall_back_to_differing():
+    expectations = Expectations()
+    expectations.expect(KEY, [], [], {"pool-0": ("a1", "c3")})
+    assert not expectations.satisfied(KEY, {"pool-0"}, versions={"pool-0": "a1"})
+    assert expectations.satisfied(KEY, {"pool-0"}, versions={"pool-0": "b2"})

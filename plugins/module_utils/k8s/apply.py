@@ -358,7 +358,11 @@ class PlanApplier:
                 self.result["status_changed"], _ = k8s_status.write_status(
                     self.api_client, self.namespace, meta["name"], status, outcome=outcome
                 )
-        events = (plan.get("events") or []) + self.held_events()
+        # An Event about an Exporter this pass was held from tells of an
+        # action that did not happen; the next plan that acts writes it once.
+        held = self.held_why
+        events = [event for event in plan.get("events") or []
+                  if event.get("exporter") not in held] + self.held_events()
         if events and not self.check:
             self.result["events"] = k8s_status.emit_events(self.api_client, self.set, events)
 
