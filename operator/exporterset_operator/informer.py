@@ -8,6 +8,7 @@ reconnect with capped exponential backoff and jitter on any other failure.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import random
@@ -17,6 +18,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.pool_index import Snapshot
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.timeutil import backoff_delay
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
@@ -25,6 +27,8 @@ log = logging.getLogger(__name__)
 
 ObjectKey = tuple[str, str]  # (namespace, name)
 Handler = Callable[[str, dict, dict | None], None]  # (event type, object, previous)
+# Revisions of every cache in the process: one counter, so none is reused.
+_revision_counter = itertools.count(1)
 
 
 @dataclass(frozen=True)
@@ -86,6 +90,8 @@ class Informer:
 
     def __post_init__(self) -> None:
         self._store: dict[ObjectKey, dict] = {}
+        # namespace -> the revision of its objects in this cache (list()).
+        self._revisions: dict[str | None, int] = {}
         self._lock = threading.RLock()
         self.synced = threading.Event()
         self._stop = threading.Event()
@@ -110,10 +116,19 @@ class Informer:
             return self._store.get((namespace, name))
 
     def list(self, namespace: str | None = None) -> list[dict]:
+        """The objects of ``namespace`` (all, without one). A namespace's
+        list is a ``Snapshot`` carrying the cache's revision of that
+        namespace, which changes with every event in it, so the planner
+        knows an unchanged pool without reading each object's version."""
         with self._lock:
             if namespace is None:
                 return list(self._store.values())
-            return [obj for (ns, _), obj in self._store.items() if ns == namespace]
+            return Snapshot((obj for (ns, _), obj in self._store.items() if ns == namespace),
+                            self._revisions.setdefault(namespace, next(_revision_counter)))
+
+    def _changed(self, namespace: str | None) -> None:
+        """A new revision for ``namespace`` (called under the lock)."""
+        self._revisions[namespace] = next(_revision_counter)
 
     def items(self) -> Iterable[dict]:
         return self.list()
@@ -150,6 +165,9 @@ class Informer:
         with self._lock:
             old = self._store
             self._store = fresh
+            # Every namespace gets a new revision: a relist may change any.
+            for namespace in {ns for ns, _ in old} | {ns for ns, _ in fresh} | set(self._revisions):
+                self._changed(namespace)
         self.relists += 1
         self.heard()
         for key, obj in fresh.items():
@@ -174,6 +192,7 @@ class Informer:
                 self._store.pop(key, None)
             else:
                 self._store[key] = _slim(obj)
+            self._changed(key[0])
         self._dispatch(event_type, obj, previous)
 
     def _dispatch(self, event_type: str, obj: dict, previous: dict | None) -> None:

@@ -3,6 +3,7 @@ read again, and nothing it read is reused for an object that changed."""
 
 import copy
 import hashlib
+import itertools
 import json
 
 import pytest
@@ -114,6 +115,41 @@ def test_a_version_changed_in_place_is_seen():
     assert plan(exporters)["status"]["exportersDisabled"] == 1
 
 
+_revision = itertools.count(1)
+
+
+def test_a_snapshot_at_the_same_revision_is_not_surveyed_again(monkeypatch, surveys):
+    """The operator's caches hand the planner snapshots with their revision:
+    the same revision means the same pool, known without reading one
+    object's version; a new revision is surveyed again."""
+    passes = counter(monkeypatch, pool_index, "versions", lambda objects: len(objects))
+    exporters = pool()
+    first = plan(pool_index.Snapshot(exporters, 1), leases=pool_index.Snapshot((), 2))
+    assert plan(pool_index.Snapshot(exporters, 1), leases=pool_index.Snapshot((), 2)) == first
+    assert surveys == [4] and passes == [4]  # the versions, read once for the digests
+    offline = new_version(exporters[1], "2")
+    set_ready(offline, False)
+    changed = plan(pool_index.Snapshot([*exporters[:1], offline, *exporters[2:]], 3),
+                   leases=pool_index.Snapshot((), 2))
+    assert changed["status"]["readyReplicas"] == 3
+    assert surveys == [4, 4]
+
+
+def test_a_snapshot_without_a_revision_is_read_by_versions(surveys):
+    exporters = pool()
+    plan(pool_index.Snapshot(exporters), leases=pool_index.Snapshot(()))
+    plan(pool_index.Snapshot(exporters), leases=pool_index.Snapshot(()))
+    assert surveys == [4]
+
+
+def test_a_derived_snapshot_carries_what_it_was_selected_by():
+    snapshot = pool_index.Snapshot(pool(), 7)
+    owned = snapshot.derived(lambda e: e["metadata"]["name"] != "rpi4-0", "set-uid")
+    assert [e["metadata"]["name"] for e in owned] == ["rpi4-1", "rpi4-2", "rpi4-3"]
+    assert owned.revision == (7, "set-uid")
+    assert pool_index.Snapshot(pool()).derived(bool).revision is None
+
+
 def test_objects_without_a_version_are_read_every_time(reads):
     exporters = [exporter(f"rpi4-{i}") for i in range(3)]
     assert plan(exporters)["status"]["readyReplicas"] == 3
@@ -183,7 +219,9 @@ def test_plans_from_kept_surveys_equal_plans_read_afresh(scenario, events):
     world = World(the_set, klass, exporters, options)
     served = {}  # the objects as an informer holds them: replaced only when changed
 
-    def informer(objects):
+    revisions = {}  # kind -> (versions it was given for, revision), as a cache counts
+
+    def informer(objects, snapshot):
         out = []
         for obj in objects:
             fresh = _as_served(obj)
@@ -192,14 +230,22 @@ def test_plans_from_kept_surveys_equal_plans_read_afresh(scenario, events):
             if kept is None or kept["metadata"]["resourceVersion"] != fresh["metadata"]["resourceVersion"]:
                 served[key] = kept = fresh
             out.append(kept)
-        return out
+        if not snapshot:
+            return out
+        # A cache's revision changes whenever one of its objects does.
+        kind = "Lease" if objects is world.leases else "Exporter"
+        seen = tuple(obj["metadata"]["resourceVersion"] for obj in out)
+        if revisions.get(kind, (None,))[0] != seen:
+            revisions[kind] = (seen, next(_revision))
+        return pool_index.Snapshot(out, revisions[kind][1])
 
     for kind, index in [*events, ("advance", 0)]:
         afresh = world.plan()
-        from_cache = scale_plan(world.set, world.klass, informer(world.sorted_exporters()),
-                                world.pending_for_set(), format_time(world.now),
-                                instances=world.instances, options=world.options,
-                                leases=informer(world.leases))
-        assert without_uids(from_cache) == afresh
+        for snapshot in (False, True):
+            from_cache = scale_plan(world.set, world.klass, informer(world.sorted_exporters(), snapshot),
+                                    world.pending_for_set(), format_time(world.now),
+                                    instances=world.instances, options=world.options,
+                                    leases=informer(world.leases, snapshot))
+            assert without_uids(from_cache) == afresh
         world.apply(afresh)
         world.event(kind, index)

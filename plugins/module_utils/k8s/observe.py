@@ -19,6 +19,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool
     backend_refusal,
     lease_safety,
     policy,
+    pool_index,
     set_overrides,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.demand import (
@@ -49,7 +50,7 @@ def observe(exporter_set, namespace_objects, now):
         (c for c in namespace_objects["VirtualTargetClass"] if c["metadata"]["name"] == class_name), None
     )
     exporters = namespace_objects["Exporter"]
-    owned = [e for e in exporters if k8s_objects.controlled_by(e, uid)]
+    owned = _select(exporters, lambda e: k8s_objects.controlled_by(e, uid), uid)
     owned_names = {e["metadata"]["name"] for e in owned}
     pods = [
         p
@@ -79,7 +80,8 @@ def observe(exporter_set, namespace_objects, now):
         "pending": [lease for lease in leases if lease["metadata"]["name"] in pending_names],
         # The Leases naming one of the set's Exporters: who holds them, and
         # whose lease ended (lease_safety.py).
-        "leases": [lease for lease in leases if lease_safety.assigned_exporter(lease) in owned_names],
+        "leases": _select(leases, lambda lease: lease_safety.assigned_exporter(lease) in owned_names,
+                          pool_index.revision(owned)),
         "taken_names": sorted(e["metadata"]["name"] for e in exporters),
         "refusal": backend_refusal.read(exporter_set),
         "lab": lab,
@@ -89,6 +91,14 @@ def observe(exporter_set, namespace_objects, now):
         "policy": set_policy,
         "policy_condition": policy_condition,
     }
+
+
+def _select(objects, keep, *facts):
+    """The objects ``keep`` selects; from a cache's snapshot, a snapshot whose
+    revision is the cache's with ``facts`` (pool_index.Snapshot)."""
+    if isinstance(objects, pool_index.Snapshot):
+        return objects.derived(keep, *facts)
+    return [obj for obj in objects if keep(obj)]
 
 
 def provisioner_of(observed):

@@ -220,18 +220,27 @@ def _pool_survey(exporter_set, exporters, leases, instances, recycle_strategy):
     is the same version (pool_index), the instances are equal and the
     recycle strategy is the same; made afresh when any object lacks a
     version."""
-    keys = pool_index.versions(exporters)
-    lease_keys = pool_index.versions(leases) if keys is not None else None
     metadata = exporter_set["metadata"]
     owner = (metadata.get("namespace"), metadata.get("name"), metadata.get("uid"))
-    inputs = None
-    if keys is not None and lease_keys is not None:
-        inputs = (keys, lease_keys, recycle_strategy, instances)
-    return pool_index.survey(
-        owner, inputs,
-        lambda digests: _survey(exporters, digests.read(exporters, keys), leases, instances,
-                                recycle_strategy),
-        snapshot=lambda kept: kept[:3] + (_copy_instances(kept[3]),))
+    revisions = (pool_index.revision(exporters), pool_index.revision(leases))
+    if None not in revisions:
+        # Snapshots of the operator's caches: their revisions say whether
+        # anything changed, without a pass over the objects.
+        keys = None
+        inputs = (revisions, None, recycle_strategy, instances)
+    else:
+        keys = pool_index.versions(exporters)
+        lease_keys = pool_index.versions(leases) if keys is not None else None
+        inputs = None
+        if keys is not None and lease_keys is not None:
+            inputs = (keys, lease_keys, recycle_strategy, instances)
+
+    def compute(digests):
+        read = keys if keys is not None or inputs is None else pool_index.versions(exporters)
+        return _survey(exporters, digests.read(exporters, read), leases, instances, recycle_strategy)
+
+    return pool_index.survey(owner, inputs, compute,
+                             snapshot=lambda kept: kept[:3] + (_copy_instances(kept[3]),))
 
 
 def _copy_instances(instances):
@@ -349,8 +358,11 @@ def scale_plan(exporter_set, virtual_target_class, exporters, pending_leases, no
     now = parse_time(now)
     options = _with_healing({**DEFAULT_OPTIONS, **(options or {})})
     instances = instances or {}
-    exporters = list(exporters)
-    leases = list(leases or ())
+    # A snapshot of a cache keeps its revision (pool_index.Snapshot).
+    if not isinstance(exporters, pool_index.Snapshot):
+        exporters = list(exporters)
+    if not isinstance(leases, pool_index.Snapshot):
+        leases = list(leases or ())
     metadata = exporter_set["metadata"]
     spec = exporter_set.get("spec") or {}
     builder = _Builder(metadata.get("annotations") or {}, now)
