@@ -122,7 +122,7 @@ class Targets(ClusterModule):
         from kubernetes.client.rest import ApiException
 
         try:
-            return self.core.read_namespaced_secret(name, self.namespace).data or {}
+            return self.core.read("Secret", self.namespace, name).get("data") or {}
         except ApiException as exc:
             if exc.status == 404:
                 return None

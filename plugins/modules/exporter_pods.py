@@ -97,8 +97,8 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.client import (
     ClusterModule,
     k8s_module,
-    read_object,
 )
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.core import delete_options
 
 # Instances made or removed at once in one run (each is a few API calls).
 PARALLEL = 8
@@ -119,11 +119,11 @@ class PodManager(ClusterModule):
     def _api_error(self, what, exc):
         raise InstanceError(f"{what}: {exc.status} {exc.reason}")
 
-    def _read(self, reader, name):
+    def _read(self, kind, name):
         from kubernetes.client.rest import ApiException
 
         try:
-            return read_object(reader, name, self.namespace)
+            return self.core.read(kind, self.namespace, name, missing_ok=True)
         except ApiException as exc:
             self._api_error(f"reading {self.namespace}/{name}", exc)
 
@@ -141,7 +141,7 @@ class PodManager(ClusterModule):
         exporter = self.by_name.get(name)
         if exporter is None:
             raise InstanceError(f"Exporter {self.namespace}/{name} is not among owned_exporters")
-        pod = self._read(self.core.read_namespaced_pod, name)
+        pod = self._read("Pod", name)
         if pod is not None:
             found = pod
             if not k8s_objects.controlled_by(found, exporter["metadata"].get("uid")):
@@ -169,19 +169,16 @@ class PodManager(ClusterModule):
         if self.module.check_mode:
             return
         try:
-            # Nothing is read back from these writes: no response is decoded.
-            if self._read(self.core.read_namespaced_secret, secret["metadata"]["name"]) is None:
-                self.core.create_namespaced_secret(self.namespace, secret, _preload_content=False)
+            if self._read("Secret", secret["metadata"]["name"]) is None:
+                self.core.create("Secret", self.namespace, secret)
             else:
-                self.core.replace_namespaced_secret(secret["metadata"]["name"], self.namespace, secret,
-                                                    _preload_content=False)
-            self.core.create_namespaced_pod(self.namespace, pod, _preload_content=False)
+                self.core.replace("Secret", self.namespace, secret["metadata"]["name"], secret)
+            self.core.create("Pod", self.namespace, pod)
         except ApiException as exc:
             if exc.status != 409:
                 self._api_error(f"creating the instance of {self.namespace}/{name}", exc)
 
     def _delete_foreign_pod(self, pod):
-        from kubernetes import client
         from kubernetes.client.rest import ApiException
 
         meta = pod["metadata"]
@@ -189,9 +186,8 @@ class PodManager(ClusterModule):
         if self.module.check_mode:
             return
         try:
-            self.core.delete_namespaced_pod(
-                meta["name"], self.namespace, grace_period_seconds=0,
-                body=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=meta["uid"])))
+            self.core.delete("Pod", self.namespace, meta["name"], grace_period_seconds=0,
+                             body=delete_options(uid=meta["uid"]))
         except ApiException as exc:
             if exc.status not in (404, 409):
                 self._api_error(f"deleting {self.namespace}/{meta['name']}", exc)
@@ -200,16 +196,12 @@ class PodManager(ClusterModule):
         from kubernetes.client.rest import ApiException
 
         removed = False
-        for reader, deleter, object_name in (
-            (self.core.read_namespaced_pod, self.core.delete_namespaced_pod, name),
-            (self.core.read_namespaced_secret, self.core.delete_namespaced_secret,
-             k8s_pod.config_secret_name(name)),
-        ):
+        for kind, object_name in (("Pod", name), ("Secret", k8s_pod.config_secret_name(name))):
             if self.module.check_mode:
-                removed |= self._read(reader, object_name) is not None
+                removed |= self._read(kind, object_name) is not None
                 continue
             try:
-                deleter(object_name, self.namespace, grace_period_seconds=0)
+                self.core.delete(kind, self.namespace, object_name, grace_period_seconds=0)
                 removed = True
             except ApiException as exc:
                 if exc.status != 404:

@@ -104,6 +104,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.
     k8s_module,
     module_api_client,
 )
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.core import CoreApi
 
 KINDS = (constants.VIRTUAL_TARGET_CLASS, constants.EXPORTER_SET, constants.EXPORTER, constants.LEASE)
 
@@ -116,10 +117,8 @@ def read_namespace(client_, namespace):
         gvr.kind: custom.list_namespaced_custom_object(*gvr.at(namespace))["items"]
         for gvr in KINDS
     }
-    pods = client.CoreV1Api(client_).list_namespaced_pod(
-        namespace, label_selector=constants.LABEL_EXPORTER_SET
-    )
-    objects["Pod"] = client_.sanitize_for_serialization(pods)["items"]
+    pods = CoreApi(client_).list("Pod", namespace, label_selector=constants.LABEL_EXPORTER_SET)
+    objects["Pod"] = pods["items"]
     objects[constants.EXPORTER_SET_POLICY.kind] = read_policies(custom, namespace)
     return objects
 

@@ -2,12 +2,11 @@
 preconditions, what goes with an Exporter, names blocked by a stale credential."""
 
 import copy
-import json
-from types import SimpleNamespace
 
 import pytest
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants as c
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import apply as k8s_apply
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import core as k8s_core
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
@@ -46,13 +45,13 @@ class MemoryApi:
         found = self.objects.get((kind, name))
         if found is None:
             raise ApiException(status=404, reason="Not Found")
-        preconditions = body.preconditions
-        if preconditions.uid and preconditions.uid != found["metadata"]["uid"] or (
-                preconditions.resource_version
-                and preconditions.resource_version != found["metadata"]["resourceVersion"]):
+        preconditions = (body or {}).get("preconditions") or {}
+        if preconditions.get("uid") and preconditions["uid"] != found["metadata"]["uid"] or (
+                preconditions.get("resourceVersion")
+                and preconditions["resourceVersion"] != found["metadata"]["resourceVersion"]):
             raise ApiException(status=409, reason="Conflict")
         if kind == "Exporter":
-            assert body.propagation_policy == "Orphan"
+            assert body["propagationPolicy"] == "Orphan"
         del self.objects[(kind, name)]
 
     def create(self, kind, manifest):
@@ -106,32 +105,29 @@ class FakeCustom:
         self.api.patch(KINDS[plural], name, body)
 
 
-def _response(obj, preload):
-    return obj if preload else SimpleNamespace(data=json.dumps(obj).encode())
-
-
 class FakeCore:
+    """k8s/core.CoreApi over the memory: plain dicts in and out."""
+
     def __init__(self, api):
         self.api = api
 
-    # As the client does, a read with _preload_content=False hands back the
-    # raw response, whose body the caller decodes.
-    def read_namespaced_secret(self, name, namespace, _preload_content=True):
-        return _response(self.api.get("Secret", name), _preload_content)
+    def read(self, kind, namespace, name, missing_ok=False):
+        if kind == "Event" and ("Event", name) not in self.api.objects:
+            if missing_ok:
+                return None
+            raise ApiException(status=404, reason="Not Found")
+        try:
+            return self.api.get(kind, name)
+        except ApiException as exc:
+            if missing_ok and exc.status == 404:
+                return None
+            raise
 
-    def read_namespaced_pod(self, name, namespace, _preload_content=True):
-        return _response(self.api.get("Pod", name), _preload_content)
+    def delete(self, kind, namespace, name, body=None, grace_period_seconds=None):
+        self.api.delete(kind, name, body)
 
-    def delete_namespaced_secret(self, name, namespace, body):
-        self.api.delete("Secret", name, body)
-
-    def delete_namespaced_pod(self, name, namespace, body, grace_period_seconds):
-        self.api.delete("Pod", name, body)
-
-    def read_namespaced_event(self, name, namespace):
-        raise ApiException(status=404, reason="Not Found")
-
-    def create_namespaced_event(self, namespace, body):
+    def create(self, kind, namespace, body):
+        assert kind == "Event", kind
         self.api.events.append(body)
 
 
@@ -144,7 +140,7 @@ class FakeApiClient:
 def api(monkeypatch):
     memory = MemoryApi()
     monkeypatch.setattr(client, "CustomObjectsApi", lambda _: FakeCustom(memory))
-    monkeypatch.setattr(client, "CoreV1Api", lambda _: FakeCore(memory))
+    monkeypatch.setattr(k8s_core, "CoreApi", lambda _: FakeCore(memory))
     return memory
 
 
@@ -229,7 +225,7 @@ def test_delete_is_held_unless_disabled_and_unleased_from_both_sides(api, lease,
     if why:
         # Said in a Normal Event naming the Exporter and why.
         (event,) = api.events
-        assert event.reason == "ExporterHeld" and why in event.message and "rpi4-0" in event.message
+        assert event["reason"] == "ExporterHeld" and why in event["message"] and "rpi4-0" in event["message"]
 
 
 def test_a_delete_refused_by_its_precondition_is_not_forced(api):
@@ -293,7 +289,7 @@ def test_an_event_about_a_held_exporter_waits_for_the_plan_that_acts(api):
                  for name in ("rpi4-0", "rpi4-1")]
     result = apply(api, {"disable": ["rpi4-0", "rpi4-1"], "events": recycling})
     assert result["held"] == ["rpi4-0"]
-    assert sorted((e.reason, e.related.name) for e in api.events) == [
+    assert sorted((e["reason"], e["related"]["name"]) for e in api.events) == [
         ("ExporterHeld", "rpi4-0"), ("Recycling", "rpi4-1")]
 
 

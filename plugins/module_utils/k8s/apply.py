@@ -29,6 +29,7 @@ the way (``credentials``): the name counts as taken for this reconcile.
 """
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import core as k8s_core
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import credentials, lifecycle
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import objects as k8s_objects
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import pod as k8s_pod
@@ -48,7 +49,7 @@ class PlanApplier:
         self.write_outcome = write_outcome
         self.api_client = api_client
         self.custom = client.CustomObjectsApi(api_client)
-        self.core = client.CoreV1Api(api_client)
+        self.core = k8s_core.CoreApi(api_client)
         self.set = exporterset
         self.namespace = self.set["metadata"]["namespace"]
         # Exporter name -> the resourceVersion our last write of it left.
@@ -170,33 +171,21 @@ class PlanApplier:
             if secret is not None and credentials.issued_to(secret, exporter):
                 owned.append(("Secret", secret))
             if provisioner in constants.POD_PROVISIONERS:
-                for kind, reader, object_name in (
-                    ("Pod", self.core.read_namespaced_pod, name),
-                    ("Secret", self.core.read_namespaced_secret, k8s_pod.config_secret_name(name)),
-                ):
-                    try:
-                        found = self.api_client.sanitize_for_serialization(reader(object_name, self.namespace))
-                    except ApiException as exc:
-                        if exc.status == 404:
-                            continue
-                        raise
-                    if k8s_objects.controlled_by(found, uid):
+                for kind, object_name in (("Pod", name), ("Secret", k8s_pod.config_secret_name(name))):
+                    found = self.core.read(kind, self.namespace, object_name, missing_ok=True)
+                    if found is not None and k8s_objects.controlled_by(found, uid):
                         owned.append((kind, found))
         except ApiException as exc:
             self._fail(f"reading what belongs to Exporter {self.namespace}/{name}", exc)
         return owned
 
     def _delete_owned(self, kind, obj):
-        from kubernetes import client
         from kubernetes.client.rest import ApiException
 
         meta = obj["metadata"]
-        options = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=meta["uid"]))
         try:
-            if kind == "Pod":
-                self.core.delete_namespaced_pod(meta["name"], self.namespace, body=options, grace_period_seconds=0)
-            else:
-                self.core.delete_namespaced_secret(meta["name"], self.namespace, body=options)
+            self.core.delete(kind, self.namespace, meta["name"], body=k8s_core.delete_options(uid=meta["uid"]),
+                             grace_period_seconds=0 if kind == "Pod" else None)
         except ApiException as exc:
             if exc.status not in (404, 409):
                 self._fail(f"deleting {kind} {self.namespace}/{meta['name']}", exc)
@@ -210,7 +199,6 @@ class PlanApplier:
         ``unleased_only`` is off, as when the whole set goes. Returns whether
         the Exporter is gone or going.
         """
-        from kubernetes import client
         from kubernetes.client.rest import ApiException
 
         current = self._read_exporter(name)
@@ -228,10 +216,8 @@ class PlanApplier:
                 return False
         owned = self._owned_objects(current, provisioner)
         if not self.check:
-            options = client.V1DeleteOptions(
-                propagation_policy="Orphan",
-                preconditions=client.V1Preconditions(uid=meta["uid"], resource_version=meta["resourceVersion"]),
-            )
+            options = k8s_core.delete_options(uid=meta["uid"], resource_version=meta["resourceVersion"],
+                                              propagation_policy="Orphan")
             try:
                 self.custom.delete_namespaced_custom_object(
                     *constants.EXPORTER.at(self.namespace), name, body=options)

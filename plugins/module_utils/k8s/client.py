@@ -9,6 +9,8 @@ documented once, in ``plugins/doc_fragments/kubernetes.py``.
 
 import os
 
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.core import CoreApi
+
 # option: (argument spec, environment variables read when the option is not
 # given, first match wins; the same names kubernetes.core reads)
 AUTH_OPTIONS = {
@@ -203,23 +205,6 @@ class ClusterModule:
         self.p = module.params
         self.check = module.check_mode
         self.api_client = module_api_client(module)
-        self.core = client.CoreV1Api(self.api_client)
+        # core/v1 on plain dicts, without the generated CoreV1Api (core.py).
+        self.core = CoreApi(self.api_client)
         self.custom = client.CustomObjectsApi(self.api_client)
-
-
-def read_object(reader, *args):
-    """``reader(*args)`` (a ``read_namespaced_*`` call) as a plain dict, or
-    None when the object does not exist (other errors raise). The response is
-    decoded as JSON, not into the client's model classes, which costs a
-    fraction of the time."""
-    import json
-
-    from kubernetes.client.rest import ApiException
-
-    try:
-        response = reader(*args, _preload_content=False)
-    except ApiException as exc:
-        if exc.status == 404:
-            return None
-        raise
-    return json.loads(response.data)

@@ -18,6 +18,7 @@ import binascii
 import re
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import core as k8s_core
 
 _PEM_BLOCK = re.compile(r"-----BEGIN ([A-Z0-9 ]+)-----(.*?)-----END \1-----", re.S)
 # A DER certificate is an ASN.1 SEQUENCE.
@@ -84,16 +85,15 @@ def _unavailable(namespace, name, key, message):
 
 def read_controller_ca(api_client, namespace, virtual_target_class):
     """GET the class's controller CA ConfigMap in ``namespace`` and check it."""
-    from kubernetes import client
     from kubernetes.client.rest import ApiException
 
     name, key = configmap_reference(virtual_target_class)
     try:
-        found = client.CoreV1Api(api_client).read_namespaced_config_map(name, namespace)
+        found = k8s_core.CoreApi(api_client).read("ConfigMap", namespace, name)
     except ApiException as exc:
         if exc.status != 404:
             return _unavailable(namespace, name, key,
                                 f"ConfigMap {namespace}/{name} key {key}: could not be read: "
                                 f"{exc.status} {exc.reason}")
         return controller_ca(None, namespace, name, key)
-    return controller_ca(api_client.sanitize_for_serialization(found), namespace, name, key)
+    return controller_ca(found, namespace, name, key)

@@ -18,7 +18,7 @@ Secrets are only ever read by name (GET), never listed.
 import base64
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import client as k8s_client
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import core as k8s_core
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import objects as k8s_objects
 
 TOKEN_KEY = "token"
@@ -45,9 +45,7 @@ def token_for(secret, exporter):
 
 def read_secret(api_client, namespace, name):
     """The Secret as a dict, or None when it does not exist (other errors raise)."""
-    from kubernetes import client
-
-    return k8s_client.read_object(client.CoreV1Api(api_client).read_namespaced_secret, name, namespace)
+    return k8s_core.CoreApi(api_client).read("Secret", namespace, name, missing_ok=True)
 
 
 def read_token(api_client, exporter):
@@ -88,14 +86,12 @@ def blocking_secret(api_client, namespace, exporter_name):
 
 def delete_secret(api_client, namespace, secret):
     """Delete this very Secret (UID precondition); False when it was already gone or replaced."""
-    from kubernetes import client
     from kubernetes.client.rest import ApiException
 
     meta = secret["metadata"]
     try:
-        client.CoreV1Api(api_client).delete_namespaced_secret(
-            meta["name"], namespace,
-            body=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=meta["uid"])))
+        k8s_core.CoreApi(api_client).delete("Secret", namespace, meta["name"],
+                                            body=k8s_core.delete_options(uid=meta["uid"]))
     except ApiException as exc:
         if exc.status in (404, 409):
             return False

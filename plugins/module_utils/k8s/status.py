@@ -11,8 +11,9 @@ import time
 from datetime import UTC, datetime
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import core as k8s_core
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.status import merge_conditions
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.timeutil import backoff_delay
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.timeutil import backoff_delay, format_time
 
 COMPONENT = "exporterset-operator"
 
@@ -162,49 +163,52 @@ def emit_events(api_client, involved, events, component=COMPONENT):
     Exporters recycled for the same reason are two Events, not one with
     count 2).
     """
-    from kubernetes import client
     from kubernetes.client.rest import ApiException
 
-    core = client.CoreV1Api(api_client)
+    core = k8s_core.CoreApi(api_client)
     meta = involved["metadata"]
     namespace = meta["namespace"]
-    now = datetime.now(UTC)
+    now = format_time(datetime.now(UTC))
     written = 0
     for event in events:
         message = event_message(event)
         exporter = event.get("exporter")
         name = event_name(meta["name"], event["reason"], message, exporter)
-        try:
-            existing = core.read_namespaced_event(name, namespace)
-            existing.count = (existing.count or 1) + 1
-            existing.last_timestamp = now
-            core.replace_namespaced_event(name, namespace, existing)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
-            body = client.CoreV1Event(
-                metadata=client.V1ObjectMeta(name=name, namespace=namespace),
-                involved_object=client.V1ObjectReference(
-                    api_version=involved.get("apiVersion", constants.EXPORTER_SET.api_version),
-                    kind=involved.get("kind", constants.EXPORTER_SET.kind),
-                    name=meta["name"],
-                    namespace=namespace,
-                    uid=meta.get("uid"),
-                    resource_version=meta.get("resourceVersion"),
-                ),
-                related=client.V1ObjectReference(
-                    api_version=constants.EXPORTER.api_version, kind=constants.EXPORTER.kind,
-                    name=exporter, namespace=namespace,
-                ) if exporter else None,
-                reason=event["reason"],
-                message=message,
-                type=event.get("type", "Normal"),
-                count=1,
-                first_timestamp=now,
-                last_timestamp=now,
-                source=client.V1EventSource(component=component),
-                reporting_component=component,
-            )
-            core.create_namespaced_event(namespace, body)
+        existing = core.read("Event", namespace, name, missing_ok=True)
+        if existing is not None:
+            existing["count"] = (existing.get("count") or 1) + 1
+            existing["lastTimestamp"] = now
+            core.replace("Event", namespace, name, existing)
+        else:
+            involved_ref = {
+                "apiVersion": involved.get("apiVersion", constants.EXPORTER_SET.api_version),
+                "kind": involved.get("kind", constants.EXPORTER_SET.kind),
+                "name": meta["name"], "namespace": namespace,
+            }
+            for key, field in (("uid", "uid"), ("resourceVersion", "resourceVersion")):
+                if meta.get(field):
+                    involved_ref[key] = meta[field]
+            body = {
+                "apiVersion": "v1", "kind": "Event",
+                "metadata": {"name": name, "namespace": namespace},
+                "involvedObject": involved_ref,
+                "reason": event["reason"],
+                "message": message,
+                "type": event.get("type", "Normal"),
+                "count": 1,
+                "firstTimestamp": now,
+                "lastTimestamp": now,
+                "source": {"component": component},
+                "reportingComponent": component,
+            }
+            if exporter:
+                body["related"] = {"apiVersion": constants.EXPORTER.api_version, "kind": constants.EXPORTER.kind,
+                                   "name": exporter, "namespace": namespace}
+            try:
+                core.create("Event", namespace, body)
+            except ApiException as exc:
+                # Written by another writer since it was read: counted there.
+                if exc.status != 409:
+                    raise
         written += 1
     return written

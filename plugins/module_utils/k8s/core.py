@@ -1,0 +1,83 @@
+"""The few core/v1 calls the collection makes, on plain dicts.
+
+Pods, Secrets, ConfigMaps and Events are read, created, replaced, deleted
+and listed through the kubernetes client's ``ApiClient`` and nothing else.
+The client's generated ``CoreV1Api`` is not used on the path of a module:
+since the client validates every call with pydantic, building that one class
+(about 800 methods) costs 0.6 CPU-s, more than the rest of a module run,
+and a module pays it in every run (measured with kubernetes 37.0.2; see
+bench/README.md). ``CustomObjectsApi`` is small and stays in use.
+
+Every call returns the object as a dict (or None for a read that finds
+nothing, with ``missing_ok``), and raises the client's ``ApiException`` for
+any other answer than 2xx, as the generated calls do. It needs the client
+the collection pins (requirements.txt): one whose ``ApiClient`` has
+``param_serialize`` and ``call_api``.
+"""
+
+import json
+
+# kind -> its plural in URLs
+KINDS = {"Pod": "pods", "Secret": "secrets", "ConfigMap": "configmaps", "Event": "events"}
+
+
+def delete_options(uid=None, resource_version=None, propagation_policy=None):
+    """A DeleteOptions body with the preconditions given."""
+    body = {"apiVersion": "v1", "kind": "DeleteOptions"}
+    preconditions = {key: value for key, value in (("uid", uid), ("resourceVersion", resource_version))
+                     if value}
+    if preconditions:
+        body["preconditions"] = preconditions
+    if propagation_policy:
+        body["propagationPolicy"] = propagation_policy
+    return body
+
+
+class CoreApi:
+    def __init__(self, api_client):
+        if not hasattr(api_client, "param_serialize"):
+            raise RuntimeError("the kubernetes Python client is older than this collection needs "
+                               "(its ApiClient has no param_serialize); install the version in "
+                               "requirements.txt")
+        self.api_client = api_client
+
+    def _request(self, method, kind, namespace, name=None, body=None, query=None):
+        from kubernetes.client.rest import ApiException
+
+        path = f"/api/v1/namespaces/{namespace}/{KINDS[kind]}" + (f"/{name}" if name else "")
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        request = self.api_client.param_serialize(
+            method=method, resource_path=path, query_params=list((query or {}).items()),
+            header_params=headers, body=body, auth_settings=["BearerToken"])
+        response = self.api_client.call_api(*request)
+        data = response.read()
+        if not 200 <= response.status <= 299:
+            raise ApiException(http_resp=response)
+        return json.loads(data) if data else None
+
+    def read(self, kind, namespace, name, missing_ok=False):
+        """The object, or None when it does not exist and ``missing_ok``."""
+        from kubernetes.client.rest import ApiException
+
+        try:
+            return self._request("GET", kind, namespace, name)
+        except ApiException as exc:
+            if missing_ok and exc.status == 404:
+                return None
+            raise
+
+    def list(self, kind, namespace, label_selector=None):
+        query = {"labelSelector": label_selector} if label_selector else None
+        return self._request("GET", kind, namespace, query=query)
+
+    def create(self, kind, namespace, body):
+        return self._request("POST", kind, namespace, body=body)
+
+    def replace(self, kind, namespace, name, body):
+        return self._request("PUT", kind, namespace, name, body=body)
+
+    def delete(self, kind, namespace, name, body=None, grace_period_seconds=None):
+        query = None if grace_period_seconds is None else {"gracePeriodSeconds": grace_period_seconds}
+        return self._request("DELETE", kind, namespace, name, body=body, query=query)
