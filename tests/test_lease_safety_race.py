@@ -13,6 +13,17 @@ ended naming it in ``status.exporterRef``) is a violation. There must be
 none. Afterwards, every Exporter that served a Lease that has since ended,
 seen leased by the operator or not, is replaced (ExitAndReplace) or reset
 (InPlaceReuse).
+
+One window no client can close is told apart, not forgiven silently: the
+controller writes a Lease's ``status.exporterRef`` before the Exporter's
+``status.leaseRef``, so a Lease assigned after the operator's fresh read of
+the Leases and before its disable lands is not a write the operator could
+have refused. Each disable records the revision of the Lease list it read
+(``leases-checked-at``); a Lease assigned at or before that revision, or a
+``leaseRef`` the disable's resourceVersion precondition would have met, is
+a violation. A Lease assigned after it is counted as the window, and the
+Exporter it holds must still never be deleted or reset while held, which
+the replay checks as for any other.
 """
 
 from __future__ import annotations
@@ -117,6 +128,7 @@ def analyse(events):
     pods: dict[str, dict] = {}
     counts = Counter()
     assigned = set()
+    assigned_at: dict[str, int] = {}  # lease -> revision its exporterRef was first written
     violations = []
 
     def holders(name):
@@ -126,8 +138,16 @@ def analyse(events):
             held.add(ref)
         return held
 
-    def check(what, name, revision):
+    def check(what, name, revision, checked_at=None):
         held = holders(name)
+        if checked_at is not None:
+            # Assigned after the Lease list the disable was made on: the window.
+            window = {lease for lease in held if assigned_at.get(lease, 0) > checked_at}
+            counts["window"] += bool(window)
+            held -= window
+            ref = (((exporters.get(name) or {}).get("status") or {}).get("leaseRef") or {}).get("name")
+            if ref:
+                held.add(ref)
         if held:
             violations.append(f"{what} {name} at revision {revision} while leased by {sorted(held)}")
 
@@ -141,6 +161,7 @@ def analyse(events):
             leases[name] = _lease_state(seen.obj)
             if leases[name][0]:
                 assigned.add(name)
+                assigned_at.setdefault(name, seen.revision)
         elif seen.kind == "Exporter":
             before = exporters.get(name)
             if before is not None and seen.type != "DELETED":
@@ -148,7 +169,9 @@ def analyse(events):
                 now = (seen.obj.get("spec") or {}).get("enabled", True) is not False
                 if was and not now:
                     counts["disables"] += 1
-                    check("disabled", name, seen.revision)
+                    notes = meta.get("annotations") or {}
+                    checked_at = notes.get(constants.ANNOTATION_LEASES_CHECKED_AT)
+                    check("disabled", name, seen.revision, int(checked_at) if checked_at else None)
             going = seen.type == "DELETED" or meta.get("deletionTimestamp")
             if going and not (before or {}).get("metadata", {}).get("deletionTimestamp"):
                 counts["deletes"] += 1
@@ -296,6 +319,7 @@ def test_no_leased_exporter_is_disabled_deleted_or_reset_under_a_race(api, names
           f"{counts['resets']} instance resets, {counts['instance_removals']} instance removals, "
           f"{held} holds ({conflicts} precondition conflicts), {exporters_left} Exporters left; "
           f"leased Exporters disabled, deleted or reset: {len(violations)}; "
+          f"disables in the controller's window (assigned after the Lease read): {counts['window']}; "
           f"used Exporters not recycled: {recycled or 'none'}")
     for line in violations[:20]:
         print("  ", line)

@@ -89,6 +89,12 @@ ANNOTATION_RETIRING = GROUP + "/retiring"
 # Exporter annotation: "<endTime> <creationTimestamp> <lease>" of the last
 # ended Lease after which an InPlaceReuse Exporter was reset.
 ANNOTATION_REUSED_AFTER = GROUP + "/reused-after"
+# Exporter annotation, written with every disable the pool makes: the
+# resourceVersion of the Lease list it read just before, in which no Lease
+# held the Exporter. A Lease assigned after that revision and before the
+# disable landed is the controller's window (docs/pool-semantics.md, lease
+# safety). Removed when the Exporter is enabled again.
+ANNOTATION_LEASES_CHECKED_AT = GROUP + "/leases-checked-at"
 # Exporter annotation: the set's dormant Exporter. It has no backend and is
 # never Online; it exists only while the set has no other enabled Exporter, so
 # that the Jumpstarter controller keeps a lease for the set waiting

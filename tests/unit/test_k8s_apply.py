@@ -17,6 +17,18 @@ THE_SET = {"apiVersion": "virtualtarget.jumpstarter.dev/v1alpha1", "kind": "Expo
            "spec": {}}
 
 
+def merge_patch(target, patch):
+    """A JSON merge patch (RFC 7386), as the API server applies one: null removes."""
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        elif isinstance(value, dict) and isinstance(target.get(key), dict):
+            merge_patch(target[key], value)
+        else:
+            target[key] = copy.deepcopy(value) if not isinstance(value, dict) else merge_patch({}, value)
+    return target
+
+
 class MemoryApi:
     """Exporters, Secrets and Pods of one namespace, and every call made."""
 
@@ -69,8 +81,7 @@ class MemoryApi:
         expected = (body.get("metadata") or {}).pop("resourceVersion", None)
         if expected is not None and expected != target["metadata"]["resourceVersion"]:
             raise ApiException(status=409, reason="Conflict")
-        for key, value in body.items():
-            target.setdefault(key, {}).update(value)
+        merge_patch(target, body)
         self.serial += 1
         target["metadata"]["resourceVersion"] = str(self.serial)
 
@@ -79,7 +90,7 @@ class MemoryApi:
         items = [copy.deepcopy(obj) for (k, _), obj in sorted(self.objects.items()) if k == kind]
         if label_selector and label_selector.startswith("!"):
             items = [obj for obj in items if label_selector[1:] not in (obj["metadata"].get("labels") or {})]
-        return {"items": items}
+        return {"metadata": {"resourceVersion": str(self.serial)}, "items": items}
 
 
 KINDS = {"exporters": "Exporter", "leases": "Lease"}
@@ -263,6 +274,19 @@ def test_disable_only_while_unleased_from_both_sides(api, lease, lease_side, hel
     assert (result["held"] == ["rpi4-0"]) is held
 
 
+def test_a_disable_records_the_lease_list_that_showed_it_unleased_and_an_enable_drops_it(api):
+    exporter(api, "rpi4-0")
+    lease_object(api, "elsewhere", "rpi4-9")
+    read_at = str(api.serial)
+    apply(api, {"disable": ["rpi4-0"]})
+    notes = api.objects[("Exporter", "rpi4-0")]["metadata"]["annotations"]
+    assert notes[c.ANNOTATION_LEASES_CHECKED_AT] == read_at
+    apply(api, {"enable": ["rpi4-0"]})
+    current = api.objects[("Exporter", "rpi4-0")]
+    assert current["spec"]["enabled"] is True
+    assert c.ANNOTATION_LEASES_CHECKED_AT not in current["metadata"]["annotations"]
+
+
 def test_a_disable_refused_by_its_precondition_is_not_forced(api):
     exporter(api, "rpi4-0")
     real_patch = api.patch
@@ -318,7 +342,7 @@ def test_a_reset_exporter_is_enabled_again_with_its_bookkeeping(api):
                                                     c.ANNOTATION_REUSED_AFTER: "x"}}})
     current = api.objects[("Exporter", "rpi4-0")]
     assert current["spec"]["enabled"] is True
-    assert current["metadata"]["annotations"] == {c.ANNOTATION_RETIRING: None, c.ANNOTATION_REUSED_AFTER: "x"}
+    assert current["metadata"]["annotations"] == {c.ANNOTATION_REUSED_AFTER: "x"}
     assert [call for call in api.calls if call[0] == "patch"] == [("patch", "Exporter", "rpi4-0")]
 
 

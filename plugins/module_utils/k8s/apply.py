@@ -54,6 +54,8 @@ class PlanApplier:
         self.namespace = self.set["metadata"]["namespace"]
         # Exporter name -> the resourceVersion our last write of it left.
         self.versions = {}
+        # The resourceVersion of the last Lease list read (_active_leases).
+        self.leases_read_at = None
         self.result = {"created": [], "deleted": [], "patched": [], "blocked": [], "held": [],
                        "conflicts": 0, "status_changed": False, "events": 0}
         # name -> why, for the ExporterHeld Events.
@@ -83,9 +85,11 @@ class PlanApplier:
         from kubernetes.client.rest import ApiException
 
         try:
-            return self.custom.list_namespaced_custom_object(
+            listed = self.custom.list_namespaced_custom_object(
                 *constants.LEASE.at(self.namespace),
-                label_selector=lease_safety.ACTIVE_LEASES_SELECTOR)["items"]
+                label_selector=lease_safety.ACTIVE_LEASES_SELECTOR)
+            self.leases_read_at = (listed.get("metadata") or {}).get("resourceVersion")
+            return listed["items"]
         except ApiException as exc:
             self._fail(f"listing the Leases of namespace {self.namespace}", exc)
 
@@ -137,6 +141,10 @@ class PlanApplier:
             return False
         body = {"spec": {"enabled": False},
                 "metadata": {"resourceVersion": current["metadata"]["resourceVersion"]}}
+        annotations = dict(annotations or {})
+        if self.leases_read_at:
+            # The Lease list that showed it unleased (its revision), for the record.
+            annotations[constants.ANNOTATION_LEASES_CHECKED_AT] = self.leases_read_at
         if annotations:
             body["metadata"]["annotations"] = annotations
         if not self.check:
@@ -283,14 +291,16 @@ class PlanApplier:
              for entry in plan.get("create_dormant") or []]
         )
         exporter_annotations = plan.get("exporter_annotations") or {}
+        enabled_again = {constants.ANNOTATION_LEASES_CHECKED_AT: None}
         for name in plan.get("enable") or []:
-            self.patch(name, {"spec": {"enabled": True}})
+            self.patch(name, {"spec": {"enabled": True}, "metadata": {"annotations": enabled_again}})
         # Reset in place (the provisioner role did it, only for what
         # ``confirm`` allowed): enabled again, with its bookkeeping.
         written = set()
         for entry in plan.get("recycle") or []:
             self.patch(entry["name"], {"spec": {"enabled": True},
-                                       "metadata": {"annotations": exporter_annotations.get(entry["name"]) or {}}})
+                                       "metadata": {"annotations": {
+                                           **enabled_again, **(exporter_annotations.get(entry["name"]) or {})}}})
             written.add(entry["name"])
         removing = [entry["name"] for entry in plan.get("delete") or []] + list(plan.get("disable") or [])
         gone = set()
