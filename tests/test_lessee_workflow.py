@@ -54,6 +54,8 @@ wait_for() {  # FILE PATTERN SECONDS
     done
 }
 boot() {  # LOG PATTERN: the console of the boot that just started, until PATTERN
+    # (a PATTERN that ends where the awaited line ends: the console is cut
+    # as soon as it matches)
     j qemu console pipe --no-input -o "$1" & console=$!
     wait_for "$1" "$2" BOOT_TIMEOUT
     kill "$console"; wait "$console" || true
@@ -71,10 +73,10 @@ echo "== dump"
 j qemu flasher dump disk.img
 echo "== power on"
 j qemu power on
-boot boot-2.log "booted from its disk"
+boot boot-2.log 'booted from its disk:.* machine="[^"]*"'
 echo "== power cycle"
 j qemu power cycle --wait 1
-boot boot-3.log "booted from its disk"
+boot boot-3.log 'booted from its disk:.* machine="[^"]*"'
 echo "== done"
 """.replace("BOOT_TIMEOUT", str(BOOT_TIMEOUT))
 
