@@ -114,24 +114,22 @@ def test_forget_drops_the_expectation_of_one_set():
     expectations.forget(("ns", "never-expected"))
 
 
-def test_a_patched_exporter_is_waited_for_until_the_cache_shows_a_new_version():
-    """A disable (or any patch) the pool loop wrote: the next pass waits until
-    the cache holds the Exporter at the version the write left, so it does
-    not plan the same disable and Event again."""
+@pytest.mark.parametrize(("waits_at", "passes_at"), [
+    # The cache still holds the version we read: the next pass would plan
+    # the same disable and Event again.
+    ("41", "57"),
+    # The controller wrote the Exporter (its status) between our read and our
+    # patch: that version differs from what we read but precedes our write.
+    ("49", "63"),
+])
+def test_a_patched_exporter_is_waited_for_until_the_cache_shows_our_version(waits_at, passes_at):
+    """A disable (or any patch) the pool loop wrote (read at 41, written at
+    57): the next pass waits until the cache holds the Exporter at the
+    version the write left, or a later one."""
     expectations = Expectations()
     expectations.expect(KEY, [], [], {"pool-0": ("41", "57")})
-    assert not expectations.satisfied(KEY, {"pool-0"}, versions={"pool-0": "41"})
-    assert expectations.satisfied(KEY, {"pool-0"}, versions={"pool-0": "57"})
-
-
-def test_another_writers_version_before_ours_is_not_enough():
-    """The controller wrote the Exporter (its status) between our read and our
-    patch: the cache shows that version first, which differs from what we
-    read but does not hold our write yet."""
-    expectations = Expectations()
-    expectations.expect(KEY, [], [], {"pool-0": ("41", "57")})
-    assert not expectations.satisfied(KEY, {"pool-0"}, versions={"pool-0": "49"})
-    assert expectations.satisfied(KEY, {"pool-0"}, versions={"pool-0": "63"})
+    assert not expectations.satisfied(KEY, {"pool-0"}, versions={"pool-0": waits_at})
+    assert expectations.satisfied(KEY, {"pool-0"}, versions={"pool-0": passes_at})
 
 
 def test_an_exporter_gone_from_the_cache_does_not_hold_the_set():
