@@ -2,7 +2,7 @@
 and deep_merge on realistic parameters. Prints the median of several runs.
 
 Two pools (at target; scale-down, the largest plan the rules make) and
-three figures for each:
+four figures for each (and steady again after gc.freeze()):
 
 * cold: the first plan over a pool the planner has not seen (every object a
   new uid, its memory of pools emptied), so every Exporter is read and the

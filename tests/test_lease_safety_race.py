@@ -131,23 +131,18 @@ def analyse(events):
     assigned_at: dict[str, int] = {}  # lease -> revision its exporterRef was first written
     violations = []
 
-    def holders(name):
-        held = {lease for lease, (exporter, ended) in leases.items() if exporter == name and not ended}
-        ref = (((exporters.get(name) or {}).get("status") or {}).get("leaseRef") or {}).get("name")
-        if ref:
-            held.add(ref)
-        return held
-
     def check(what, name, revision, checked_at=None):
-        held = holders(name)
+        held = {lease for lease, (exporter, ended) in leases.items() if exporter == name and not ended}
         if checked_at is not None:
             # Assigned after the Lease list the disable was made on: the window.
             window = {lease for lease in held if assigned_at.get(lease, 0) > checked_at}
             counts["window"] += bool(window)
             held -= window
-            ref = (((exporters.get(name) or {}).get("status") or {}).get("leaseRef") or {}).get("name")
-            if ref:
-                held.add(ref)
+        # A leaseRef is the Exporter's own: the disable's resourceVersion
+        # precondition would have refused it, so it is never the window.
+        ref = (((exporters.get(name) or {}).get("status") or {}).get("leaseRef") or {}).get("name")
+        if ref:
+            held.add(ref)
         if held:
             violations.append(f"{what} {name} at revision {revision} while leased by {sorted(held)}")
 

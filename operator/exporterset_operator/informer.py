@@ -90,8 +90,10 @@ class Informer:
 
     def __post_init__(self) -> None:
         self._store: dict[ObjectKey, dict] = {}
-        # namespace -> the revision of its objects in this cache (list()).
-        self._revisions: dict[str | None, int] = {}
+        # namespace -> the revision of its objects in this cache, given at
+        # list() and dropped with any change there, so the next list() gives
+        # a new one.
+        self._revisions: dict[str, int] = {}
         self._lock = threading.RLock()
         self.synced = threading.Event()
         self._stop = threading.Event()
@@ -123,12 +125,10 @@ class Informer:
         with self._lock:
             if namespace is None:
                 return list(self._store.values())
-            return Snapshot((obj for (ns, _), obj in self._store.items() if ns == namespace),
-                            self._revisions.setdefault(namespace, next(_revision_counter)))
-
-    def _changed(self, namespace: str | None) -> None:
-        """A new revision for ``namespace`` (called under the lock)."""
-        self._revisions[namespace] = next(_revision_counter)
+            revision = self._revisions.get(namespace)
+            if revision is None:
+                revision = self._revisions[namespace] = next(_revision_counter)
+            return Snapshot((obj for (ns, _), obj in self._store.items() if ns == namespace), revision)
 
     def items(self) -> Iterable[dict]:
         return self.list()
@@ -165,9 +165,8 @@ class Informer:
         with self._lock:
             old = self._store
             self._store = fresh
-            # Every namespace gets a new revision: a relist may change any.
-            for namespace in {ns for ns, _ in old} | {ns for ns, _ in fresh} | set(self._revisions):
-                self._changed(namespace)
+            # A relist may change any namespace: each gets a new revision.
+            self._revisions.clear()
         self.relists += 1
         self.heard()
         for key, obj in fresh.items():
@@ -192,7 +191,7 @@ class Informer:
                 self._store.pop(key, None)
             else:
                 self._store[key] = _slim(obj)
-            self._changed(key[0])
+            self._revisions.pop(key[0], None)
         self._dispatch(event_type, obj, previous)
 
     def _dispatch(self, event_type: str, obj: dict, previous: dict | None) -> None:

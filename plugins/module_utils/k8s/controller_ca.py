@@ -89,11 +89,9 @@ def read_controller_ca(api_client, namespace, virtual_target_class):
 
     name, key = configmap_reference(virtual_target_class)
     try:
-        found = k8s_core.CoreApi(api_client).read("ConfigMap", namespace, name)
+        found = k8s_core.CoreApi(api_client).read("ConfigMap", namespace, name, missing_ok=True)
     except ApiException as exc:
-        if exc.status != 404:
-            return _unavailable(namespace, name, key,
-                                f"ConfigMap {namespace}/{name} key {key}: could not be read: "
-                                f"{exc.status} {exc.reason}")
-        return controller_ca(None, namespace, name, key)
+        return _unavailable(namespace, name, key,
+                            f"ConfigMap {namespace}/{name} key {key}: could not be read: "
+                            f"{exc.status} {exc.reason}")
     return controller_ca(found, namespace, name, key)

@@ -185,9 +185,9 @@ def emit_events(api_client, involved, events, component=COMPONENT):
                 "kind": involved.get("kind", constants.EXPORTER_SET.kind),
                 "name": meta["name"], "namespace": namespace,
             }
-            for key, field in (("uid", "uid"), ("resourceVersion", "resourceVersion")):
-                if meta.get(field):
-                    involved_ref[key] = meta[field]
+            for key in ("uid", "resourceVersion"):
+                if meta.get(key):
+                    involved_ref[key] = meta[key]
             body = {
                 "apiVersion": "v1", "kind": "Event",
                 "metadata": {"name": name, "namespace": namespace},
@@ -207,7 +207,8 @@ def emit_events(api_client, involved, events, component=COMPONENT):
             try:
                 core.create("Event", namespace, body)
             except ApiException as exc:
-                # Written by another writer since it was read: counted there.
+                # Created by another writer since our read: that Event
+                # stands for this occurrence.
                 if exc.status != 409:
                     raise
         written += 1

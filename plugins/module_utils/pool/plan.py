@@ -223,7 +223,8 @@ def _pool_survey(exporter_set, exporters, leases, instances, recycle_strategy):
     metadata = exporter_set["metadata"]
     owner = (metadata.get("namespace"), metadata.get("name"), metadata.get("uid"))
     revisions = (pool_index.revision(exporters), pool_index.revision(leases))
-    if None not in revisions:
+    by_revision = None not in revisions
+    if by_revision:
         # Snapshots of the operator's caches: their revisions say whether
         # anything changed, without a pass over the objects.
         keys = None
@@ -236,7 +237,8 @@ def _pool_survey(exporter_set, exporters, leases, instances, recycle_strategy):
             inputs = (keys, lease_keys, recycle_strategy, instances)
 
     def compute(digests):
-        read = keys if keys is not None or inputs is None else pool_index.versions(exporters)
+        # The objects' versions are read only when a survey is made.
+        read = pool_index.versions(exporters) if by_revision else keys
         return _survey(exporters, digests.read(exporters, read), leases, instances, recycle_strategy)
 
     return pool_index.survey(owner, inputs, compute,
