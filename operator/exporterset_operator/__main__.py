@@ -56,6 +56,17 @@ def duration(value: str) -> float:
     return seconds
 
 
+def _replicas(value: str) -> int:
+    """A replica count: a whole number >= 0."""
+    try:
+        count = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {value!r}") from None
+    if count < 0:
+        raise argparse.ArgumentTypeError(f"negative replica count: {value!r}")
+    return count
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     env = os.environ.get
     parser = argparse.ArgumentParser(prog="exporterset-operator", description=__doc__)
@@ -78,6 +89,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=int(env("MAX_CONCURRENT_BACKEND_RUNS", "0")) or None,
         help="reconcile playbook runs (backend work) in flight at once, across all sets "
              "(default: the reconciles' bound, at least 2)",
+    )
+    parser.add_argument(
+        "--max-replicas-per-set", type=_replicas,
+        default=_replicas(env("MAX_REPLICAS_PER_SET")) if env("MAX_REPLICAS_PER_SET") else None,
+        help="ceiling on the replicas of any one ExporterSet, whatever its maxReplicas (0 there "
+             "means no ceiling of its own); 0: none (default 100, or watches.yaml "
+             "vars.reconcile_plan_options.max_replicas_per_set). Env: MAX_REPLICAS_PER_SET.",
     )
     parser.add_argument("--metrics-bind-address", default=env("METRICS_BIND_ADDRESS", "0.0.0.0:8080"),
                         help="address of /metrics, /healthz and /readyz")
@@ -142,6 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     except lifecycle.LifecycleError as exc:
         log.error("invalid watches.yaml", extra={"error": str(exc)})
         return 2
+    if args.max_replicas_per_set is not None:
+        plan_options["max_replicas_per_set"] = args.max_replicas_per_set
 
     def make_reconciler(caches):
         return Reconciler(

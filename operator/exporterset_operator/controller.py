@@ -113,6 +113,13 @@ class Controller:
         classes = {(s.get("spec") or {}).get("virtualTargetClassName") for s in (obj, previous or {})}
         for class_name in sorted(c for c in classes if c):
             yield meta["namespace"], class_name, CLASS_KEY
+        # A set that comes, goes or changes its selector or template labels:
+        # the other sets of its namespace may now collide with it, or no
+        # longer (selectors.template_label_conflicts).
+        if _claims(obj) != _claims(previous) or meta.get("deletionTimestamp"):
+            for exporter_set in self._sets_in(meta["namespace"]):
+                if exporter_set["metadata"]["name"] != meta["name"]:
+                    yield meta["namespace"], exporter_set["metadata"]["name"]
         # A set that comes or goes: the policies naming it say whether they are in force.
         if previous is None or meta.get("deletionTimestamp"):
             for policy in self._policies_naming(meta["namespace"], {meta["name"]}):
@@ -316,6 +323,15 @@ class Controller:
         self.backends.shutdown()
         for informer in self.caches.values():
             informer.stop()
+
+
+def _claims(exporter_set: dict | None):
+    """What of a set decides whether it collides with another: its selector
+    and template labels (None for no set)."""
+    if exporter_set is None:
+        return None
+    spec = exporter_set.get("spec") or {}
+    return (spec.get("selector"), ((spec.get("template") or {}).get("metadata") or {}).get("labels"))
 
 
 def _availability(exporter: dict) -> tuple:

@@ -40,7 +40,7 @@ REASON_TEARDOWN_FAILED = "TeardownFailed"
 # vars); the others are what the reconcile observed.
 PLAN_OPTION_NAMES = ("burst", "startup_timeout", "offline_timeout", "failure_threshold",
                      "failure_backoff_base", "failure_backoff_max", "min_failing_duration",
-                     "unschedulable_backoff_base", "unschedulable_backoff_max")
+                     "unschedulable_backoff_base", "unschedulable_backoff_max", "max_replicas_per_set")
 _ATTEMPTS = 5
 
 

@@ -20,6 +20,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool
     lease_safety,
     policy,
     pool_index,
+    selectors,
     set_overrides,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.demand import (
@@ -90,6 +91,9 @@ def observe(exporter_set, namespace_objects, now):
         "controller_ca": None,
         "policy": set_policy,
         "policy_condition": policy_condition,
+        # Why its template labels are refused (another set's, or reserved).
+        "label_conflicts": selectors.template_label_conflicts(
+            exporter_set, namespace_objects["ExporterSet"], constants.LABEL_EXPORTER_SET),
     }
 
 
@@ -133,6 +137,7 @@ def _plan(exporter_set, observed, options):
     options["taken_names"] = observed["taken_names"]
     options["controller_ca"] = observed.get("controller_ca")
     options["policy"] = observed.get("policy") or policy.normalize(None)
+    options["label_conflicts"] = observed.get("label_conflicts") or ()
     if options["policy"]["paused"]:
         return policy.apply_to_plan(
             scale_plan(exporter_set, observed["class"], observed["owned"], observed["pending"], observed["now"],
@@ -243,7 +248,7 @@ def _credentialed_without_backend(observed):
     backend. A set that tries to redirect the class's credentials
     (``set_overrides``) gets no backend at all.
     """
-    if (observed.get("resolved") or {}).get("violations"):
+    if (observed.get("resolved") or {}).get("violations") or observed.get("label_conflicts"):
         return []
     if observed.get("lab") is not None:
         return observed["lab"].unprovisioned()

@@ -92,7 +92,19 @@ DEFAULT_OPTIONS = {
     "capacity": None,
     # controller_ca.read_controller_ca's result, when the reconcile read it.
     "controller_ca": None,
+    # The operator's ceiling on the replicas of any one set, whatever its
+    # maxReplicas says (0 there means no ceiling of the set's own); an admin's
+    # setting (--max-replicas-per-set, reconcile_plan_options). 0: none.
+    "max_replicas_per_set": 100,
+    # Why the set's template labels may not be used (selectors.py,
+    # template_label_conflicts): each a message naming the field. Nothing is
+    # created while there are any.
+    "label_conflicts": (),
 }
+# ScalingLimited reason when the operator's per-set ceiling bites.
+REASON_REPLICA_CEILING = "OperatorReplicaCeiling"
+# Degraded reason while the set's template labels are refused.
+REASON_LABEL_CONFLICT = "TemplateLabelConflict"
 # Seconds between two looks at an unavailable controller CA (a ConfigMap
 # the operator does not watch).
 CONTROLLER_CA_RETRY = 10.0
@@ -382,7 +394,7 @@ def scale_plan(exporter_set, virtual_target_class, exporters, pending_leases, no
     leased, leased_enabled, live = survey.leased, survey.leased_enabled, survey.live
 
     min_replicas = spec.get("minReplicas") or 0
-    max_replicas = spec.get("maxReplicas") or 0
+    max_replicas, ceiling_bites = effective_max_replicas(spec, options)
     pending = len(pending_leases or ())
 
     # A missing class, or one whose provisioner is unknown: nothing can be
@@ -577,14 +589,14 @@ def scale_plan(exporter_set, virtual_target_class, exporters, pending_leases, no
     live_after_deletes = live - len(leaving)
     limits = _CreateLimits(to_create)
     if max_replicas > 0:
-        limits.apply(max_replicas - live_after_deletes, c.REASON_MAX_REPLICAS_REACHED,
-                     f"maxReplicas {max_replicas} reached")
+        limits.apply(max_replicas - live_after_deletes, *_ceiling_reason(max_replicas, ceiling_bites))
     capacity = options.get("capacity")
     if capacity is not None:
         limits.apply(capacity.get("limit", 0), capacity.get("reason") or c.REASON_NO_FREE_SLOTS,
                      capacity.get("message") or "backend has no free capacity")
     limits.apply(options["burst"], None, None)
-    if errors or redirects:
+    label_conflicts = list(options.get("label_conflicts") or ())
+    if errors or redirects or label_conflicts:
         limits.apply(0, None, None)
     backoff_wait = failures.backoff_remaining(options)
     backoff = None
@@ -618,7 +630,10 @@ def scale_plan(exporter_set, virtual_target_class, exporters, pending_leases, no
     if ca_unavailable:
         builder.requeue_at(CONTROLLER_CA_RETRY)
     degraded = make_condition(c.CONDITION_DEGRADED, False, "AsExpected", "")
-    if redirects:
+    if label_conflicts:
+        degraded = make_condition(c.CONDITION_DEGRADED, True, REASON_LABEL_CONFLICT,
+                                  "; ".join(label_conflicts) + "; nothing is created for this set")
+    elif redirects:
         degraded = make_condition(c.CONDITION_DEGRADED, True, c.REASON_CREDENTIAL_REDIRECT,
                                   "; ".join(redirects + errors))
     elif errors:
@@ -634,8 +649,13 @@ def scale_plan(exporter_set, virtual_target_class, exporters, pending_leases, no
         )
     limited_reason, limited_message = limits.reason, limits.message
     if limited_reason is None and max_replicas > 0 and target_unclamped > max_replicas:
-        limited_reason = c.REASON_MAX_REPLICAS_REACHED
-        limited_message = f"need {target_unclamped} replicas, maxReplicas is {max_replicas}"
+        if ceiling_bites:
+            limited_reason = REASON_REPLICA_CEILING
+            limited_message = (f"need {target_unclamped} replicas, the operator's ceiling is "
+                               f"{max_replicas} per set (--max-replicas-per-set)")
+        else:
+            limited_reason = c.REASON_MAX_REPLICAS_REACHED
+            limited_message = f"need {target_unclamped} replicas, maxReplicas is {max_replicas}"
     scaling_limited = (
         make_condition(c.CONDITION_SCALING_LIMITED, True, limited_reason, limited_message)
         if limited_reason
@@ -656,6 +676,25 @@ def scale_plan(exporter_set, virtual_target_class, exporters, pending_leases, no
     return _finish(exporter_set, counters, now, builder, target, conditions,
                    parameters=parameters, images=images,
                    warnings=validation["warnings"] + resolved["warnings"], backoff=backoff)
+
+
+def effective_max_replicas(spec, options):
+    """(the set's ceiling, whether it is the operator's): the smaller of
+    ``spec.maxReplicas`` (0: none of its own) and the operator's
+    ``max_replicas_per_set`` (0: none); 0 only when neither sets one."""
+    own = spec.get("maxReplicas") or 0
+    operator = options.get("max_replicas_per_set") or 0
+    if operator > 0 and (own <= 0 or operator < own):
+        return operator, True
+    return own, False
+
+
+def _ceiling_reason(max_replicas, operator_ceiling):
+    if operator_ceiling:
+        return (REASON_REPLICA_CEILING,
+                f"the operator's ceiling of {max_replicas} replicas per set reached "
+                "(--max-replicas-per-set)")
+    return c.REASON_MAX_REPLICAS_REACHED, f"maxReplicas {max_replicas} reached"
 
 
 def _rollout_held_by(rolling, strategy, waiting, limits):

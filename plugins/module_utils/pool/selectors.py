@@ -99,3 +99,88 @@ class LabelIndex:
                 best = members
         return best.popleft() if best is not None else None
 
+
+
+# Label keys under these DNS names are written by Jumpstarter and by this
+# operator (the set label, the host label...); a set's template may not
+# carry them.
+RESERVED_LABEL_DOMAINS = ("jumpstarter.dev",)
+TEMPLATE_LABELS_FIELD = "spec.template.metadata.labels"
+
+
+def reserved_label(key):
+    """Whether the label ``key`` is one a set's template may not carry: its
+    prefix is ``jumpstarter.dev`` or a subdomain of it
+    (``virtualtarget.jumpstarter.dev/exporterset``...)."""
+    prefix, slash, _ = str(key).rpartition("/")
+    if not slash:
+        return False
+    prefix = prefix.lower()
+    return any(prefix == domain or prefix.endswith("." + domain) for domain in RESERVED_LABEL_DOMAINS)
+
+
+def _template_labels(exporter_set):
+    spec = exporter_set.get("spec") or {}
+    labels = (((spec.get("template") or {}).get("metadata") or {}).get("labels")) or {}
+    return labels if isinstance(labels, dict) else {}
+
+
+def exporter_labels(exporter_set, set_label):
+    """The labels every Exporter of ``exporter_set`` carries: its template's,
+    and ``set_label`` naming the set (what plan.py writes)."""
+    labels = dict(_template_labels(exporter_set))
+    labels[set_label] = exporter_set["metadata"]["name"]
+    return labels
+
+
+def selector_is_empty(selector):
+    return not selector or not ((selector.get("matchLabels") or {}) or (selector.get("matchExpressions") or []))
+
+
+def _created_first_key(exporter_set):
+    meta = exporter_set.get("metadata") or {}
+    return (meta.get("creationTimestamp") or "", meta.get("name") or "")
+
+
+def template_label_conflicts(exporter_set, exporter_sets, set_label):
+    """Why ``exporter_set``'s template labels may not be used, each message
+    naming the field; empty when they may.
+
+    Refused: a reserved key (``reserved_label``), and a collision with a set
+    of the same namespace created before it (``exporter_sets``: at least
+    that namespace's sets, itself among them or not). Two sets collide when
+    either's selector selects the other's Exporters (``exporter_labels``): a
+    lease asked for one could be given the other's. Of two that collide, the
+    one created later (creationTimestamp, then name) is refused and the other
+    is left as it is, so the answer does not depend on who looks first. An
+    empty selector selects nothing a lease can ask for (the controller
+    refuses an empty lease selector) and collides with nothing.
+    """
+    meta = exporter_set["metadata"]
+    errors = [
+        f"{TEMPLATE_LABELS_FIELD}.{key}: reserved (label keys under jumpstarter.dev and its "
+        "subdomains are written by Jumpstarter and this operator)"
+        for key in sorted(_template_labels(exporter_set)) if reserved_label(key)
+    ]
+    mine = exporter_labels(exporter_set, set_label)
+    my_selector = (exporter_set.get("spec") or {}).get("selector") or {}
+    my_key = _created_first_key(exporter_set)
+    for other in sorted(exporter_sets or (), key=_created_first_key):
+        other_meta = other.get("metadata") or {}
+        if other_meta.get("namespace") != meta.get("namespace") or other_meta.get("name") == meta["name"]:
+            continue
+        if _created_first_key(other) >= my_key:
+            continue
+        other_selector = (other.get("spec") or {}).get("selector") or {}
+        if not selector_is_empty(other_selector) and selector_matches(other_selector, mine):
+            errors.append(
+                f"{TEMPLATE_LABELS_FIELD}: the set's Exporters would match the selector "
+                f"({selector_to_string(other_selector)}) of ExporterSet {other_meta['name']}, "
+                "created before it; leases for that set could be given this set's Exporters")
+        elif not selector_is_empty(my_selector) and selector_matches(
+                my_selector, exporter_labels(other, set_label)):
+            errors.append(
+                f"spec.selector: the set's selector ({selector_to_string(my_selector)}) "
+                f"matches the Exporters of ExporterSet {other_meta['name']}, created before it; "
+                "leases for this set could be given that set's Exporters")
+    return errors
