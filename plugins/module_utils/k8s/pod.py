@@ -40,6 +40,11 @@ DEFAULT_IMAGES = {
         "imagePullPolicy": "IfNotPresent",
     },
 }
+# The ``images`` init container, the one container that mounts the node's image
+# cache writable: the operator's own choice of image (no class or set image
+# role reaches it), run as this non-root user, with only the fetch script.
+IMAGE_FETCH_IMAGE = {"image": DEFAULT_IMAGES["exporter"]["image"], "imagePullPolicy": "IfNotPresent"}
+IMAGE_FETCH_UID = 1001
 CORELLIUM_TOKEN_ENV = "CORELLIUM_API_TOKEN"
 CORELLIUM_HOST_ENV = "CORELLIUM_API_HOST"
 DEFAULT_CREDENTIALS_KEY = "token"
@@ -188,19 +193,21 @@ def instance_pod(exporter_set, vclass, exporter, provisioner, parameters, images
             cache_mount = {"name": "image-cache", "mountPath": IMAGE_CACHE_DIR}
             runtime_mounts = [run_mount, dict(cache_mount, readOnly=True)]
             fetch_argv = ["python3", "-c", image_fetch.script_source(), "--cache", IMAGE_CACHE_DIR,
-                          "--files", json.dumps(files, sort_keys=True)]
-            init_containers.append(
-                _container(
-                    "images",
-                    images["exporter"],
-                    {
-                        "command": fetch_argv,
-                        "volumeMounts": [run_mount, cache_mount],
-                        # Its last words (url, expected and actual digest) become the Pod's message.
-                        "terminationMessagePolicy": "FallbackToLogsOnError",
-                    },
-                )
+                          "--files", json.dumps(files, sort_keys=True),
+                          "--max-bytes", str(image_fetch.class_max_bytes(vclass))]
+            fetch_container = _container(
+                "images",
+                IMAGE_FETCH_IMAGE,
+                {
+                    "command": fetch_argv,
+                    "volumeMounts": [run_mount, cache_mount],
+                    # Its last words (url, expected and actual digest) become the Pod's message.
+                    "terminationMessagePolicy": "FallbackToLogsOnError",
+                },
             )
+            fetch_container["securityContext"].update(
+                {"runAsNonRoot": True, "runAsUser": IMAGE_FETCH_UID, "runAsGroup": IMAGE_FETCH_UID})
+            init_containers.append(fetch_container)
         disk_argv = qemu_argv.disk_create_argv(parameters, RUN_DIR)
         if disk_argv:
             init_containers.append(

@@ -27,6 +27,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.cons
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.quantity import (
     parse_quantity,
 )
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu import images as image_fetch
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.timeutil import (
     parse_duration,
 )
@@ -72,7 +73,8 @@ _IMAGE_URL = Field(
     "string",
     "Where the image is fetched from before boot: http(s)://... or an OCI artifact "
     "(oci://registry/repository:tag, or registry/repository:tag); cached per host or node "
-    "by digest.",
+    "by digest. No other scheme (file://, ftp://...) is accepted.",
+    format="image-url",
 )
 _IMAGE_DIGEST = Field(
     "string",
@@ -480,6 +482,8 @@ _FORMATS = {
     "hostname": _hostname,
     "hostname-port": _hostname_port,
     "uuid": _uuid,
+    # The rule lives with the fetch code, which applies it again before any request.
+    "image-url": image_fetch.url_problem,
 }
 
 

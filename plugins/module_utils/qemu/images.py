@@ -4,14 +4,25 @@ One home for both QEMU provisioners: ``baremetal_instances`` imports it on
 the lab host, and the ``images`` init container of a ``qemu.jumpstarter.dev``
 Pod runs this same file as a script (``python3 -c <this file> ...``). It
 therefore uses the standard library only and imports nothing from the
-collection.
+collection at module level (``class_max_bytes``, which only the operator
+calls, reads a quantity with ``pool.quantity``).
 
 Images land in a cache keyed by digest (``<cache>/sha256/<hex>``), shared by
 every instance on the host or node. A download goes to a temporary name in
 the cache directory, is hashed while it is written, and is renamed into place
 only when its digest is the expected one, so the cache never holds an
 unverified file. An exclusive ``flock`` per digest makes concurrent
-instances wait for one download instead of making their own.
+instances wait for one download instead of making their own. A cache hit is
+hashed again on every use: a cached file that is not a regular file or whose
+content no longer has its digest is removed and fetched afresh.
+
+A url comes from a tenant (an ExporterSet may set it), so only these schemes
+are fetched, and a redirect may only lead to ``http`` or ``https``; a
+registry's token ``realm`` must be ``https``. ``check_url`` is the rule,
+used by parameter validation (the set is refused, naming the field) and again
+here before any request. A download stops, and its partial file is removed,
+once it passes ``max_bytes`` (``DEFAULT_MAX_BYTES``, or the class's
+``ANNOTATION_MAX_SIZE``).
 
 ``url`` forms:
 
@@ -33,6 +44,7 @@ import inspect
 import json
 import os
 import re
+import stat
 import sys
 import tempfile
 import urllib.error
@@ -43,6 +55,15 @@ CACHE_DIR_NAME = "image-cache"
 DIGEST_ALGORITHM = "sha256"
 DEFAULT_TIMEOUT = 60.0
 CHUNK = 1 << 20
+# The largest image fetched unless the class says otherwise: a disk image of
+# a few GiB fits, a download that would fill the host's or node's disk does not.
+DEFAULT_MAX_BYTES = 16 << 30
+# A VirtualTargetClass annotation (admins own classes; a set cannot write it):
+# the largest image fetched for the class, a quantity such as 40Gi.
+ANNOTATION_MAX_SIZE = "virtualtarget.jumpstarter.dev/image-max-size"
+URL_SCHEMES = ("http", "https", "oci")
+REDIRECT_SCHEMES = ("http", "https")
+REALM_SCHEMES = ("https",)
 
 REASON_DIGEST_MISMATCH = "ImageDigestMismatch"
 REASON_UNAVAILABLE = "ImageUnavailable"
@@ -87,6 +108,56 @@ def check_digest(digest, url, field="digest"):
     return digest.strip().lower()
 
 
+def url_problem(url):
+    """What is wrong with an image url, or None: only ``http``, ``https`` and
+    ``oci`` (or an OCI reference without scheme) are fetched."""
+    if not isinstance(url, str) or not url.strip():
+        return "an image url must be a non-empty string"
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        if ":" in url.split("/", 1)[0] and not re.match(r"^[^/:]+:\d+/", url):
+            # "file:/etc/passwd", "data:..." and the like: a scheme without //.
+            return (f"{url!r} is not an http, https or oci url "
+                    f"(allowed: {', '.join(URL_SCHEMES)}, or registry/repository:tag)")
+        return None
+    if scheme.lower() not in URL_SCHEMES:
+        return (f"scheme {scheme!r} of {url!r} is not allowed "
+                f"(allowed: {', '.join(URL_SCHEMES)}, or registry/repository:tag)")
+    if not rest or rest.startswith("/"):
+        return f"{url!r} names no host"
+    return None
+
+
+def check_url(url, field="url"):
+    """The url, or ImageError (``ImageInvalid``) naming the field when its scheme is not allowed."""
+    problem = url_problem(url)
+    if problem:
+        raise ImageError(REASON_INVALID, f"{field}: {problem}", url=url)
+    return url
+
+
+def class_max_bytes(virtual_target_class):
+    """The largest image fetched for a class: its ``ANNOTATION_MAX_SIZE`` or the default.
+
+    Raises ValueError naming the annotation when its value is not a positive quantity.
+    """
+    annotations = (((virtual_target_class or {}).get("metadata") or {}).get("annotations") or {})
+    text = annotations.get(ANNOTATION_MAX_SIZE)
+    if text is None or text == "":
+        return DEFAULT_MAX_BYTES
+    from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.quantity import (
+        parse_quantity,
+    )
+    try:
+        value = int(parse_quantity(text))
+    except (ValueError, TypeError):
+        value = 0
+    if value <= 0:
+        raise ValueError(f"VirtualTargetClass annotation {ANNOTATION_MAX_SIZE}: {text!r} "
+                         "is not a positive quantity such as 40Gi")
+    return value
+
+
 def cache_path(cache_dir, digest):
     algorithm, hex_digest = digest.split(":", 1)
     return os.path.join(cache_dir, algorithm, hex_digest)
@@ -108,36 +179,63 @@ def parse_oci_reference(url):
     return match.group("registry"), match.group("repository"), reference
 
 
-def fetch(url, digest, cache_dir, plain_http=False, timeout=DEFAULT_TIMEOUT):
+def fetch(url, digest, cache_dir, plain_http=False, timeout=DEFAULT_TIMEOUT, field="url",
+          max_bytes=DEFAULT_MAX_BYTES):
     """Path of the verified image in the cache; downloads it when it is not there.
 
     Returns ``(path, downloaded)``. Raises ImageError (digest mismatch,
-    unreachable url, invalid reference or digest), naming the url.
+    unreachable url, invalid url, reference or digest, too large), naming the
+    url. A cached file is hashed again first; one that does not match (or is
+    not a regular file) is removed and fetched again.
     """
+    check_url(url, field)
     digest = check_digest(digest, url)
     target = cache_path(cache_dir, digest)
-    if os.path.isfile(target):
+    if _cached(target, digest):
         return target, False
     directory = os.path.dirname(target)
     os.makedirs(directory, mode=0o755, exist_ok=True)
     with open(target + ".lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         # Another instance may have fetched it while this one waited.
-        if os.path.isfile(target):
+        if _cached(target, digest):
             return target, False
-        _download(url, digest, target, plain_http, timeout)
+        if os.path.lexists(target):
+            os.unlink(target)
+        _download(url, digest, target, plain_http, timeout, max_bytes)
     return target, True
 
 
-def _download(url, digest, target, plain_http, timeout):
+def file_digest(path):
+    """``sha256:<hex>`` of a regular file, read without following a symbolic link;
+    None when ``path`` is missing or not a regular file."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    with os.fdopen(descriptor, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            return None
+        hasher = hashlib.sha256()
+        for chunk in iter(lambda: handle.read(CHUNK), b""):
+            hasher.update(chunk)
+    return f"{DIGEST_ALGORITHM}:{hasher.hexdigest()}"
+
+
+def _cached(target, digest):
+    """True when the cache holds ``digest`` as a regular file whose content still has it."""
+    return os.path.lexists(target) and file_digest(target) == digest
+
+
+def _download(url, digest, target, plain_http, timeout, max_bytes=DEFAULT_MAX_BYTES):
     descriptor, partial = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.",
                                            suffix=".part", dir=os.path.dirname(target))
     try:
         with os.fdopen(descriptor, "wb") as out:
             if is_oci(url):
-                got = _download_oci(url, digest, out, plain_http, timeout)
+                got = _download_oci(url, digest, out, plain_http, timeout, max_bytes)
             else:
-                got = _download_http(url, out, timeout)
+                got = _download_http(url, out, timeout, max_bytes)
             out.flush()
             os.fsync(out.fileno())
         if got != digest:
@@ -151,15 +249,53 @@ def _download(url, digest, target, plain_http, timeout):
             os.unlink(partial)
 
 
-def _copy(response, out):
+def _copy(response, out, url, max_bytes):
+    """Hashes and writes the response; ImageError as soon as it passes ``max_bytes``."""
+    length = response.headers.get("Content-Length") if response.headers else None
+    if length and length.isdigit() and int(length) > max_bytes:
+        raise _too_large(url, max_bytes, f"it announces {int(length)} bytes")
     hasher = hashlib.sha256()
+    written = 0
     while True:
-        chunk = response.read(CHUNK)
+        chunk = response.read(min(CHUNK, max_bytes + 1 - written))
         if not chunk:
             break
+        written += len(chunk)
+        if written > max_bytes:
+            raise _too_large(url, max_bytes, "the download went past it")
         hasher.update(chunk)
         out.write(chunk)
     return f"{DIGEST_ALGORITHM}:{hasher.hexdigest()}"
+
+
+def _too_large(url, max_bytes, how):
+    return ImageError(REASON_INVALID, f"{url}: larger than the image size limit of {max_bytes} bytes "
+                                      f"({how}); the class sets it ({ANNOTATION_MAX_SIZE})", url=url)
+
+
+class _RedirectHandler(urllib.request.HTTPRedirectHandler):
+    """Follows redirects to ``http`` and ``https`` only (urllib would also follow ``ftp``)."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        scheme = urllib.parse.urlsplit(urllib.parse.urljoin(req.full_url, newurl)).scheme.lower()
+        if scheme not in REDIRECT_SCHEMES:
+            raise ImageError(REASON_INVALID, f"{req.full_url}: redirected to {newurl!r}, whose scheme "
+                                             f"is not allowed (allowed: {', '.join(REDIRECT_SCHEMES)})",
+                             url=req.full_url)
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+# Only http and https handlers: no file:, ftp: or data: opener exists to be reached.
+_OPENER = urllib.request.OpenerDirector()
+for _handler in (urllib.request.ProxyHandler(), urllib.request.HTTPHandler(),
+                 urllib.request.HTTPSHandler(), urllib.request.HTTPDefaultErrorHandler(),
+                 _RedirectHandler(), urllib.request.HTTPErrorProcessor(),
+                 urllib.request.UnknownHandler()):
+    _OPENER.add_handler(_handler)
+
+
+def _open(request, timeout):
+    return _OPENER.open(request, timeout=timeout)
 
 
 def _unavailable(url, error):
@@ -172,10 +308,10 @@ def _unavailable(url, error):
     return ImageError(REASON_UNAVAILABLE, f"{url}: cannot be fetched: {detail}", url=url)
 
 
-def _download_http(url, out, timeout):
+def _download_http(url, out, timeout, max_bytes=DEFAULT_MAX_BYTES):
     try:
-        with urllib.request.urlopen(urllib.request.Request(url), timeout=timeout) as response:
-            return _copy(response, out)
+        with _open(urllib.request.Request(url), timeout) as response:
+            return _copy(response, out, url, max_bytes)
     except (urllib.error.URLError, OSError, ValueError) as error:
         if isinstance(error, OSError) and error.errno == errno.ENOSPC:
             raise
@@ -198,7 +334,7 @@ class _Registry:
                 headers["Authorization"] = f"Bearer {self.token}"
             request = urllib.request.Request(f"{self.base}/{path}", headers=headers)
             try:
-                return urllib.request.urlopen(request, timeout=self.timeout)
+                return _open(request, self.timeout)
             except urllib.error.HTTPError as error:
                 challenge = error.headers.get("WWW-Authenticate", "")
                 if error.code != 401 or attempt or not challenge.lower().startswith("bearer "):
@@ -212,19 +348,25 @@ class _Registry:
         if not realm:
             raise ImageError(REASON_UNAVAILABLE, f"{self.url}: registry asks for a token without realm",
                              url=self.url)
+        if urllib.parse.urlsplit(realm).scheme.lower() not in REALM_SCHEMES or \
+                not urllib.parse.urlsplit(realm).netloc:
+            # The registry is the tenant's choice; a file: or http: realm would
+            # read a local file or send the request in the clear.
+            raise ImageError(REASON_INVALID, f"{self.url}: the registry's token realm {realm!r} "
+                                             "is not an https url", url=self.url)
         query = urllib.parse.urlencode({k: v for k, v in fields.items() if k in ("service", "scope")})
-        with urllib.request.urlopen(f"{realm}?{query}" if query else realm,
-                                    timeout=self.timeout) as response:
-            answer = json.load(response)
+        with _open(urllib.request.Request(f"{realm}?{query}" if query else realm),
+                   self.timeout) as response:
+            answer = json.loads(response.read(1 << 20))
         return answer.get("token") or answer.get("access_token")
 
 
-def _download_oci(url, digest, out, plain_http, timeout):
+def _download_oci(url, digest, out, plain_http, timeout, max_bytes=DEFAULT_MAX_BYTES):
     registry_host, repository, reference = parse_oci_reference(url)
     registry = _Registry(url, registry_host, repository, plain_http, timeout)
     try:
         with registry.open(f"manifests/{reference}", accept=OCI_MANIFEST_TYPES) as response:
-            manifest = json.load(response)
+            manifest = json.loads(response.read(1 << 20))
         layers = manifest.get("layers") or []
         layer = next((entry for entry in layers if entry.get("digest") == digest), None)
         if layer is None and len(layers) == 1:
@@ -235,22 +377,24 @@ def _download_oci(url, digest, out, plain_http, timeout):
                              f"{url}: digest mismatch: expected {digest}, got layers {found}",
                              url=url, expected=digest, got=found)
         with registry.open(f"blobs/{layer['digest']}") as response:
-            return _copy(response, out)
+            return _copy(response, out, url, max_bytes)
     except (urllib.error.URLError, OSError, ValueError) as error:
         if isinstance(error, OSError) and error.errno == errno.ENOSPC:
             raise
         raise _unavailable(url, error) from None
 
 
-def fetch_all(files, cache_dir, timeout=DEFAULT_TIMEOUT):
+def fetch_all(files, cache_dir, timeout=DEFAULT_TIMEOUT, max_bytes=DEFAULT_MAX_BYTES):
     """Fetches ``qemu_argv.runtime_files`` entries and links each ``dest`` to its cache file.
 
-    Returns the names of the images that were downloaded (not found in the cache).
+    Returns the names of the images that were downloaded (not found in the cache,
+    or found altered there).
     """
     downloaded = []
     for entry in files:
         path, fresh = fetch(entry["url"], entry.get("digest"), cache_dir,
-                            plain_http=bool(entry.get("plain_http")), timeout=timeout)
+                            plain_http=bool(entry.get("plain_http")), timeout=timeout,
+                            field=f"parameters.{entry['name']}.url", max_bytes=max_bytes)
         if fresh:
             downloaded.append(entry["name"])
         link(path, entry["dest"])
@@ -279,9 +423,12 @@ def main(argv=None):
     parser.add_argument("--files", required=True,
                         help="JSON list of {name, url, digest, dest, plain_http}")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT)
+    parser.add_argument("--max-bytes", type=int, default=DEFAULT_MAX_BYTES,
+                        help="largest image fetched; a larger download is stopped and removed")
     options = parser.parse_args(argv)
     try:
-        downloaded = fetch_all(json.loads(options.files), options.cache, timeout=options.timeout)
+        downloaded = fetch_all(json.loads(options.files), options.cache, timeout=options.timeout,
+                               max_bytes=options.max_bytes)
     except ImageError as error:
         # Kubernetes keeps the last lines of a failed container as its message.
         print(f"{error.reason}: {error}", file=sys.stderr)
