@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.corellium import identity
 from corellium_fake.server import Delays, FakeCorellium
 from jumpstarter_standin import wait_for
 from jumpstarter_standin.pytest_plugin import serve_namespace
@@ -72,15 +73,23 @@ def added(event_type, obj):
     return event_type == "ADDED"
 
 
-def instances_by_name(fake):
-    return {instance["name"]: instance for instance in fake.instances()}
+def device_names(standin):
+    """{Corellium instance name: Exporter name} for the namespace's Exporters."""
+    return {identity.exporter_instance_name(e): e["metadata"]["name"] for e in standin.exporters()}
+
+
+def instances_by_name(fake, standin):
+    """The fake's instances by the name of the Exporter each was made for; an
+    instance no Exporter of the namespace accounts for keeps its own name."""
+    exporters = device_names(standin)
+    return {exporters.get(instance["name"], instance["name"]): instance for instance in fake.instances()}
 
 
 def provision(standin, fake, count):
-    """Until ``count`` instances exist; return them by name."""
+    """Until ``count`` instances exist; return them by Exporter name."""
 
     def step():
-        found = instances_by_name(fake)
+        found = instances_by_name(fake, standin)
         return found if len(found) >= count else None
 
     return wait_for(step, timeout=60, message=f"{count} Corellium instance(s)")
@@ -138,7 +147,8 @@ def test_wait_for_first_consumer_creates_for_leases_through_a_rate_limit_storm(
     statuses = [r.status for r in corellium_fake.requests]
     assert statuses.count(429) == 4 and statuses.count(502) == 1
     # One creation per name, the lost answer included; no reconcile failed.
-    posted = [r.body["name"] for r in corellium_fake.requests
+    devices = device_names(standin)
+    posted = [devices.get(r.body["name"], r.body["name"]) for r in corellium_fake.requests
               if (r.method, r.path) == ("POST", "/v1/instances") and r.status in (200, 502)]
     assert sorted(posted) == ["pool-0", "pool-1"]
     assert proc.metric("jumpstarter_exporterset_playbook_runs_total", 'result="failed"') == 0
@@ -153,12 +163,13 @@ def test_wait_for_first_consumer_creates_for_leases_through_a_rate_limit_storm(
         assert (token_ref.name, token_ref.key, env["CORELLIUM_API_TOKEN"].value) == (SECRET, "token", None)
         config = client.CoreV1Api(api).read_namespaced_secret(f"{name}-config", namespace)
         driver = json.loads(base64.b64decode(config.data[f"{name}.yaml"]))["export"]["corellium"]
-        assert driver["config"]["device_name"] == name
+        assert driver["config"]["device_name"] == made[name]["name"]
+        assert devices[made[name]["name"]] == name
         assert driver["config"]["project_id"] == corellium_fake.projects[0].id
 
     # Only the leases' instances: nothing more, and nothing twice, while they wait.
     assert_no_event(api, "Exporter", added, 1.0, namespace, what="Exporter beyond the leases'")
-    assert sorted(instances_by_name(corellium_fake)) == ["pool-0", "pool-1"]
+    assert sorted(instances_by_name(corellium_fake, standin)) == ["pool-0", "pool-1"]
     assert_token_nowhere(api, namespace, corellium_fake.token, proc.log_path.read_text())
 
 
@@ -334,9 +345,9 @@ def test_deleting_sets_deletes_or_retains_instances(api, namespace, standin, ope
         return not custom.list_namespaced_custom_object(*GROUP, namespace, "exportersets")["items"]
 
     wait_for(sets_gone, message="both sets deleted")
-    remaining = instances_by_name(corellium_fake)
+    remaining = instances_by_name(corellium_fake, standin)
     assert list(remaining) == ["kept-0"]
-    wait_for(lambda: instances_by_name(corellium_fake)["kept-0"]["state"] == "off",
+    wait_for(lambda: instances_by_name(corellium_fake, standin)["kept-0"]["state"] == "off",
              message="retained instance powered off")
     exporters = {e["metadata"]["name"]: e for e in standin.exporters()}
     assert list(exporters) == ["kept-0"]

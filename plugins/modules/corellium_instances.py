@@ -15,6 +15,10 @@ description:
     for all of its instances.
   - Instances are identified by name; a second run with the same arguments changes nothing
     (except O(state=recreated), which always makes fresh instances).
+  - With O(owned_exporters) given, O(names) are Exporter names and each Exporter's instance
+    is named after it and a digest of its namespace and UID, so sets in other namespaces
+    sharing the project, and earlier Exporters of the same name, never find, reset or delete
+    each other's instances.
   - Rate limiting (HTTP 429, honouring C(Retry-After)) and server errors are retried with
     exponential backoff by the shared client; a retried creation never makes a second instance.
   - With O(exporterset) given and O(state=present), a rejected token or an exhausted quota
@@ -35,10 +39,19 @@ options:
       as text (for example the content of the class's C(caBundleConfigMapRef) ConfigMap).
     type: str
   names:
-    description: Instance names, unique within O(project).
+    description:
+      - Instance names, unique within O(project); with O(owned_exporters), the names of the
+        Exporters whose instances are meant.
     type: list
     elements: str
     required: true
+  owned_exporters:
+    description:
+      - The set's Exporters. Each of O(names) must be one of them; its instance is called
+        C(<exporter name, cut to 47 characters>-<16 hex digits of sha256 over namespace and UID>).
+      - The return values stay keyed by Exporter name; RV(devices) maps them to instance names.
+    type: list
+    elements: dict
   flavor:
     description: Device flavor of instances to create, for example C(kronos).
       Required when an instance has to be created.
@@ -103,6 +116,7 @@ EXAMPLES = r"""
     flavor: "{{ merged_parameters.device.flavor }}"
     os: "{{ merged_parameters.device.os }}"
     names: "{{ provisioner_exporters }}"
+    owned_exporters: "{{ owned_exporters }}"
     exporterset: "{{ _virtualtarget_jumpstarter_dev_exporterset }}"
     virtual_target_class: "{{ virtual_target_class }}"
   register: made
@@ -118,6 +132,11 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+devices:
+  description: The Corellium instance name of each of O(names).
+  returned: always
+  type: dict
+  sample: {"pool-0": "pool-0-1f0c2b7a9d3e4c55"}
 instances:
   description: Each named instance after the task (C(state=absent) when it does not exist).
   returned: always
@@ -170,6 +189,7 @@ from datetime import UTC, datetime  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.corellium import client as corellium_client  # noqa: E402
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.corellium import identity  # noqa: E402
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.corellium import steps as corellium_steps  # noqa: E402
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import pod as k8s_pod  # noqa: E402
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import backend_refusal  # noqa: E402
@@ -191,7 +211,7 @@ class PoolInstances:
         self.client = client
         self.params = module.params
         self.check_mode = module.check_mode
-        self.result = {"instances": {}, "created": [], "deleted": [], "powered_off": [],
+        self.result = {"devices": {}, "instances": {}, "created": [], "deleted": [], "powered_off": [],
                        "present": [], "waiting": [], "refusal": None, "set_changes": {}}
         self.steps = corellium_steps.InstanceSteps(
             client, module.check_mode, self.params["wait_timeout"], self.params["poll_interval"])
@@ -215,8 +235,24 @@ class PoolInstances:
 
     # -- run -------------------------------------------------------------------
 
+    def device_names(self, names: list[str]) -> dict:
+        """{name: Corellium instance name}; Exporter-derived with ``owned_exporters``."""
+        owned = self.params["owned_exporters"]
+        if owned is None:
+            return {name: name for name in names}
+        by_name = {(e.get("metadata") or {}).get("name"): e for e in owned}
+        foreign = [name for name in names if name not in by_name]
+        if foreign:
+            self.module.fail_json(msg=f"names: {', '.join(foreign)} not among owned_exporters; "
+                                      "only the set's own Exporters have instances")
+        try:
+            return {name: identity.exporter_instance_name(by_name[name]) for name in names}
+        except ValueError as error:
+            self.module.fail_json(msg=f"owned_exporters: {error}")
+
     def run(self) -> dict:
         names = list(dict.fromkeys(self.params["names"]))
+        self.result["devices"] = self.device_names(names)
         reports_refusals = self.params["exporterset"] is not None and self.params["state"] in (
             "present", "recreated")
         try:
@@ -249,17 +285,20 @@ class PoolInstances:
         project = self.client.get_project(self.params["project"])
         if project is None:
             self.module.fail_json(msg=f"Corellium project {self.params['project']!r} not found")
-        wanted = set(names)
+        devices = self.result["devices"]
+        wanted = set(devices.values())
         existing = {}
         for instance in self.client.list_instances(project=project["id"]):
-            name = instance.get("name")
-            if name in wanted and name in existing:
-                self.module.fail_json(msg=f"several instances are named {name!r} in project "
+            device = instance.get("name")
+            if device not in wanted:
+                continue
+            if device in existing:
+                self.module.fail_json(msg=f"several instances are named {device!r} in project "
                                           f"{project['id']}")
-            existing[name] = instance
+            existing[device] = instance
         state = self.params["state"]
         for name in names:
-            instance = existing.get(name)
+            instance = existing.get(devices[name])
             if state == "absent":
                 instance = self.delete(name, instance, wait=self.params["wait"])
             elif state == "off":
@@ -267,7 +306,7 @@ class PoolInstances:
             else:
                 if state == "recreated" and instance is not None:
                     instance = self.delete(name, instance, wait=True)
-                instance = self.ensure(project["id"], name, instance)
+                instance = self.ensure(project["id"], name, devices[name], instance)
             self.result["instances"][name] = summarize(instance)
             if instance is not None:
                 self.result["present"].append(name)
@@ -279,11 +318,11 @@ class PoolInstances:
             self.result["deleted"].append(name)
         return None
 
-    def ensure(self, project_id: str, name: str, instance: dict | None) -> dict | None:
+    def ensure(self, project_id: str, name: str, device: str, instance: dict | None) -> dict | None:
         instance = self.steps.released(instance)
         if instance is not None:
             return instance
-        created = self.steps.create(project_id, name, self.params["flavor"], self.params["os"],
+        created = self.steps.create(project_id, device, self.params["flavor"], self.params["os"],
                                     self.params["osbuild"])
         self.result["created"].append(name)
         if self.check_mode:
@@ -309,6 +348,7 @@ def main() -> None:
         argument_spec={
             **corellium_steps.connection_argument_spec(ca_data=True),
             "names": {"type": "list", "elements": "str", "required": True},
+            "owned_exporters": {"type": "list", "elements": "dict"},
             "flavor": {"type": "str"},
             "os": {"type": "str"},
             "osbuild": {"type": "str"},

@@ -143,12 +143,12 @@ class PodManager(ClusterModule):
             raise InstanceError(f"Exporter {self.namespace}/{name} is not among owned_exporters")
         pod = self._read("Pod", name)
         if pod is not None:
-            found = pod
-            if not k8s_objects.controlled_by(found, exporter["metadata"].get("uid")):
+            if not k8s_objects.controlled_by(pod, exporter["metadata"].get("uid")):
                 # Not this Exporter's: a Pod the pool made for an earlier Exporter
-                # of the same name (with its token) goes; this one waits.
-                labels = found["metadata"].get("labels") or {}
-                if labels.get(constants.LABEL_EXPORTER) == name:
+                # of the same name (with its token) goes; this one waits. A Pod
+                # no Exporter of this name controls is not the pool's, whatever
+                # its labels say: it is left alone and this one waits.
+                if self._made_for_namesake(pod, name):
                     self._delete_foreign_pod(pod)
                 self.result["waiting"].append(name)
             return
@@ -165,11 +165,16 @@ class PodManager(ClusterModule):
             self.p["exporterset"], self.p["virtual_target_class"], exporter, self.provisioner,
             self.p["parameters"], self.p["images"], accel=accel,
         )
+        existing = self._read("Secret", secret["metadata"]["name"])
+        if existing is not None and not self._made_for_namesake(existing, name):
+            # Someone else's Secret of that name: never overwritten with the token.
+            self.result["waiting"].append(name)
+            return
         self.result["created"].append(name)
         if self.module.check_mode:
             return
         try:
-            if self._read("Secret", secret["metadata"]["name"]) is None:
+            if existing is None:
                 self.core.create("Secret", self.namespace, secret)
             else:
                 self.core.replace("Secret", self.namespace, secret["metadata"]["name"], secret)
@@ -177,6 +182,11 @@ class PodManager(ClusterModule):
         except ApiException as exc:
             if exc.status != 409:
                 self._api_error(f"creating the instance of {self.namespace}/{name}", exc)
+
+    @staticmethod
+    def _made_for_namesake(obj, name):
+        """Whether an Exporter called ``name`` (this one or an earlier one) controls ``obj``."""
+        return k8s_objects.controller_of(obj, constants.EXPORTER.kind) == name
 
     def _delete_foreign_pod(self, pod):
         from kubernetes.client.rest import ApiException
@@ -197,14 +207,19 @@ class PodManager(ClusterModule):
 
         removed = False
         for kind, object_name in (("Pod", name), ("Secret", k8s_pod.config_secret_name(name))):
+            found = self._read(kind, object_name)
+            # Only what an Exporter of this name controls is the pool's to delete;
+            # the precondition keeps a namesake made since the read.
+            if found is None or not self._made_for_namesake(found, name):
+                continue
+            removed = True
             if self.module.check_mode:
-                removed |= self._read(kind, object_name) is not None
                 continue
             try:
-                self.core.delete(kind, self.namespace, object_name, grace_period_seconds=0)
-                removed = True
+                self.core.delete(kind, self.namespace, object_name, grace_period_seconds=0,
+                                 body=delete_options(uid=found["metadata"]["uid"]))
             except ApiException as exc:
-                if exc.status != 404:
+                if exc.status not in (404, 409):
                     self._api_error(f"deleting {self.namespace}/{object_name}", exc)
         if removed:
             self.result["deleted"].append(name)

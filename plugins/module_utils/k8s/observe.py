@@ -53,11 +53,14 @@ def observe(exporter_set, namespace_objects, now):
     exporters = namespace_objects["Exporter"]
     owned = _select(exporters, lambda e: k8s_objects.controlled_by(e, uid), uid)
     owned_names = {e["metadata"]["name"] for e in owned}
+    # A Pod is the set's when one of its Exporters controls it (owner
+    # reference by UID); labels alone are anyone's to copy.
+    owned_uids = {e["metadata"]["name"]: e["metadata"].get("uid") for e in owned}
     pods = [
         p
         for p in namespace_objects["Pod"]
         if _labels(p).get(constants.LABEL_EXPORTER_SET) == name
-        and _labels(p).get(constants.LABEL_EXPORTER) in owned_names
+        and k8s_objects.controlled_by(p, owned_uids.get(_labels(p).get(constants.LABEL_EXPORTER)))
     ]
     leases = namespace_objects["Lease"]
     demand = attribute_lease_demand(namespace_objects["ExporterSet"], leases, exporters, now)

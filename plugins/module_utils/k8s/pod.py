@@ -21,6 +21,7 @@ the config Secret.
 import json
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.corellium import identity as corellium_identity
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import exporter_config
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import objects as k8s_objects
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu import argv as qemu_argv
@@ -80,7 +81,8 @@ def driver_overrides(provisioner, drivers, parameters, instance_name=None):
     """What the provisioner lays over the template's drivers.
 
     ``instance_name`` is the Corellium instance the driver powers: the
-    provisioner names each instance after its Exporter.
+    provisioner names each instance after its Exporter's name, namespace and
+    UID (``corellium.identity``).
     """
     overrides = {}
     if provisioner == constants.PROVISIONER_QEMU:
@@ -109,13 +111,16 @@ def config_secret(exporter_set, exporter, provisioner, parameters, token, tls_ca
     """
     name = exporter["metadata"]["name"]
     drivers = ((exporter_set["spec"].get("template") or {}).get("spec") or {}).get("drivers") or []
+    instance_name = name
+    if provisioner == constants.PROVISIONER_CORELLIUM:
+        instance_name = corellium_identity.exporter_instance_name(exporter)
     rendered = exporter_config.render_exporter_config(
         name,
         exporter["metadata"]["namespace"],
         drivers,
         endpoint=(exporter.get("status") or {}).get("endpoint", ""),
         token=token,
-        driver_overrides=driver_overrides(provisioner, drivers, parameters, instance_name=name),
+        driver_overrides=driver_overrides(provisioner, drivers, parameters, instance_name=instance_name),
         tls_ca=tls_ca,
         exit_on_lease_end=exporter_config.exits_on_lease_end(exporter_set),
     )
