@@ -276,13 +276,17 @@ def _too_large(url, max_bytes, how):
 class _RedirectHandler(urllib.request.HTTPRedirectHandler):
     """Follows redirects to ``http`` and ``https`` only (urllib would also follow ``ftp``)."""
 
-    def redirect_request(self, req, fp, code, msg, headers, newurl):
+    def http_error_302(self, req, fp, code, msg, headers):
+        newurl = headers.get("location") or headers.get("uri") or ""
         scheme = urllib.parse.urlsplit(urllib.parse.urljoin(req.full_url, newurl)).scheme.lower()
         if scheme not in REDIRECT_SCHEMES:
+            fp.close()
             raise ImageError(REASON_INVALID, f"{req.full_url}: redirected to {newurl!r}, whose scheme "
                                              f"is not allowed (allowed: {', '.join(REDIRECT_SCHEMES)})",
                              url=req.full_url)
-        return super().redirect_request(req, fp, code, msg, headers, newurl)
+        return super().http_error_302(req, fp, code, msg, headers)
+
+    http_error_301 = http_error_303 = http_error_307 = http_error_308 = http_error_302
 
 
 # Only http and https handlers: no file:, ftp: or data: opener exists to be reached.

@@ -1,0 +1,339 @@
+"""A tenant's images, as an attacker would write them: a url that reads a
+local file or talks FTP, a registry whose token realm is a local file, a
+download that never ends, a tampered or swapped file in the shared cache, and
+a set that names its own image for the container that writes that cache.
+Each is refused with its reason and no side effect: no request made, no file
+read or sent, nothing left in the cache, nothing booted.
+
+Real parts: a local HTTP server (``image_servers.ImageServer``), plain
+sockets for the FTP and registry sides, the fetch code run as the Pod's init
+container runs it (``python3 -c``), and the operator on the bed.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+
+import pytest
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import pod as k8s_pod
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu import images as image_fetch
+from image_servers import ImageServer, sha256
+from jumpstarter_standin import wait_for
+from kubernetes import client
+from pool_helpers import QEMU_PARAMETERS, condition, get_set, make_class, make_set, settle_pool
+
+LOCAL = "127.0.0.1"
+IMAGE = os.urandom(64 * 1024)
+
+
+@pytest.fixture
+def server(tmp_path):
+    served = ImageServer(tmp_path / "served", address=LOCAL)
+    yield served
+    served.close()
+
+
+class Listener:
+    """A TCP port that counts the connections made to it (an FTP server's place)."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind((LOCAL, 0))
+        self.sock.listen(8)
+        self.port = self.sock.getsockname()[1]
+        self.connections = 0
+        self.sock.settimeout(0.2)
+        self.running = True
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+        self.thread.start()
+
+    def _accept(self):
+        while self.running:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            self.connections += 1
+            # What an FTP server says first, so a client would carry on.
+            conn.sendall(b"220 ready\r\n")
+            conn.close()
+
+    def close(self):
+        self.running = False
+        self.thread.join(2)
+        self.sock.close()
+
+
+@pytest.fixture
+def ftp():
+    listener = Listener()
+    yield listener
+    listener.close()
+
+
+class HostileHTTP:
+    """An HTTP server whose answers a test writes: ``routes[path] = (status, headers, body)``.
+
+    ``requests`` records (path, Authorization header) of each request;
+    ``body`` may be a generator for a response without a length.
+    """
+
+    def __init__(self):
+        self.routes = {}
+        self.requests = []
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.0"
+
+            def do_GET(self):
+                server.requests.append((self.path.split("?")[0], self.headers.get("Authorization")))
+                status, headers, body = server.routes.get(self.path.split("?")[0], (404, {}, b""))
+                self.send_response(status)
+                for key, value in headers.items():
+                    self.send_header(key, value)
+                if isinstance(body, bytes):
+                    self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                try:
+                    for chunk in ([body] if isinstance(body, bytes) else body):
+                        self.wfile.write(chunk)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer((LOCAL, 0), Handler)
+        self.host = f"{LOCAL}:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def hostile():
+    served = HostileHTTP()
+    yield served
+    served.close()
+
+
+def cache_files(cache):
+    return sorted(os.path.relpath(os.path.join(root, name), cache)
+                  for root, _, names in os.walk(cache) for name in names if not name.endswith(".lock"))
+
+
+# -- urls --------------------------------------------------------------------
+
+def test_a_file_url_is_refused_naming_the_field_and_the_file_is_not_read(tmp_path):
+    secret = tmp_path / "exporter.yaml"
+    secret.write_bytes(b"token: exporter-secret\n")
+    cache = tmp_path / "cache"
+    with pytest.raises(image_fetch.ImageError) as raised:
+        # The tenant even knows the file's digest: the cache would take it.
+        image_fetch.fetch(f"file://{secret}", sha256(secret), str(cache), field="parameters.disk.url")
+    assert raised.value.reason == image_fetch.REASON_INVALID
+    assert str(raised.value).startswith("parameters.disk.url: scheme 'file'")
+    assert not cache.exists() or cache_files(cache) == []
+
+
+def test_an_ftp_url_is_refused_before_any_connection(ftp, tmp_path):
+    with pytest.raises(image_fetch.ImageError) as raised:
+        image_fetch.fetch(f"ftp://{LOCAL}:{ftp.port}/disk.img", "sha256:" + "0" * 64, str(tmp_path / "cache"),
+                          field="parameters.kernel.url")
+    assert raised.value.reason == image_fetch.REASON_INVALID
+    assert str(raised.value).startswith("parameters.kernel.url: scheme 'ftp'")
+    assert ftp.connections == 0
+
+
+@pytest.mark.parametrize("scheme", ["ftp", "file"])
+def test_a_redirect_to_another_scheme_is_not_followed(scheme, hostile, ftp, tmp_path):
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"not for the tenant")
+    target = f"ftp://{LOCAL}:{ftp.port}/disk.img" if scheme == "ftp" else f"file://{secret}"
+    hostile.routes["/disk.img"] = (302, {"Location": target}, b"")
+    cache = tmp_path / "cache"
+    with pytest.raises(image_fetch.ImageError) as raised:
+        image_fetch.fetch(f"http://{hostile.host}/disk.img", sha256(secret), str(cache))
+    assert raised.value.reason == image_fetch.REASON_INVALID
+    assert "redirected to" in str(raised.value)
+    assert ftp.connections == 0
+    assert cache_files(cache) == []
+
+
+def test_a_file_realm_is_refused_and_its_token_never_reaches_the_registry(hostile, tmp_path):
+    token = tmp_path / "token.json"
+    token.write_text(json.dumps({"token": "node-local-secret"}))
+    challenge = f'Bearer realm="file://{token}",service="registry",scope="repository:guest:pull"'
+    hostile.routes["/v2/guest/manifests/1"] = (401, {"WWW-Authenticate": challenge}, b"")
+    with pytest.raises(image_fetch.ImageError) as raised:
+        image_fetch.fetch(f"oci://{hostile.host}/guest:1", "sha256:" + "1" * 64, str(tmp_path / "cache"),
+                          plain_http=True)
+    assert raised.value.reason == image_fetch.REASON_INVALID
+    assert "token realm" in str(raised.value) and "https" in str(raised.value)
+    # One unauthenticated manifest request, then nothing: no token read, none sent.
+    assert hostile.requests == [("/v2/guest/manifests/1", None)]
+
+
+# -- size --------------------------------------------------------------------
+
+def endless():
+    chunk = b"\0" * 65536
+    while True:
+        yield chunk
+
+
+@pytest.mark.parametrize("announced", [True, False])
+def test_an_oversize_download_is_stopped_and_its_partial_file_removed(announced, hostile, server, tmp_path):
+    cache = tmp_path / "cache"
+    if announced:
+        url, digest = server.add("guest/huge.img", os.urandom(3 << 20))
+    else:
+        # No Content-Length and no end: only counting the bytes stops it.
+        hostile.routes["/huge.img"] = (200, {}, endless())
+        url, digest = f"http://{hostile.host}/huge.img", "sha256:" + "2" * 64
+    with pytest.raises(image_fetch.ImageError) as raised:
+        image_fetch.fetch(url, digest, str(cache), max_bytes=1 << 20, timeout=20)
+    assert raised.value.reason == image_fetch.REASON_INVALID
+    assert "larger than the image size limit of 1048576 bytes" in str(raised.value)
+    assert image_fetch.ANNOTATION_MAX_SIZE in str(raised.value)
+    assert cache_files(cache) == []
+
+
+def test_the_pod_fetch_stops_at_the_class_limit(server, tmp_path):
+    url, digest = server.add("guest/disk.img", os.urandom(3 << 20))
+    vclass = {"metadata": {"annotations": {image_fetch.ANNOTATION_MAX_SIZE: "1Mi"}}, "spec": {}}
+    done = run_fetch_container(fetch_container(vclass, {"disk": {"url": url, "digest": digest}}),
+                               tmp_path / "node-cache", tmp_path / "run")
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1].startswith(f"ImageInvalid: {url}: larger than the image size limit")
+    assert cache_files(tmp_path / "node-cache") == []
+
+
+# -- the cache ---------------------------------------------------------------
+
+def test_a_tampered_cache_file_is_fetched_again_before_use(server, tmp_path):
+    url, digest = server.add("guest/vmlinuz", IMAGE)
+    cache = tmp_path / "cache"
+    path, downloaded = image_fetch.fetch(url, digest, str(cache))
+    assert downloaded
+    os.chmod(path, 0o644)
+    with open(path, "r+b") as cached:
+        cached.write(b"\x90" * 16)  # another tenant's instance, or a stray write
+    again, downloaded = image_fetch.fetch(url, digest, str(cache))
+    assert (again, downloaded) == (path, True)
+    assert open(path, "rb").read() == IMAGE
+    assert server.gets["/guest/vmlinuz"] == 2
+    # Untouched, it is used as it is.
+    assert image_fetch.fetch(url, digest, str(cache)) == (path, False)
+    assert server.gets["/guest/vmlinuz"] == 2
+
+
+def test_a_cache_entry_swapped_for_a_link_is_not_followed(server, tmp_path):
+    url, digest = server.add("guest/vmlinuz", IMAGE)
+    secret = tmp_path / "secret"
+    secret.write_bytes(IMAGE)  # even with the right content, a link is not a cached file
+    cache = tmp_path / "cache"
+    path = image_fetch.cache_path(str(cache), digest)
+    os.makedirs(os.path.dirname(path))
+    os.symlink(secret, path)
+    got, downloaded = image_fetch.fetch(url, digest, str(cache))
+    assert (got, downloaded) == (path, True)
+    assert not os.path.islink(path) and open(path, "rb").read() == IMAGE
+    assert server.gets["/guest/vmlinuz"] == 1
+
+
+def test_the_pod_fetch_reverifies_a_node_cache_hit(server, tmp_path):
+    url, digest = server.add("guest/disk.img", IMAGE)
+    container = fetch_container({"spec": {}}, {"disk": {"url": url, "digest": digest}})
+    cache, run_dir = tmp_path / "node-cache", tmp_path / "run"
+    assert run_fetch_container(container, cache, run_dir).returncode == 0
+    cached = image_fetch.cache_path(str(cache), digest)
+    os.chmod(cached, 0o644)
+    with open(cached, "wb") as out:
+        out.write(b"a backdoored disk")
+    done = run_fetch_container(container, cache, run_dir)  # the next Pod on the node
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"downloaded": ["disk"]}
+    assert (run_dir / "disk.base").read_bytes() == IMAGE
+    assert server.gets["/guest/disk.img"] == 2
+
+
+# -- the init container --------------------------------------------------------
+
+def fetch_container(vclass, parameters, images=None):
+    exporter_set = {"metadata": {"name": "pool", "namespace": "lab", "uid": "u"},
+                    "spec": {"template": {"spec": {"drivers": []}}}}
+    exporter = {"apiVersion": "jumpstarter.dev/v1alpha1", "kind": "Exporter",
+                "metadata": {"name": "pool-0", "namespace": "lab", "uid": "e"}}
+    pod = k8s_pod.instance_pod(exporter_set, vclass, exporter, "qemu.jumpstarter.dev",
+                               {"resources": {"memory": "128Mi"}, **parameters}, images)
+    return next(c for c in pod["spec"]["initContainers"] if c["name"] == "images")
+
+
+def run_fetch_container(container, cache, run_dir):
+    """The container's command for real, its mounts mapped to local directories."""
+    run_dir.mkdir(exist_ok=True)
+    argv = list(container["command"])
+    argv[0] = sys.executable
+    argv[argv.index("--cache") + 1] = str(cache)
+    files = json.loads(argv[argv.index("--files") + 1])
+    for entry in files:
+        entry["dest"] = entry["dest"].replace(k8s_pod.RUN_DIR, str(run_dir))
+    argv[argv.index("--files") + 1] = json.dumps(files)
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd="/")
+
+
+def test_a_set_that_names_a_file_url_is_refused_and_one_naming_its_own_image_gets_the_pinned_fetcher(
+        api, namespace, standin, operator, server, ftp, tmp_path):
+    """On the bed: the operator refuses a set's file:// and ftp:// urls
+    (Degraded, InvalidParameters, an Event naming the field; no Pod, no
+    connection), and a set that names its own exporter image gets it for its
+    exporter only: the init container that writes the node cache runs the
+    operator's image as a non-root user."""
+    custom = client.CustomObjectsApi(api)
+    core = client.CoreV1Api(api)
+    url, digest = server.add("guest/vmlinuz", IMAGE)
+    make_class(custom, namespace, parameters={**QEMU_PARAMETERS, "kernel": {"url": url, "digest": digest}})
+    make_set(custom, namespace, name="thief", board="thief", minAvailableReplicas=1,
+             parameters={"kernel": {"url": "file:///etc/shadow", "digest": digest},
+                         "initrd": {"url": f"ftp://{LOCAL}:{ftp.port}/initrd", "digest": digest}})
+    attacker = {"image": "attacker.example/shell:latest", "imagePullPolicy": "Always"}
+    make_set(custom, namespace, minAvailableReplicas=1, images={"exporter": attacker})
+    operator()
+
+    def degraded():
+        cond = condition(get_set(custom, namespace, "thief"), "Degraded")
+        return cond if cond and cond["status"] == "True" else None
+
+    cond = wait_for(degraded, message="thief Degraded")
+    assert cond["reason"] == "InvalidParameters"
+    assert "parameters.kernel.url: scheme 'file'" in cond["message"]
+    assert "parameters.initrd.url: scheme 'ftp'" in cond["message"]
+    events = wait_for(lambda: [e for e in core.list_namespaced_event(namespace).items
+                               if e.reason == "InvalidParameters" and e.involved_object.name == "thief"],
+                      message="InvalidParameters event")
+    assert "parameters.kernel.url" in events[0].message
+
+    settle_pool(standin, 1, custom, namespace)
+    pods = [api.sanitize_for_serialization(p) for p in standin.pods()]
+    assert [p["metadata"]["labels"]["virtualtarget.jumpstarter.dev/exporterset"] for p in pods] == ["pool"]
+    spec = pods[0]["spec"]
+    exporter = next(c for c in spec["initContainers"] if c["name"] == "exporter")
+    assert exporter["image"] == attacker["image"]
+    images = next(c for c in spec["initContainers"] if c["name"] == "images")
+    assert images["image"] == k8s_pod.IMAGE_FETCH_IMAGE["image"] != attacker["image"]
+    assert images["securityContext"]["runAsNonRoot"] is True
+    assert images["securityContext"]["runAsUser"] == k8s_pod.IMAGE_FETCH_UID
+    assert images["securityContext"]["allowPrivilegeEscalation"] is False
+    assert images["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert ftp.connections == 0
+    assert server.gets["/guest/vmlinuz"] == 0  # kwok runs no container; the operator fetches nothing
