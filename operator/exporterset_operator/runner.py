@@ -1,5 +1,12 @@
 """Runs the reconcile playbook through ansible-runner.
 
+Every value a run is given comes from the API (a set, its class, its
+Exporters, Leases and Pods: tenant data, docs/security.md) and reaches
+Ansible as data, never as a template: ansible-core trusts the strings of an
+extra vars file as templates, so each one is written marked unsafe
+(``write_extravars``). The artifacts keep what a run did, not the operator's
+environment: ansible-runner's ``command`` file is written without it.
+
 Artifacts are bounded across all ExporterSets together (the newest
 ``max_artifacts`` runs are kept, whichever set they belong to), and a set's
 artifacts go when the set goes, so disk use stays flat over a long run.
@@ -36,6 +43,91 @@ class RunResult:
 
 
 APPLY_MODULE = "exporterset_apply"
+# The JSON key that marks a string as never to be templated when ansible-core
+# loads an extra vars file; ``__ansible_vault`` and ``__ansible_type`` are the
+# loader's other special keys. A value from the API with a key of that prefix
+# is refused: it would be read as one of them, and a file ansible-core cannot
+# decode as JSON it parses again as YAML, every string a trusted template.
+UNSAFE_KEY = "__ansible_unsafe"
+RESERVED_KEY_PREFIX = "__ansible"
+
+
+class ExtraVarsError(ValueError):
+    """A value that cannot be handed to Ansible as data; names the field."""
+
+
+def _field(path: str, key) -> str:
+    return f"{path}.{key}" if path else str(key)
+
+
+def unsafe_data(value, path: str = ""):
+    """``value`` as ansible-core's JSON loader reads data that is never a
+    template: every string as ``{"__ansible_unsafe": string}``; numbers,
+    booleans and null as they are. Mapping keys stay plain (ansible-core
+    does not template keys).
+
+    Each string is marked, not the whole document with a YAML ``!unsafe``
+    tag: ansible-core resolves a tagged scalar again as if it were plain (the
+    label value ``"123"`` would arrive as the number 123), and its YAML loader
+    is several times slower than its JSON loader on a large pool.
+    """
+    if isinstance(value, str):
+        return {UNSAFE_KEY: value}
+    if isinstance(value, dict):
+        marked = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise ExtraVarsError(f"{_field(path, key)}: a key that is not a string")
+            if key.startswith(RESERVED_KEY_PREFIX):
+                raise ExtraVarsError(
+                    f"{_field(path, key)}: a key starting with {RESERVED_KEY_PREFIX!r} is reserved by Ansible's loader")
+            marked[key] = unsafe_data(item, _field(path, key))
+        return marked
+    if isinstance(value, (list, tuple)):
+        return [unsafe_data(item, f"{path}[{index}]") for index, item in enumerate(value)]
+    if value is None or isinstance(value, (bool, int)):
+        return value
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ExtraVarsError(f"{path}: {value} is not a JSON number")
+        return value
+    raise ExtraVarsError(f"{path}: a {type(value).__name__}, not JSON data")
+
+
+def write_extravars(private_data_dir: str | Path, extravars: dict) -> Path:
+    """The run's extra vars, every string marked unsafe, at the path
+    ansible-runner passes to ``ansible-playbook -e @...`` (``env/extravars``,
+    which it does not rewrite when it exists)."""
+    path = Path(private_data_dir) / "env" / "extravars"
+    path.parent.mkdir(mode=0o700, exist_ok=True)
+    text = json.dumps(unsafe_data(extravars), allow_nan=False)
+    with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as out:
+        out.write(text)
+    return path
+
+
+def _drop_environment(artifact_dir: str | Path) -> None:
+    """ansible-runner's ``command`` file without the ``env`` it records (the
+    whole environment of the operator, merged with the run's): the command
+    and its working directory stay."""
+    path = Path(artifact_dir) / "command"
+    try:
+        recorded = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return
+    if isinstance(recorded, dict) and "env" in recorded:
+        recorded.pop("env")
+        path.write_text(json.dumps(recorded))
+    (Path(artifact_dir) / "env.list").unlink(missing_ok=True)
+
+
+def _on_status(status: dict, runner_config=None) -> None:
+    # "running" comes right after ansible-runner wrote the command file and
+    # before it starts ansible-playbook.
+    if status.get("status") == "running" and runner_config is not None:
+        _drop_environment(runner_config.artifact_dir)
+
+
 # Every play the operator runs is on localhost (lab hosts are added by the
 # roles, with their own connection settings).
 LOCALHOST_INVENTORY = f"localhost ansible_connection=local ansible_python_interpreter={sys.executable}\n"
@@ -96,6 +188,11 @@ class PlaybookRunner:
         # The extra vars go to a file in here (0700, removed after the run):
         # a pool's objects do not fit on a command line.
         private_data_dir = tempfile.mkdtemp(prefix="jve-run-")
+        try:
+            write_extravars(private_data_dir, extravars)
+        except ExtraVarsError as exc:
+            shutil.rmtree(private_data_dir, ignore_errors=True)
+            return RunResult(False, "refused", -1, f"not handed to Ansible: {exc}", "", 0.0)
         # The floor of a run, cut: no facts gathered, no interpreter
         # discovered for localhost (it is this very Python), modules piped
         # rather than copied.
@@ -121,8 +218,10 @@ class PlaybookRunner:
                 ident=ident,
                 playbook=str(playbook_path),
                 project_dir=str(self.collection_root),
-                extravars=extravars,
                 envvars=envvars,
+                # envvars stay off disk; the extra vars file is ours.
+                suppress_env_files=True,
+                status_handler=_on_status,
                 inventory=LOCALHOST_INVENTORY,
                 quiet=True,
                 verbosity=self.verbosity,
@@ -134,6 +233,7 @@ class PlaybookRunner:
             return RunResult(ok, runner.status, runner.rc, message, str(self.artifacts_dir / ident), duration,
                              applied=_applied(runner))
         finally:
+            _drop_environment(self.artifacts_dir / ident)
             shutil.rmtree(private_data_dir, ignore_errors=True)
             self._prune()
 
