@@ -1,4 +1,5 @@
-"""No credential redirect: a set cannot change where the class's credentials go.
+"""What a set may change of its class: no credential redirect, and the class's policy
+(paths, driver types, resource and slot ceilings).
 
 The rule (``set_overrides.resolve``), the plan that reports it, and what a
 reconcile hands the provisioner entry points (``k8s_observe``).
@@ -15,6 +16,9 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.plan import (
     scale_plan,
+)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.quantity import (
+    quantity_to_bytes,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.set_overrides import (
     resolve,
@@ -308,3 +312,275 @@ def test_a_baremetal_set_that_redirects_a_host_reaches_only_the_classs_hosts():
     assert (degraded["status"], degraded["reason"]) == ("True", c.REASON_CREDENTIAL_REDIRECT)
     assert degraded["message"].startswith("spec.parameters.hosts[0].address: set by the class")
     assert result["create"] == []
+
+
+# --- the class's policy: paths, drivers, ceilings ------------------------------------------
+
+UNIX_NETWORK = "jumpstarter_driver_network.driver.UnixNetwork"
+QEMU_DRIVER = "jumpstarter_driver_qemu.driver.Qemu"
+QEMU_CLASS = {"arch": "x86_64", "resources": {"cpu": 2, "memory": "512Mi", "storage": "1Gi"},
+              "disk": {"path": "/srv/images/base.qcow2"}}
+
+
+def qemu_class(allow=None, provisioner=c.PROVISIONER_QEMU, parameters=None):
+    klass = target_class(parameters=copy.deepcopy(parameters or QEMU_CLASS),
+                         provisioner=provisioner)
+    if allow is not None:
+        klass["metadata"]["annotations"] = {c.ANNOTATION_SET_OVERRIDABLE: allow}
+    return klass
+
+
+def lab_class(allow=None):
+    parameters = {**copy.deepcopy(QEMU_CLASS), **copy.deepcopy(BAREMETAL),
+                  "resources": {"cpu": 2, "memory": "512Mi", "storage": "1Gi"},
+                  "runtime": {"binary": "/usr/bin/qemu-system-x86_64"}}
+    return qemu_class(allow, c.PROVISIONER_QEMU_BAREMETAL, parameters)
+
+
+def with_drivers(*types, **kwargs):
+    the_set = a_set(**kwargs)
+    the_set["spec"]["template"]["spec"]["drivers"] = [
+        {"name": f"d{index}", "type": kind} for index, kind in enumerate(types)]
+    return the_set
+
+
+def fields_of(resolved):
+    return [v.split(":")[0] for v in resolved["violations"]]
+
+
+PATH_ATTACKS = [
+    ({"disk": {"path": "/etc/shadow"}}, "disk.path"),
+    ({"disk": {"format": "raw"}}, "disk.format"),
+    ({"kernel": {"path": "/root/.ssh/id_ed25519"}}, "kernel.path"),
+    ({"initrd": {"path": "/var/lib/jumpstarter-virtual/instances/other.pool-0/token"}},
+     "initrd.path"),
+    ({"firmware": {"path": "/etc/jumpstarter/exporters/other.yaml"}}, "firmware.path"),
+    ({"runtime": {"binary": "/bin/sh"}}, "runtime.binary"),
+    ({"workDir": "/tmp/mine"}, "workDir"),
+]
+
+
+@pytest.mark.parametrize("provisioner", [c.PROVISIONER_QEMU, c.PROVISIONER_QEMU_BAREMETAL])
+@pytest.mark.parametrize("override, field", PATH_ATTACKS, ids=[f for _, f in PATH_ATTACKS])
+def test_paths_binaries_and_work_dirs_are_the_classs(provisioner, override, field):
+    klass = lab_class() if provisioner == c.PROVISIONER_QEMU_BAREMETAL else qemu_class()
+    resolved = resolve(klass, a_set(override))
+    assert fields_of(resolved) == [f"spec.parameters.{field}"]
+    assert resolved["violations"][0].startswith(f"spec.parameters.{field}: set by the class only (")
+    assert resolved["reason"] == "NotAllowedByClass"
+    # What the entry points read is the class's.
+    path = tuple(field.split("."))
+    class_value = klass["spec"]["parameters"]
+    for key in path:
+        class_value = (class_value or {}).get(key)
+    value = resolved["parameters"]
+    for key in path:
+        value = (value or {}).get(key)
+    assert value == class_value
+
+
+def test_dropping_the_classs_path_is_refused_too():
+    resolved = resolve(qemu_class(), a_set({"disk": {"path": None, "url": "https://x/d.qcow2"}}))
+    assert fields_of(resolved) == ["spec.parameters.disk.path"]
+    assert resolved["parameters"]["disk"]["path"] == "/srv/images/base.qcow2"
+
+
+def test_the_classs_own_path_or_one_it_allows_is_fine():
+    assert resolve(qemu_class(), a_set({"disk": {"path": "/srv/images/base.qcow2"}}))[
+        "violations"] == []
+    klass = qemu_class(allow="parameters.disk.path=/srv/images/other.qcow2|/srv/images/b.qcow2")
+    resolved = resolve(klass, a_set({"disk": {"path": "/srv/images/b.qcow2"}}))
+    assert resolved["violations"] == [] and resolved["warnings"] == []
+    assert resolved["parameters"]["disk"]["path"] == "/srv/images/b.qcow2"
+    refused = resolve(klass, a_set({"disk": {"path": "/etc/shadow"}}))
+    assert refused["violations"] == [
+        "spec.parameters.disk.path: set by the class only (a file on the machine that runs QEMU, "
+        "read as its user, reaches the guest); the class allows '/srv/images/b.qcow2', "
+        "'/srv/images/other.qcow2'"]
+
+
+def test_a_set_may_still_change_what_is_its_own():
+    own = {"arch": "x86_64", "machineType": "pc", "kernelArgs": "quiet", "kvm": True,
+           "resources": {"cpu": 1, "memory": "256Mi"}, "disk": {"url": "https://x/d.qcow2",
+                                                              "digest": "sha256:" + "0" * 64}}
+    resolved = resolve(qemu_class(), with_drivers(QEMU_DRIVER, parameters=own))
+    assert resolved["violations"] == [] and resolved["reason"] is None
+    assert resolved["parameters"] == deep_merge(QEMU_CLASS, own)
+
+
+@pytest.mark.parametrize("provisioner", [c.PROVISIONER_QEMU, c.PROVISIONER_QEMU_BAREMETAL])
+def test_a_driver_type_the_class_does_not_allow_is_refused(provisioner):
+    klass = lab_class() if provisioner == c.PROVISIONER_QEMU_BAREMETAL else qemu_class()
+    the_set = with_drivers(QEMU_DRIVER, UNIX_NETWORK, "os.system")
+    resolved = resolve(klass, the_set)
+    assert fields_of(resolved) == ["spec.template.spec.drivers[1].type",
+                                   "spec.template.spec.drivers[2].type"]
+    assert f"'{UNIX_NETWORK}' is not a driver type the class allows" in resolved["violations"][0]
+    assert resolved["reason"] == "NotAllowedByClass"
+
+
+def test_the_default_driver_types_are_the_provisioners_and_the_jeps():
+    jep = ["jumpstarter_driver_qemu.driver.Qemu", "jumpstarter_driver_network.driver.TcpNetwork",
+           "jumpstarter_driver_serial.driver.QemuSerial",
+           "jumpstarter_driver_virtual_qemu.driver.VirtualQemu"]
+    assert resolve(qemu_class(), with_drivers(*jep))["violations"] == []
+    assert resolve(lab_class(), with_drivers(*jep))["violations"] == []
+    corellium = "jumpstarter_driver_corellium.driver.Corellium"
+    assert resolve(corellium_class(), with_drivers(corellium))["violations"] == []
+    assert fields_of(resolve(corellium_class(), with_drivers(QEMU_DRIVER))) == [
+        "spec.template.spec.drivers[0].type"]
+    # A ref entry names a child of an allowed driver; it has no type of its own.
+    ref_set = with_drivers(QEMU_DRIVER)
+    ref_set["spec"]["template"]["spec"]["drivers"].append({"name": "power", "ref": "d0.power"})
+    assert resolve(qemu_class(), ref_set)["violations"] == []
+
+
+def test_the_class_names_its_own_driver_types():
+    klass = qemu_class(allow=f"drivers={QEMU_DRIVER}|{UNIX_NETWORK}")
+    assert resolve(klass, with_drivers(QEMU_DRIVER, UNIX_NETWORK))["violations"] == []
+    # The class's list replaces the default: TcpNetwork is no longer allowed.
+    tcp = "jumpstarter_driver_network.driver.TcpNetwork"
+    assert fields_of(resolve(klass, with_drivers(tcp))) == ["spec.template.spec.drivers[0].type"]
+
+
+@pytest.mark.parametrize("resources, field", [
+    ({"memory": "64Gi"}, "resources.memory"),
+    ({"cpu": 64}, "resources.cpu"),
+    ({"cpu": "3"}, "resources.cpu"),
+    ({"storage": "2Ti"}, "resources.storage"),
+])
+def test_a_lab_set_cannot_raise_its_resources_above_the_classs(resources, field):
+    resolved = resolve(lab_class(), a_set({"resources": resources}))
+    assert fields_of(resolved) == [f"spec.parameters.{field}"]
+    assert "is above what the class allows" in resolved["violations"][0]
+    assert resolved["parameters"]["resources"] == lab_class()["spec"]["parameters"]["resources"]
+
+
+def test_a_lab_set_may_ask_for_less_and_the_class_may_name_a_higher_ceiling():
+    less = {"resources": {"cpu": 1, "memory": "256Mi", "storage": "512Mi"}}
+    assert resolve(lab_class(), a_set(less))["violations"] == []
+    klass = lab_class(allow="max.resources.memory=4Gi; max.resources.cpu=4")
+    assert resolve(klass, a_set({"resources": {"memory": "4Gi", "cpu": 4}}))["violations"] == []
+    resolved = resolve(klass, a_set({"resources": {"memory": "4097Mi"}}))
+    assert resolved["violations"] == [
+        "spec.parameters.resources.memory: '4097Mi' is above what the class allows (the ceiling "
+        "is '4Gi'; max.resources.memory in the class's annotation raises it)"]
+    # A named ceiling below the class's value does not lower the class's value.
+    low = lab_class(allow="max.resources.memory=128Mi")
+    assert resolve(low, a_set({"resources": {"memory": "512Mi"}}))["violations"] == []
+
+
+def test_dropping_the_classs_memory_does_not_raise_it_to_the_default():
+    # Without resources the guest would get the defaults: 1 CPU (fewer), 1Gi (more).
+    resolved = resolve(lab_class(), a_set({"resources": None}))
+    assert fields_of(resolved) == ["spec.parameters.resources.memory"]
+    assert resolved["parameters"]["resources"]["memory"] == "512Mi"
+    klass = lab_class()
+    del klass["spec"]["parameters"]["resources"]["storage"]
+    resolved = resolve(klass, a_set({"resources": {"storage": "1Gi"}}))
+    assert resolved["violations"] == [
+        "spec.parameters.resources.storage: '1Gi' is above what the class allows (the class "
+        "gives none; max.resources.storage in the class's annotation raises it)"]
+    assert "storage" not in resolved["parameters"]["resources"]
+
+
+def test_a_pod_set_has_no_resource_ceiling_unless_the_class_names_one():
+    # JEP-0014's own rpi4 example asks for more memory than its class.
+    assert resolve(qemu_class(), a_set({"resources": {"memory": "8Gi"}}))["violations"] == []
+    klass = qemu_class(allow="max.resources.memory=2Gi")
+    assert resolve(klass, a_set({"resources": {"memory": "2Gi"}}))["violations"] == []
+    assert fields_of(resolve(klass, a_set({"resources": {"memory": "8Gi"}}))) == [
+        "spec.parameters.resources.memory"]
+
+
+def test_a_set_cannot_give_a_host_more_slots_than_the_class():
+    more = [{"name": "lab1", "address": "10.0.0.1", "user": "svc", "slots": 3}, {"name": "lab2",
+                                                                              "slots": 1}]
+    resolved = resolve(lab_class(), a_set({"hosts": more}))
+    assert resolved["violations"] == [
+        "spec.parameters.hosts[0].slots: 3 is above what the class allows on host 'lab1' (the "
+        "ceiling is 2; max.slots in the class's annotation raises it)"]
+    assert [h["slots"] for h in resolved["parameters"]["hosts"]] == [2, 1]
+    assert resolve(lab_class(allow="max.slots=3"), a_set({"hosts": more}))["violations"] == []
+
+
+@pytest.mark.parametrize("allow", ["max.resources.memory=lots", "max.slots=1|2",
+                                   "max.slots=3"])
+def test_a_ceiling_the_class_cannot_mean_is_warned_about(allow):
+    resolved = resolve(qemu_class(allow=allow), a_set())
+    assert len(resolved["warnings"]) == 1 and allow in resolved["warnings"][0]
+
+
+def test_the_plan_refuses_a_set_outside_the_classs_policy_and_makes_nothing():
+    the_set = with_drivers(QEMU_DRIVER, UNIX_NETWORK, min_available=2)
+    result = scale_plan(the_set, qemu_class(), [], [], NOW)
+    assert result["create"] == []
+    degraded = condition(result, c.CONDITION_DEGRADED)
+    assert (degraded["status"], degraded["reason"]) == ("True", "NotAllowedByClass")
+    assert degraded["message"].startswith("spec.template.spec.drivers[1].type:")
+    (event,) = [e for e in result["events"] if e["reason"] == "NotAllowedByClass"]
+    assert event["type"] == "Warning" and "drivers[1].type" in event["message"]
+
+
+def test_a_redirect_and_a_refusal_together_are_a_credential_redirect():
+    the_set = a_set({"api": {"host": "evil.example"}})
+    the_set["spec"]["template"]["spec"]["drivers"] = [{"name": "x", "type": UNIX_NETWORK}]
+    result = scale_plan(the_set, corellium_class(), [], [], NOW)
+    degraded = condition(result, c.CONDITION_DEGRADED)
+    assert degraded["reason"] == c.REASON_CREDENTIAL_REDIRECT
+    assert "spec.parameters.api.host" in degraded["message"]
+    assert "drivers[0].type" in degraded["message"]
+
+
+@pytest.mark.parametrize("make", [
+    lambda: with_drivers(UNIX_NETWORK, min_available=1),
+    lambda: a_set({"runtime": {"binary": "/bin/sh"}}, min_available=1),
+])
+def test_a_refused_set_gets_no_backend(make):
+    the_set = make()
+    seen = observed(the_set, qemu_class(), [exporter("rpi4-0", ready=False, created=-1)])
+    assert k8s_observe.unprovisioned(seen) == []
+    variables = k8s_observe.playbook_variables(the_set, seen, {})
+    assert (variables["merged_parameters"].get("runtime") or {}).get("binary") is None
+    fine = with_drivers(QEMU_DRIVER, min_available=1)
+    seen = observed(fine, qemu_class(), [exporter("rpi4-0", ready=False, created=-1)])
+    assert k8s_observe.unprovisioned(seen) == ["rpi4-0"]
+
+
+# --- property: what reaches the lab host is within the class's policy ----------------------
+
+PATHS = st.sampled_from(["absent", None, "/srv/images/base.qcow2", "/etc/shadow"])
+MEMORY = st.sampled_from(["absent", None, "256Mi", "512Mi", "513Mi", "2Gi", 1 << 40])
+SLOTS = st.sampled_from(["absent", 1, 2, 3, 50])
+
+
+@settings(max_examples=300, deadline=None)
+@given(disk_path=PATHS, binary=st.sampled_from(["absent", "/bin/sh", "/usr/bin/qemu-system-x86_64"]),
+       work_dir=st.sampled_from(["absent", "/tmp/x"]), memory=MEMORY, slots=SLOTS,
+       allow=st.sampled_from(["", "max.resources.memory=2Gi", "max.slots=3",
+                              "parameters.disk.path=/etc/shadow"]))
+def test_resolve_keeps_a_lab_set_within_the_classs_policy(disk_path, binary, work_dir, memory,
+                                                          slots, allow):
+    parameters = {}
+    if disk_path != "absent":
+        parameters["disk"] = {"path": disk_path}
+    if binary != "absent":
+        parameters["runtime"] = {"binary": binary}
+    if work_dir != "absent":
+        parameters["workDir"] = work_dir
+    if memory != "absent":
+        parameters["resources"] = {"memory": memory}
+    if slots != "absent":
+        parameters["hosts"] = [{"name": "lab2", "slots": slots}]
+    klass = lab_class(allow=allow)
+    resolved = resolve(klass, a_set(parameters))
+    merged = resolved["parameters"]
+    allowed_paths = {"/srv/images/base.qcow2", *(["/etc/shadow"] if "disk.path" in allow else [])}
+    assert merged["disk"].get("path") in allowed_paths
+    assert merged["runtime"]["binary"] == "/usr/bin/qemu-system-x86_64"
+    assert "workDir" not in merged
+    ceiling = (2 << 30) if "memory" in allow else (512 << 20)
+    assert quantity_to_bytes(merged["resources"].get("memory", "1Gi")) <= ceiling
+    assert all(h["slots"] <= (3 if "slots" in allow else 2) for h in merged["hosts"])
+    untouched = merged == deep_merge(klass["spec"]["parameters"], parameters)
+    assert untouched == (resolved["violations"] == [])

@@ -87,15 +87,20 @@ _IMAGE_PLAIN_HTTP = Field(
 )
 
 
-def _image_ref(description):
+_CLASS_ONLY = " Set by the class only: an ExporterSet may not change it (docs/security.md)."
+
+
+def _image_ref(description, **more):
     return Field(
         "object",
         description + " Give `url` (OCI or HTTP reference) or `path` (file on the runtime).",
         properties={
             "url": _IMAGE_URL,
-            "path": Field("string", "Local file path of the image.", format="absolute-path"),
+            "path": Field("string", "Local file path of the image." + _CLASS_ONLY,
+                          format="absolute-path"),
             "digest": _IMAGE_DIGEST,
             "plainHTTP": _IMAGE_PLAIN_HTTP,
+            **more,
         },
     )
 
@@ -121,17 +126,25 @@ _QEMU_PROPERTIES = {
         "Firmware blob loaded at boot.",
         properties={
             "url": _IMAGE_URL,
+            "path": Field("string", "Local file path of the firmware." + _CLASS_ONLY,
+                          format="absolute-path"),
             "digest": _IMAGE_DIGEST,
             "plainHTTP": _IMAGE_PLAIN_HTTP,
         },
     ),
     "kernel": _image_ref("Kernel for direct boot."),
     "initrd": _image_ref("Initial ramdisk for direct boot."),
-    "disk": _image_ref("Baseline disk image (lessees may flash their own)."),
+    "disk": _image_ref(
+        "Baseline disk image (lessees may flash their own).",
+        format=Field("string", "Format of the baseline image, under the instance's qcow2 "
+                     "overlay." + _CLASS_ONLY, default="qcow2", enum=("qcow2", "raw")),
+    ),
     "kernelArgs": Field("string", "Kernel command line for direct boot."),
     "resources": Field(
         "object",
-        "Resources of one virtual target.",
+        "Resources of one virtual target. On qemu-baremetal an ExporterSet may not ask for "
+        "more than the class gives (or the class's max.resources.* ceiling); on "
+        "qemu.jumpstarter.dev only above a ceiling the class names.",
         properties={
             "cpu": Field("cpu", "Virtual CPUs (integer >= 1, or a quantity such as 2).",
                          default=DEFAULT_CPU),
@@ -154,7 +167,9 @@ _HOST = Field(
         "port": Field("integer", "SSH port.", default=22, minimum=1, maximum=65535),
         "user": Field("string", "SSH user.", default="jumpstarter"),
         "arch": Field("string", "Host architecture.", enum=tuple(MACHINE_TYPES_BY_ARCH)),
-        "slots": Field("integer", "Concurrent instances on this host.", required=True, minimum=1),
+        "slots": Field("integer", "Concurrent instances on this host. An ExporterSet may not "
+                       "give more than the class (or the class's max.slots ceiling).",
+                       required=True, minimum=1),
     },
 )
 
@@ -165,7 +180,8 @@ _BAREMETAL_PROPERTIES = dict(
         "object",
         "QEMU on the hosts.",
         properties={
-            "binary": Field("string", "Absolute path of qemu-system-*.", format="absolute-path"),
+            "binary": Field("string", "Absolute path of qemu-system-*." + _CLASS_ONLY,
+                            format="absolute-path"),
             "kvm": Field("boolean", "Use KVM on the hosts."),
         },
     ),
@@ -179,7 +195,7 @@ _BAREMETAL_PROPERTIES = dict(
     ),
     workDir=Field(
         "string",
-        "Directory on the hosts for instance state.",
+        "Directory on the hosts for instance state." + _CLASS_ONLY,
         default="/var/lib/jumpstarter-virtual",
         format="absolute-path",
     ),

@@ -634,7 +634,8 @@ def scale_plan(exporter_set, virtual_target_class, exporters, pending_leases, no
         degraded = make_condition(c.CONDITION_DEGRADED, True, REASON_LABEL_CONFLICT,
                                   "; ".join(label_conflicts) + "; nothing is created for this set")
     elif redirects:
-        degraded = make_condition(c.CONDITION_DEGRADED, True, c.REASON_CREDENTIAL_REDIRECT,
+        # CredentialRedirect, or NotAllowedByClass for the class's other rules.
+        degraded = make_condition(c.CONDITION_DEGRADED, True, resolved["reason"],
                                   "; ".join(redirects + errors))
     elif errors:
         degraded = make_condition(c.CONDITION_DEGRADED, True, c.REASON_INVALID_PARAMETERS,

@@ -1,35 +1,63 @@
-"""What an ExporterSet may override of its class: no credential redirect.
+"""What an ExporterSet may change of its class: the class's policy.
 
-A class's credentials (the Secret named by ``credentialsSecretRef``) go
-where the class says: the Corellium API token to ``parameters.api.host``
-and into the exporter container of a Corellium class, the lab SSH key to
-the ``parameters.hosts`` of a qemu-baremetal class. A set overrides
-``parameters`` and ``images``, so without a rule its author could send the
-class's credentials to a host or an image of their choosing. The fields that
-receive or direct a class credential are listed here, per provisioner, and
-``resolve`` is the one place that merges a set over its class: it returns
-the merged parameters and images with every such field as the class has it
-(so no provisioner entry point ever reads a set's redirect), and one
-violation message per field the set changed, naming it.
+A class is written by an admin, a set by a tenant of the namespace
+(docs/security.md). ``resolve`` is the one place that merges a set over its
+class: it returns the merged parameters and images with every field the set
+may not change as the class has it (so no provisioner entry point ever reads
+what the set was refused), and one violation message per refusal, naming the
+field. While there is any, nothing is provisioned for the set: the plan
+makes no Exporter, no backend is made, and the set is ``Degraded`` with a
+Warning Event (``CredentialRedirect`` when a credential would be redirected,
+``NotAllowedByClass`` otherwise).
 
-The class may allow other values for some fields in its annotation
-``constants.ANNOTATION_SET_OVERRIDABLE`` (an annotation because the upstream
-CRD prunes unknown spec fields)::
+What is refused:
+
+* **Credential redirects.** A class's credentials (the Secret named by
+  ``credentialsSecretRef``) go where the class says: the Corellium API token
+  to ``parameters.api.host`` and into the exporter container of a Corellium
+  class, the lab SSH key to the ``parameters.hosts`` of a qemu-baremetal
+  class. Lab hosts are not allowlisted: the class's ``hosts`` list is the
+  allowlist, a set may only pick among them (a subset; ``arch`` is its own),
+  with each host's connection (``address``, ``port``, ``user``) as the class
+  has it.
+* **Paths, binaries and work directories** (``PATH_PARAMETERS``): files,
+  programs and directories on the machine that runs QEMU. Any file the
+  runtime's user may read would become guest-readable, any program would run
+  as that user, on a lab host shared by every tenant.
+* **Driver types** outside the class's allowlist: the exporter imports and
+  runs each driver of the template where the instance runs; a
+  ``UnixNetwork`` pointed at the instance's QMP socket would be a shell on
+  the lab host. The default allowlist is the provisioner's own
+  (``DEFAULT_DRIVER_TYPES``).
+* **More resources than the class gives**: a set's ``resources.cpu``,
+  ``resources.memory``, ``resources.storage`` and each host's ``slots`` may
+  not be above the class's value, or above a higher ceiling the class names.
+  That holds on shared lab hosts (qemu-baremetal). A ``qemu.jumpstarter.dev``
+  instance runs in a Pod of the set's own namespace, bounded by the class's
+  ``scheduling.resources`` and the namespace's quota, so there a set's
+  resources have no ceiling unless the class names one (JEP-0014's own
+  example set asks for more memory than its class).
+
+The class says more in its annotation ``constants.ANNOTATION_SET_OVERRIDABLE``
+(an annotation because the upstream CRD prunes unknown spec fields)::
 
     virtualtarget.jumpstarter.dev/set-overridable: >-
       parameters.api.host=eu.corellium.example|us.corellium.example;
-      images.exporter=quay.io/example/jumpstarter:0.9.1
+      images.exporter=quay.io/example/jumpstarter:0.9.1;
+      parameters.disk.path=/srv/images/a.qcow2|/srv/images/b.qcow2;
+      drivers=jumpstarter_driver_qemu.driver.Qemu|jumpstarter_driver_network.driver.TcpNetwork;
+      max.resources.memory=8Gi; max.resources.cpu=4; max.slots=4
 
-Entries are separated by ``;`` or new lines, values by ``|``, and compared
-exactly. Lab hosts are not allowlisted: the class's ``hosts`` list is the
-allowlist, a set may only pick among them (a subset; ``slots`` and ``arch``
-are its own), with each host's connection (``address``, ``port``, ``user``)
-as the class has it.
+Entries are separated by ``;`` or new lines, values by ``|``. A
+``parameters.*`` or ``images.*`` entry lists values a set may give besides
+the class's own (compared exactly); ``drivers`` replaces the default list
+of driver types; a ``max.*`` entry names a ceiling above the class's value.
 
 What is not listed, and why: ``qemu.jumpstarter.dev`` has no class
 credential (the exporter container receives the Exporter's own token, issued
-for the set's own Exporter, so a set may choose its images); the Corellium
-``device`` and ``console`` choose what is made, not where the token goes.
+for the set's own Exporter, so a set may choose its images; image urls are
+checked where images are fetched); the Corellium ``device`` and ``console``
+choose what is made, not where the token goes.
 
 Pure: no I/O.
 """
@@ -37,6 +65,9 @@ Pure: no I/O.
 import copy
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.exporter_config import (
+    QEMU_DRIVER_TYPES,
+)
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.pod import (
     DEFAULT_IMAGES,
 )
@@ -44,6 +75,17 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool
     deep_merge,
     merge_images,
 )
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.parameters import (
+    DEFAULT_CPU,
+    DEFAULT_MEMORY,
+)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.quantity import (
+    parse_quantity,
+)
+
+# The condition reason (and Warning Event reason) of a refusal that is not
+# a credential redirect.
+REASON_NOT_ALLOWED_BY_CLASS = "NotAllowedByClass"
 
 # Parameter paths (under spec.parameters) that receive or direct a class
 # credential, per provisioner, and what the credential does there.
@@ -67,18 +109,74 @@ CREDENTIAL_HOSTS = {
 }
 HOST_CONNECTION_FIELDS = ("address", "port", "user")
 
+_QEMU_PROVISIONERS = (constants.PROVISIONER_QEMU, constants.PROVISIONER_QEMU_BAREMETAL)
+_GUEST_READS = "a file on the machine that runs QEMU, read as its user, reaches the guest"
+# Parameters that name a file, a program or a directory where the instance
+# runs (qemu/argv.py, baremetal_targets): set by the class only, for both
+# QEMU provisioners, whether or not the provisioner's schema lists them.
+_PATHS = {
+    ("disk", "path"): _GUEST_READS,
+    ("kernel", "path"): _GUEST_READS,
+    ("initrd", "path"): _GUEST_READS,
+    ("firmware", "path"): _GUEST_READS,
+    ("disk", "format"): "how QEMU reads the backing file: raw reads any file as it is",
+    ("runtime", "binary"): "the program that runs as the runtime's user on the host",
+    ("workDir",): "where every instance's state and tokens are written on the host",
+}
+PATH_PARAMETERS = {provisioner: _PATHS for provisioner in _QEMU_PROVISIONERS}
+
+# The driver types a set may use when its class names none: those the
+# provisioner renders itself (a QEMU driver becomes the virtual QEMU driver
+# of the instance; exporter_config.qemu_driver_overrides), and for QEMU
+# targets the network and serial drivers JEP-0014's examples give (TCP to
+# where the set points; no file or socket on the host).
+QEMU_COMPANION_DRIVER_TYPES = (
+    "jumpstarter_driver_network.driver.TcpNetwork",
+    "jumpstarter_driver_serial.driver.QemuSerial",
+)
+CORELLIUM_DRIVER_TYPE = "jumpstarter_driver_corellium.driver.Corellium"
+DEFAULT_DRIVER_TYPES = {
+    constants.PROVISIONER_QEMU: QEMU_DRIVER_TYPES + QEMU_COMPANION_DRIVER_TYPES,
+    constants.PROVISIONER_QEMU_BAREMETAL: QEMU_DRIVER_TYPES + QEMU_COMPANION_DRIVER_TYPES,
+    constants.PROVISIONER_CORELLIUM: (CORELLIUM_DRIVER_TYPE,),
+}
+DRIVERS_FIELD = "drivers"
+_DRIVERS_WHY = "the exporter imports and runs it where the instance runs"
+
+# Resource ceilings: parameter path, what a missing value means (the
+# schema's default; None: nothing, so any value raises it), annotation key.
+RESOURCE_CEILINGS = {
+    ("resources", "cpu"): (DEFAULT_CPU, "max.resources.cpu"),
+    ("resources", "memory"): (DEFAULT_MEMORY, "max.resources.memory"),
+    ("resources", "storage"): (None, "max.resources.storage"),
+}
+SLOTS_CEILING = "max.slots"
+# Where the class's value is the ceiling unless the class names a higher one.
+CEILING_BY_DEFAULT = (constants.PROVISIONER_QEMU_BAREMETAL,)
+
 _MISSING = object()
 
 
 def allowable_fields(provisioner):
     """The keys the class's allowlist annotation accepts for ``provisioner``."""
     fields = ["parameters." + ".".join(path) for path in CREDENTIAL_PARAMETERS.get(provisioner, {})]
+    fields += ["parameters." + ".".join(path) for path in PATH_PARAMETERS.get(provisioner, {})]
     fields += ["images." + role for role in CREDENTIAL_IMAGES.get(provisioner, {})]
+    if provisioner in DEFAULT_DRIVER_TYPES:
+        fields.append(DRIVERS_FIELD)
+    if provisioner in _QEMU_PROVISIONERS:
+        fields += [key for _, key in RESOURCE_CEILINGS.values()]
+    if provisioner in CREDENTIAL_HOSTS:
+        fields.append(SLOTS_CEILING)
     return fields
 
 
 def read_allowlist(virtual_target_class):
-    """``({field: set of values}, warnings)`` from the class's annotation."""
+    """``({field: set of values}, warnings)`` from the class's annotation.
+
+    A ``max.*`` entry keeps one value, a quantity (the last one given); an
+    entry the class cannot mean is left out with a warning naming it.
+    """
     class_meta = (virtual_target_class or {}).get("metadata") or {}
     provisioner = ((virtual_target_class or {}).get("spec") or {}).get("provisioner")
     text = (class_meta.get("annotations") or {}).get(constants.ANNOTATION_SET_OVERRIDABLE) or ""
@@ -95,19 +193,36 @@ def read_allowlist(virtual_target_class):
             choices = ", ".join(known) if known else f"none for {provisioner}"
             warnings.append(f"{where}: {entry!r} ignored (fields: {choices})")
             continue
-        allowed.setdefault(field, set()).update(
-            v.strip() for v in values.split("|") if v.strip())
+        values = {v.strip() for v in values.split("|") if v.strip()}
+        if field.startswith("max."):
+            if len(values) != 1 or _amount(next(iter(values))) is None:
+                warnings.append(f"{where}: {entry!r} ignored ({field} takes one quantity)")
+                continue
+            allowed[field] = values
+            continue
+        allowed.setdefault(field, set()).update(values)
     return allowed, warnings
 
 
-def resolve(virtual_target_class, exporter_set):
-    """The set merged over its class, without credential redirects.
+def driver_types(virtual_target_class, allowed=None):
+    """The driver types a set of the class may use (the class's list, else the default)."""
+    if allowed is None:
+        allowed, _ = read_allowlist(virtual_target_class)
+    if DRIVERS_FIELD in allowed:
+        return set(allowed[DRIVERS_FIELD])
+    provisioner = ((virtual_target_class or {}).get("spec") or {}).get("provisioner")
+    return set(DEFAULT_DRIVER_TYPES.get(provisioner, ()))
 
-    Returns ``{parameters, images, violations, warnings}``: ``parameters``
-    and ``images`` are ``deep_merge`` and ``merge_images`` of class and set,
-    except that every credential field the set may not change is the
-    class's; ``violations`` has one message per such field the set changed
-    (``spec.parameters.api.host: set by the class only (...)``).
+
+def resolve(virtual_target_class, exporter_set):
+    """The set merged over its class, within the class's policy.
+
+    Returns ``{parameters, images, violations, warnings, reason}``:
+    ``parameters`` and ``images`` are ``deep_merge`` and ``merge_images`` of
+    class and set, except that every field the set may not change is the
+    class's; ``violations`` has one message per refusal, each starting with
+    the field (``spec.parameters.api.host: set by the class only (...)``);
+    ``reason`` is the condition reason of the refusals (None without any).
     """
     class_spec = (virtual_target_class or {}).get("spec") or {}
     set_spec = (exporter_set or {}).get("spec") or {}
@@ -116,15 +231,10 @@ def resolve(virtual_target_class, exporter_set):
     parameters = deep_merge(class_parameters, set_spec.get("parameters"))
     images = merge_images(class_spec.get("images"), set_spec.get("images"))
     allowed, warnings = read_allowlist(virtual_target_class)
-    violations = []
+    redirects, refusals = [], []
 
-    for path, why in CREDENTIAL_PARAMETERS.get(provisioner, {}).items():
-        field = "parameters." + ".".join(path)
-        wanted, given = _get(class_parameters, path), _get(parameters, path)
-        if given == wanted or (isinstance(given, str) and given in allowed.get(field, ())):
-            continue
-        violations.append(_message(field, why, allowed.get(field)))
-        _put(parameters, path, wanted)
+    _class_only(CREDENTIAL_PARAMETERS.get(provisioner, {}), class_parameters, parameters,
+                allowed, redirects)
 
     for role, why in CREDENTIAL_IMAGES.get(provisioner, {}).items():
         field = "images." + role
@@ -136,7 +246,7 @@ def resolve(virtual_target_class, exporter_set):
         given = images[role].get("image") if images.get(role) else default
         if given == wanted or (isinstance(given, str) and given in allowed.get(field, ())):
             continue
-        violations.append(_message(field, why, allowed.get(field)))
+        redirects.append(_message(field, why, allowed.get(field)))
         if class_image:
             images[role] = {k: v for k, v in class_image.items() if v is not None}
         else:
@@ -147,11 +257,128 @@ def resolve(virtual_target_class, exporter_set):
         host_violations = _host_violations(class_parameters.get("hosts"), parameters.get("hosts"),
                                            why)
         if host_violations:
-            violations.extend(host_violations)
+            redirects.extend(host_violations)
             _put(parameters, ("hosts",), _get(class_parameters, ("hosts",)))
 
-    return {"parameters": parameters, "images": images, "violations": violations,
-            "warnings": warnings}
+    _class_only(PATH_PARAMETERS.get(provisioner, {}), class_parameters, parameters, allowed,
+                refusals)
+    if provisioner in _QEMU_PROVISIONERS:
+        _resource_ceilings(provisioner, class_parameters, parameters, allowed, refusals)
+    if provisioner in CREDENTIAL_HOSTS:
+        _slot_ceilings(class_parameters.get("hosts"), parameters, allowed, refusals)
+    refusals.extend(_driver_violations(virtual_target_class, exporter_set, allowed))
+
+    reason = (constants.REASON_CREDENTIAL_REDIRECT if redirects
+              else REASON_NOT_ALLOWED_BY_CLASS if refusals else None)
+    return {"parameters": parameters, "images": images, "violations": redirects + refusals,
+            "warnings": warnings, "reason": reason}
+
+
+def _class_only(fields, class_parameters, parameters, allowed, violations):
+    """Each of ``fields`` ({path: why}) as the class has it, or a value the class allows."""
+    for path, why in fields.items():
+        field = "parameters." + ".".join(path)
+        wanted, given = _get(class_parameters, path), _get(parameters, path)
+        if given == wanted or (isinstance(given, str) and given in allowed.get(field, ())):
+            continue
+        violations.append(_message(field, why, allowed.get(field)))
+        _put(parameters, path, wanted)
+
+
+def _resource_ceilings(provisioner, class_parameters, parameters, allowed, violations):
+    """CPU, memory and storage no higher than the class's value or the ceiling it names.
+
+    A missing value is the schema's default (1 CPU, 1Gi; no storage), so a
+    set cannot raise one by dropping the class's value either.
+    """
+    by_default = provisioner in CEILING_BY_DEFAULT
+    for path, (default, key) in RESOURCE_CEILINGS.items():
+        class_value = _get(class_parameters, path)
+        class_given = default if class_value in (_MISSING, None) else class_value
+        given = _get(parameters, path)
+        given = default if given in (_MISSING, None) else given
+        amount = None if given is None else _amount(given)
+        if amount is None or given == class_given:
+            continue  # nothing asked for, the class's own, or not a quantity (validation names it)
+        ceilings = []  # (amount, as written)
+        if key in allowed:
+            written = next(iter(allowed[key]))
+            ceilings.append((_amount(written), written))
+        if by_default and class_given is not None and _amount(class_given) is not None:
+            ceilings.append((_amount(class_given), class_given))
+        if not ceilings and not by_default:
+            continue
+        if ceilings:
+            ceiling, written = max(ceilings, key=lambda pair: pair[0])
+            if amount <= ceiling:
+                continue
+            limit = f"the ceiling is {_show(written)}"
+        else:
+            limit = "the class gives none"
+        violations.append(
+            f"spec.parameters.{'.'.join(path)}: {_show(given)} is above what the class allows "
+            f"({limit}; {key} in the class's annotation raises it)")
+        _put(parameters, path, class_value)
+
+
+def _slot_ceilings(class_hosts, parameters, allowed, violations):
+    """Each picked host's slots no higher than the class's for it, or the named ceiling."""
+    hosts = parameters.get("hosts")
+    if not isinstance(hosts, list):
+        return
+    class_slots = {host.get("name"): host.get("slots")
+                   for host in (class_hosts if isinstance(class_hosts, list) else ())
+                   if isinstance(host, dict)}
+    named = _amount(next(iter(allowed[SLOTS_CEILING]))) if SLOTS_CEILING in allowed else None
+    for index, host in enumerate(hosts):
+        if not isinstance(host, dict):
+            continue
+        slots, own = host.get("slots"), class_slots.get(host.get("name"))
+        if not isinstance(slots, int) or isinstance(slots, bool) or slots == own:
+            continue
+        own_amount = own if isinstance(own, int) and not isinstance(own, bool) else None
+        ceiling = max(c for c in (named, own_amount, 0) if c is not None)
+        if slots <= ceiling:
+            continue
+        violations.append(
+            f"spec.parameters.hosts[{index}].slots: {slots} is above what the class allows on "
+            f"host {host.get('name')!r} (the ceiling is {ceiling:g}; {SLOTS_CEILING} in the "
+            f"class's annotation raises it)")
+        if own is None:
+            host.pop("slots", None)
+        else:
+            host["slots"] = own
+
+
+def _driver_violations(virtual_target_class, exporter_set, allowed):
+    """One message per template driver whose type the class does not allow."""
+    drivers = ((((exporter_set or {}).get("spec") or {}).get("template") or {}).get("spec")
+               or {}).get("drivers")
+    if not isinstance(drivers, list):
+        return []
+    types = driver_types(virtual_target_class, allowed)
+    shown = ", ".join(sorted(types)) if types else "none"
+    violations = []
+    for index, driver in enumerate(drivers):
+        kind = driver.get("type") if isinstance(driver, dict) else None
+        if kind is None or kind in types:
+            continue
+        violations.append(
+            f"spec.template.spec.drivers[{index}].type: {_show(kind)} is not a driver type the "
+            f"class allows ({_DRIVERS_WHY}; allowed: {shown}; {DRIVERS_FIELD} in the class's "
+            f"annotation names them)")
+    return violations
+
+
+def _amount(value):
+    try:
+        return parse_quantity(value)
+    except ValueError:
+        return None
+
+
+def _show(value):
+    return f"'{value}'" if isinstance(value, str) else repr(value)
 
 
 def _host_violations(class_hosts, hosts, why):
