@@ -27,7 +27,8 @@ CONFIG = ROOT / "config"
 # subjects) on the same bed.
 OPERATOR_NAMESPACE = "jve-operator"
 NAME_PREFIX = "jve-"
-ACCOUNT = NAME_PREFIX + "exporterset-operator"
+# The qemu Deployment's account; the three provisioners' accounts hold the same roles.
+ACCOUNT = NAME_PREFIX + "exporterset-operator-qemu"
 USERNAME = f"system:serviceaccount:{OPERATOR_NAMESPACE}:{ACCOUNT}"
 TOKEN_SECONDS = 24 * 3600
 _installed: set[tuple[str, str]] = set()

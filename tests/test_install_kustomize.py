@@ -44,7 +44,8 @@ ROLE = ROOT / "roles" / "operator_install"
 NAMESPACE = "jumpstarter-virtual"
 PROVISIONERS = sorted([constants.PROVISIONER_QEMU, constants.PROVISIONER_QEMU_BAREMETAL,
                        constants.PROVISIONER_CORELLIUM])
-ACCOUNT = f"system:serviceaccount:{NAMESPACE}:exporterset-operator"
+# The qemu Deployment's account (one per provisioner Deployment, the same roles).
+ACCOUNT = f"system:serviceaccount:{NAMESPACE}:exporterset-operator-qemu"
 
 
 def _kustomize(directory: Path) -> list[dict]:
@@ -80,7 +81,8 @@ def test_default_builds_the_crds_rbac_and_one_deployment_per_provisioner():
     objects = _kustomize(CONFIG / "default")
     kinds = sorted(obj["kind"] for obj in objects)
     assert kinds == sorted(["Namespace", "CustomResourceDefinition", "CustomResourceDefinition",
-                            "CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRole",
+                            "CustomResourceDefinition", "ServiceAccount", "ServiceAccount", "ServiceAccount",
+                            "ClusterRole", "ClusterRole",
                             "ClusterRoleBinding", "Role", "RoleBinding", "Deployment", "Deployment", "Deployment"])
     cluster_scoped = {"Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding"}
     for obj in objects:
@@ -143,7 +145,8 @@ def test_watching_one_namespace_makes_only_namespaced_rbac_there():
                                     operator_install_pool_namespaces=["ignored"])
     kinds = {(obj["kind"], obj["metadata"]["name"]): obj["metadata"].get("namespace") for obj in objects}
     assert kinds == {
-        ("Namespace", NAMESPACE): None, ("ServiceAccount", "exporterset-operator"): NAMESPACE,
+        ("Namespace", NAMESPACE): None,
+        **{("ServiceAccount", f"exporterset-operator-{p.split('.')[0]}"): NAMESPACE for p in PROVISIONERS},
         ("Role", "exporterset-operator"): "team-a", ("RoleBinding", "exporterset-operator"): "team-a",
         ("Role", "exporterset-operator-pool"): "team-a", ("RoleBinding", "exporterset-operator-pool"): "team-a",
         ("Role", "exporterset-operator-leader-election"): NAMESPACE,
@@ -181,7 +184,8 @@ def test_manager_runs_one_locked_down_operator_per_provisioner(provisioner):
                                              "capabilities": {"drop": ["ALL"]}}
     assert container["volumeMounts"] == [{"name": "tmp", "mountPath": "/tmp"}]
     assert [volume["name"] for volume in pod["volumes"] if "emptyDir" in volume] == ["tmp"]
-    assert pod["serviceAccountName"] == "exporterset-operator"
+    # An account of its own, not shared with the other provisioners' Deployments.
+    assert pod["serviceAccountName"] == f"exporterset-operator-{short}"
 
 
 def test_an_overlay_chooses_namespace_image_and_monitoring(tmp_path):
@@ -333,7 +337,8 @@ def test_every_deployment_gets_scheduled_pods(cluster):
 
     pods = _eventually(scheduled)
     for pod in pods:
-        assert pod["spec"]["serviceAccountName"] == "exporterset-operator"
+        component = pod["metadata"]["labels"]["app.kubernetes.io/component"]
+        assert pod["spec"]["serviceAccountName"] == f"exporterset-operator-{component}"
         assert pod["spec"]["containers"][0]["env"][0]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
 
 
