@@ -1,9 +1,24 @@
-"""Session-wide test setup shared by every test module."""
+"""Session-wide test setup shared by every test module.
 
+Besides the fixtures, three things watch the run:
+- ownership: each test and each fixture owns the processes started while it
+  runs (beds of `testbed_factory`, operators, QEMU guests), and stops them
+  when it ends (tests/testbed/processes.py);
+- the leak check: at the end of the run, any process of a finished test still
+  running (a tracked one, a child of this process, or anything on the lab
+  hosts but their sshd) is listed, killed, and fails the run;
+- the profile: time in bed start-up, fixture setup and teardown and the
+  tests' bodies, printed after the run (and written as JSON with
+  --profile-json).
+"""
+
+import json
 import os
+import time
+from pathlib import Path
 
 import pytest
-from testbed import BedFactory, failure_report, mark_failed, namespace_name, shared_bed
+from testbed import STARTUPS, BedFactory, failure_report, mark_failed, namespace_name, processes, shared_bed
 
 # Fixture modules several test files use, registered once so that their
 # session fixtures (the lab hosts above all) are set up once per run.
@@ -40,7 +55,10 @@ def testbed(request):
 @pytest.fixture(scope="session")
 def testbed_factory(request, testbed):
     """Makes extra beds, e.g. `testbed_factory("faults")` for a bed a test
-    may restart at will, or one with other CRDs (`crd_files=`)."""
+    may restart at will, or one with other CRDs (`crd_files=`). A bed stops
+    when the test or fixture that made it ends: one made in a test's body
+    after that test's teardown, one made by a module-scoped fixture at the
+    end of the module."""
     factory = BedFactory(_run_id(request.config))
     yield factory
     factory.close()
@@ -89,3 +107,132 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.labhosts)
         if item.path.name in SECOND_PROCESS_FILES:
             item.add_marker(pytest.mark.second_process)
+
+
+# -- ownership: nothing outlives its test ---------------------------------------
+
+_OWNER = pytest.StashKey[processes.Owner]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_fixture_setup(fixturedef, request):
+    # What starts while a fixture sets up is stopped with the fixture's own
+    # finalizers (after its teardown code, which may still need it).
+    label = f"fixture {fixturedef.argname} ({fixturedef.scope}-scoped, set up for {request.node.nodeid})"
+    with processes.owning(processes.Owner(label, fixturedef.addfinalizer)):
+        return (yield)
+
+
+def _item_owner(item) -> processes.Owner:
+    if _OWNER not in item.stash:
+        item.stash[_OWNER] = processes.Owner(f"test {item.nodeid}")
+    return item.stash[_OWNER]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    with processes.owning(_item_owner(item)):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    with processes.owning(_item_owner(item)):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    owner = _item_owner(item)
+    try:
+        with processes.owning(owner):
+            return (yield)
+    finally:
+        # After every fixture of the test is torn down: what its body started.
+        owner.finish()
+        processes.note_descendants(owner.label)
+
+
+# -- the leak check -------------------------------------------------------------
+
+_LEAKS = pytest.StashKey[list]()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session, exitstatus):
+    # trylast: after pytest's own hook has torn down what -x or Ctrl-C left set up.
+    if session.config.pluginmanager.has_plugin("dsession"):
+        return  # an xdist controller: each worker checks its own processes
+    leaks = []
+    left = processes.leftovers()
+    for process in left:
+        leaks.append(f"pid {process.pid}: {process.what}\n    started by {process.owner}")
+    processes.kill([process.pid for process in left])
+    # Registered by pytest_plugins above (imported there, so that its asserts are rewritten).
+    labhosts = session.config.pluginmanager.get_plugin("labhosts")
+    if labhosts is not None and labhosts.lab_hosts_used():
+        leaks += [f"on the lab host {line}" for line in labhosts.stop_host_processes()]
+    session.config.stash[_LEAKS] = leaks
+    if leaks and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+# -- the profile ----------------------------------------------------------------
+
+# Seconds of every test's setup, call and teardown, summed; set at configure.
+_phases: dict[str, float] = {}
+_started = 0.0
+
+
+def pytest_addoption(parser):
+    parser.addoption("--profile-json", metavar="PATH", default=None,
+                     help="write where the run's time went (bed start-up, fixtures, tests) as JSON to PATH")
+
+
+def pytest_configure(config):
+    global _started
+    _phases.update(setup=0.0, call=0.0, teardown=0.0)
+    _started = time.monotonic()
+
+
+def pytest_runtest_logreport(report):
+    _phases[report.when] = _phases.get(report.when, 0.0) + report.duration
+
+
+def _profile(config) -> dict:
+    phases = _phases
+    wall = time.monotonic() - _started
+    beds = sum(seconds for _name, seconds in STARTUPS)
+    return {
+        "selection": config.getoption("markexpr") or "",
+        "wall_seconds": round(wall, 1),
+        "bed_startup_seconds": round(beds, 1),
+        "beds_started": len(STARTUPS),
+        "fixture_setup_seconds": round(phases["setup"], 1),
+        "test_body_seconds": round(phases["call"], 1),
+        "fixture_teardown_seconds": round(phases["teardown"], 1),
+        "outside_tests_seconds": round(wall - sum(phases.values()), 1),
+    }
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    profile = _profile(config)
+    write = terminalreporter.write_line
+    terminalreporter.section("where the time went")
+    write(f"wall clock {profile['wall_seconds']:.0f} s ({profile['selection'] or 'every test'}):")
+    write(f"  fixture setup      {profile['fixture_setup_seconds']:8.1f} s, of which bed start-up "
+          f"{profile['bed_startup_seconds']:.1f} s ({profile['beds_started']} beds)")
+    write(f"  test bodies        {profile['test_body_seconds']:8.1f} s")
+    write(f"  fixture teardown   {profile['fixture_teardown_seconds']:8.1f} s")
+    write(f"  outside tests      {profile['outside_tests_seconds']:8.1f} s (start, collection, the end)")
+    path = config.getoption("profile_json")
+    if path:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps(profile, indent=2) + "\n")
+    leaks = config.stash.get(_LEAKS, [])
+    if leaks:
+        terminalreporter.section("processes that outlived their tests", red=True, bold=True)
+        for line in leaks:
+            write(line, red=True)
+        write(f"{len(leaks)} process(es) of finished tests were still running at the end of the run "
+              "(killed now); the run fails.", red=True, bold=True)

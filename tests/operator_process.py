@@ -4,6 +4,7 @@ operator needs and the Roles lack fails the test that needs it."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -18,6 +19,7 @@ import urllib.request
 from pathlib import Path
 
 import yaml
+from testbed import processes
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "config"
@@ -226,6 +228,10 @@ class OperatorProcess:
         log = open(self.log_path, "a")  # noqa: SIM115 (closed with the process)
         self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
         self.starts += 1
+        # Stopped when the test or fixture that started it ends, whether or
+        # not that test stops it itself.
+        processes.track(self.proc.pid, f"operator for namespace {self.namespace} (log {self.log_path})")
+        processes.at_owner_end(functools.partial(_end, self.proc))
         return self
 
     def wait_ready(self, timeout: float = 60.0) -> None:
@@ -289,6 +295,18 @@ class OperatorProcess:
             return "\n".join(self.log_path.read_text().splitlines()[-lines:])
         except OSError:
             return "(no log)"
+
+
+def _end(proc: subprocess.Popen) -> None:
+    """What the owner's end does to an operator still running: SIGTERM,
+    SIGKILL after 10 s."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def leader_and_standby(first: OperatorProcess, second: OperatorProcess) -> tuple[OperatorProcess, OperatorProcess]:

@@ -22,6 +22,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu
     probe_accel,
     wait_for_qmp,
 )
+from testbed import processes
 from testbed.bed import CACHE_DIR
 
 GUEST_DIR = CACHE_DIR / "guest"
@@ -118,6 +119,7 @@ def running_vm(run_dir, name="vm", parameters=None):
     with open(run_dir / "qemu.log", "wb") as log:
         process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
                                    stderr=subprocess.STDOUT)
+    processes.track(process.pid, f"QEMU {name} ({run_dir})")
     vm = RunningVm(run_dir, argv, accel, process)
     try:
         assert wait_for_qmp(vm.qmp_socket, 20, process), f"QMP never answered: {vm.log()}"

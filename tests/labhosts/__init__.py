@@ -2,7 +2,10 @@
 
 ``lab_hosts`` brings them up once per session (reusing hosts that are already
 up), prepares them with the real lab_bootstrap playbook, and takes them down
-at the end of the session.
+at the end of the session. What a test starts on them (QEMU guests, their
+exporters and supervisors) ends with the test: every process on the hosts
+other than sshd is killed after each test that used them, and the instance
+directories it made are removed unless it failed (kept for a post-mortem).
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -17,6 +21,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from testbed import processes
+from testbed.bed import CACHE_DIR
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "labhosts"
@@ -27,6 +33,14 @@ BOOTSTRAP_VARS = {"lab_bootstrap_guest_archs": ["x86_64"]}
 GUEST = Path(os.path.expanduser("~/.cache/jumpstarter-virtual-exporters/guest"))
 GUEST_FILES = ("vmlinuz", "initramfs.cpio.gz")
 IMAGES = "/var/lib/jumpstarter-virtual/images"
+LAB_DIR = CACHE_DIR / "labhosts"
+# scripts/labhosts names each host's network namespace jvelab<N>.
+NETNS_DIR = Path("/run/netns")
+NETNS_PREFIX = "jvelab"
+# What a lab host runs between tests: its sshd and sessions of it (SSH
+# connections Ansible keeps open).
+HOST_DAEMONS = frozenset({"sshd", "sshd-session", "sshd-auth"})
+_used = False
 
 
 @dataclass
@@ -123,6 +137,8 @@ def changed_count(report: dict) -> int:
 @pytest.fixture(scope="session")
 def lab_hosts():
     """Three bootstrapped lab hosts (lab1..lab3) for the session."""
+    global _used
+    _used = True
     lab = lab_up()
     # The test hosts share this machine's /opt, so one venv: one host at a time.
     lab.playbook(ROOT / "playbooks" / "lab_bootstrap.yml", lab.bootstrap_vars(), "--forks", "1")
@@ -137,3 +153,87 @@ def lab_hosts():
 
 def lab_down() -> None:
     subprocess.run([str(SCRIPT), "down"], check=False)
+
+
+def instance_dirs() -> set[Path]:
+    """Every instance directory on every host (by their paths on this machine)."""
+    return {entry for entry in LAB_DIR.glob("lab*/work/instances/*") if entry.is_dir()}
+
+
+def host_processes() -> list[tuple[str, int]]:
+    """(host, pid) of every process on the lab hosts other than their sshd:
+    the instances' QEMU, exporters and supervisors, and anything else a test
+    left there."""
+    namespaces = {}
+    for netns in NETNS_DIR.glob(NETNS_PREFIX + "*"):
+        try:
+            namespaces[netns.stat().st_ino] = "lab" + netns.name.removeprefix(NETNS_PREFIX)
+        except OSError:
+            continue
+    found = []
+    if not namespaces:
+        return found
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            host = namespaces.get(os.stat(entry / "ns" / "net").st_ino)
+            if host is None:
+                continue
+            name = Path(os.readlink(entry / "exe")).name
+        except OSError:
+            continue
+        if name not in HOST_DAEMONS:
+            found.append((host, int(entry.name)))
+    return found
+
+
+def stop_host_processes() -> list[str]:
+    """Kills every process on the lab hosts but sshd; returns what ran."""
+    running = host_processes()
+    described = [f"{host}: pid {pid} {processes.command_line(pid)}" for host, pid in running]
+    # SIGKILL at once: a supervisor given time would restart its service.
+    for _host, pid in running:
+        try:
+            os.kill(pid, 9)
+        except ProcessLookupError:
+            pass
+    processes.kill([pid for _host, pid in running], timeout=5)
+    return described
+
+
+def remove_instance_dirs(directories) -> None:
+    for directory in directories:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def lab_hosts_used() -> bool:
+    """Whether this process set the lab hosts up (only such a process may
+    judge what runs on them: the other process of scripts/test does not)."""
+    return _used
+
+
+@pytest.fixture(autouse=True)
+def _lab_instances_end_with_the_test(request):
+    """After a test on the lab hosts (once its own fixtures, the operator
+    among them, are torn down): its guests and exporters are stopped and
+    the instance directories it made removed, unless it failed."""
+    if "lab_hosts" not in request.fixturenames:
+        yield
+        return
+    before = instance_dirs()
+    yield
+    stop_host_processes()
+    if not request.node.stash.get(_FAILED, False):
+        remove_instance_dirs(instance_dirs() - before)
+
+
+_FAILED = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    if report.failed:
+        item.stash[_FAILED] = True
+    return report

@@ -3,7 +3,7 @@
 One bed serves a whole pytest run: every xdist worker of the run attaches to
 the same bed under a file lock; the last worker to leave stops it. Extra
 beds (a private one for fault injection, one with other CRDs) come from
-`BedFactory`.
+`BedFactory` and stop when the test or fixture that made them ends.
 """
 
 from __future__ import annotations
@@ -19,9 +19,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from . import processes
 from .bed import (
     BIN_DIR,
     CACHE_DIR,
+    STARTUPS,
     TestBed,
     TestBedError,
     answers_ok,
@@ -33,6 +35,7 @@ from .bed import (
 
 __all__ = [
     "BIN_DIR",
+    "STARTUPS",
     "BedFactory",
     "TestBed",
     "TestBedError",
@@ -42,6 +45,7 @@ __all__ = [
     "issue_certificate",
     "mark_failed",
     "namespace_name",
+    "processes",
     "shared_bed",
     "upstream_core_crd_files",
     "upstream_crd_files",
@@ -118,6 +122,7 @@ def shared_bed(run_id: str) -> Iterator[TestBed]:
     # JVE_TESTBED_AUDIT=1 makes the run's bed write an API audit log, for
     # benchmarks that count requests by verb.
     bed = TestBed(run_dir / "shared", audit=os.environ.get("JVE_TESTBED_AUDIT") == "1")
+    bed.session_wide = True
     with _locked(run_dir / "lock"):
         bed.up()
         _write_users(run_dir, [*_read_users(run_dir), os.getpid()])
@@ -145,7 +150,12 @@ def _finish_run(run_dir: Path) -> None:
 
 class BedFactory:
     """Extra beds for one process of a run, each in its own directory next to
-    the shared bed; `close()` stops them all."""
+    the shared bed.
+
+    A bed stops when the test or fixture that asked for it ends: a
+    module-scoped fixture's bed at the end of the module, a bed made in a
+    test's body at the end of that test's teardown (see `processes`).
+    `close()` stops whatever is left (beds made outside every test)."""
 
     def __init__(self, run_id: str):
         self.run_dir = RUNS_DIR / run_id
@@ -155,6 +165,7 @@ class BedFactory:
         state_dir = self.run_dir / f"{name}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         bed = TestBed(state_dir, **options)
         self._beds.append(bed)
+        processes.at_owner_end(bed.stop_processes)
         return bed.up()
 
     def close(self) -> None:

@@ -21,6 +21,7 @@ import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from . import processes
 from .jumpstarter_crds import write_core_crds
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -51,6 +52,9 @@ ADMIN_USER = "jve-admin"
 SERVICE_CLUSTER_IP_RANGE = "10.96.0.0/16"
 POD_CIDR = "10.244.0.0/16"
 STARTUP_TIMEOUT = 90.0
+# (bed directory name, seconds) of every bed this process started, in order:
+# what the run's profile (tests/conftest.py) counts as bed start-up.
+STARTUPS: list[tuple[str, float]] = []
 
 
 def upstream_core_crd_files() -> list[Path]:
@@ -143,6 +147,9 @@ class TestBed:
     ):
         self.state_dir = Path(state_dir).resolve()
         self._children: dict[str, subprocess.Popen] = {}
+        # The run's shared bed may outlive this process's tests (another
+        # process of the run still uses it); extra beds may not.
+        self.session_wide = False
         self._wanted = BedConfig(
             nodes=nodes,
             controllers=controllers,
@@ -230,7 +237,14 @@ class TestBed:
             self.stop_processes()
             raise
         self.startup_seconds = time.monotonic() - started
+        STARTUPS.append((self.state_dir.name, self.startup_seconds))
         return self
+
+    def __enter__(self) -> TestBed:
+        return self.up()
+
+    def __exit__(self, *exc_info) -> None:
+        self.stop_processes()
 
     def down(self, *, remove: bool = False) -> None:
         self.stop_processes()
@@ -287,6 +301,8 @@ class TestBed:
         log.close()
         self.config.pids[name] = proc.pid
         self._children[name] = proc
+        processes.track(proc.pid, f"{name} of the bed {self.state_dir.name} ({self.state_dir})",
+                        session_wide=self.session_wide)
 
     def _alive(self, name: str) -> bool:
         pid = self.config.pids.get(name)
