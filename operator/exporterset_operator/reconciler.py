@@ -501,6 +501,15 @@ class Reconciler:
         if remaining:
             if not self.expectations.satisfied(key, set(remaining)):
                 return Result(requeue_after=1.0, path="waiting")
+            if not lifecycle.teardown_actionable(observed):
+                # Only leased Exporters are left: nothing runs until a lease
+                # ends (its Lease or Exporter event brings the set back).
+                try:
+                    lifecycle.write_waiting_for_leases(self.api_client, exporter_set,
+                                                       lifecycle.teardown_leased(observed), self.clock())
+                except ApiException as exc:
+                    return Result(error=str(exc), path="teardown")
+                return Result(path="teardown-waiting")
             if not self._backends_busy(key):
                 wait = self._ask_backends(key)
                 if wait:
@@ -515,7 +524,7 @@ class Reconciler:
         """The teardown run: the finalizer's playbook (or the entry's, with
         the finalizer's vars) releases every backend and deletes or detaches
         the Exporters."""
-        if not lifecycle.tears_down(exporter_set, self.finalizer) or lifecycle.may_drop_finalizer(observed):
+        if not lifecycle.tears_down(exporter_set, self.finalizer) or not lifecycle.teardown_actionable(observed):
             return
         remaining = [e for e in observed["owned"] if not e["metadata"].get("deletionTimestamp")]
         variables = self._variables(exporter_set, observed, {}, teardown=True)
@@ -527,8 +536,10 @@ class Reconciler:
             k8s_status.emit_events(self.api_client, exporter_set,
                                    [lifecycle.failure_event(exporter_set, result.message)])
             return
-        # The cache shows the deletions shortly; the pool loop waits for them.
-        deleted = (result.applied or {}).get("deleted") or [e["metadata"]["name"] for e in remaining]
+        # The cache shows the deletions shortly; the pool loop waits for them
+        # (a run that deleted nothing, having held or only disabled, waits for none).
+        deleted = ((result.applied or {}).get("deleted") if result.applied is not None
+                   else [e["metadata"]["name"] for e in remaining])
         self.expectations.expect(key, [], deleted)
 
 

@@ -70,7 +70,10 @@ options:
   teardown:
     description:
       - C(none) applies the plan.
-      - C(delete) deletes every Exporter the set owns (the set is being deleted, reclaimPolicy Delete).
+      - C(delete) deletes every Exporter the set owns (the set is being deleted, reclaimPolicy Delete),
+        each only on a fresh read that shows it disabled and unleased from both sides; a leased one
+        (disabled or not) is held until its leases end, with a C(WaitingForLeases) condition and Event
+        on the set, and the finalizer stays. With I(teardown_only), only those Exporters are deleted.
       - C(detach) removes the set's owner reference from every Exporter it owns, so they
         outlive the set (reclaimPolicy Retain); the dormant Exporter is deleted.
     type: str
@@ -110,8 +113,16 @@ options:
     description:
       - Check the plan's C(delete) and C(recycle) entries against lease safety on a fresh
         read and return the plan keeping only those allowed now (RV(plan)); apply nothing.
+      - With I(teardown), return in RV(releasable) the owned Exporters whose backends may be
+        released now; an enabled unleased one is disabled (and released by a later run).
     type: bool
     default: false
+  teardown_only:
+    description:
+      - With I(teardown=delete), the Exporters to delete (RV(releasable) of a I(confirm_only) run,
+        whose backends were released); the others are held. Unset, the confirmation is made here.
+    type: list
+    elements: str
 extends_documentation_fragment:
   - jumpstarter.virtual_exporters.attributes
   - jumpstarter.virtual_exporters.kubernetes
@@ -178,6 +189,11 @@ plan:
   description: With I(confirm_only), the plan keeping only the deletes and resets allowed now.
   returned: when confirm_only
   type: dict
+releasable:
+  description: With I(confirm_only) and I(teardown), the owned Exporters whose backends may be released now.
+  returned: when confirm_only and teardown is not none
+  type: list
+  elements: str
 status_changed:
   description: Whether the set's status was written.
   returned: always
@@ -241,6 +257,7 @@ def main():
             owned_exporters=dict(type="list", elements="dict", default=[]),
             write_outcome=dict(type="bool", default=True),
             confirm_only=dict(type="bool", default=False),
+            teardown_only=dict(type="list", elements="str", default=None),
             finalizer=dict(type="str", default=""),
             outcome=dict(type="str", choices=["none", "Successful", "Failure"], default="none"),
             failure_message=dict(type="str", default=""),
@@ -264,6 +281,12 @@ def main():
         write_outcome=module.params["write_outcome"],
     )
     try:
+        if module.params["confirm_only"] and module.params["teardown"] != "none":
+            releasable = applier.confirm_teardown(module.params["teardown"], module.params["owned_exporters"])
+            if not module.check_mode and applier.held_why:
+                k8s_status.emit_events(applier.api_client, module.params["exporterset"],
+                                       applier.held_events())
+            module.exit_json(changed=bool(applier.result["patched"]), releasable=releasable, **applier.result)
         if module.params["confirm_only"]:
             confirmed = applier.confirm(module.params["plan"])
             if not module.check_mode and applier.held_why:
@@ -273,7 +296,7 @@ def main():
         finalizer_changed = False
         if module.params["teardown"] != "none":
             applier.teardown(module.params["teardown"], module.params["owned_exporters"],
-                             module.params["provisioner"])
+                             module.params["provisioner"], only=module.params["teardown_only"])
             if finalizer and not applier.result["held"]:
                 finalizer_changed = _finalizers(lifecycle.remove_finalizer, api_client, exporterset, finalizer,
                                                 module.check_mode)

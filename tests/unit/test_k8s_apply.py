@@ -93,7 +93,7 @@ class MemoryApi:
         return {"metadata": {"resourceVersion": str(self.serial)}, "items": items}
 
 
-KINDS = {"exporters": "Exporter", "leases": "Lease"}
+KINDS = {"exporters": "Exporter", "leases": "Lease", "exportersets": "ExporterSet"}
 
 
 class FakeCustom:
@@ -113,6 +113,9 @@ class FakeCustom:
         self.api.create(KINDS[plural], manifest)
 
     def patch_namespaced_custom_object(self, group, version, namespace, plural, name, body):
+        self.api.patch(KINDS[plural], name, body)
+
+    def patch_namespaced_custom_object_status(self, group, version, namespace, plural, name, body):
         self.api.patch(KINDS[plural], name, body)
 
 
@@ -416,7 +419,8 @@ def test_check_mode_writes_nothing(api):
 
 
 @pytest.mark.parametrize(("mode", "left"), [
-    ("delete", set()),
+    # Delete never destroys what is leased: the leased one waits for its lease.
+    ("delete", {"rpi4-0"}),
     # Retain keeps the instance's Exporter, but never a dormant one.
     ("detach", {"rpi4-0"}),
 ])
@@ -424,6 +428,74 @@ def test_teardown(api, mode, left):
     kept = exporter(api, "rpi4-0", lease="still-leased")
     kept["metadata"]["ownerReferences"] = [{"uid": "set-uid", "controller": True}]
     sleeper = exporter(api, "rpi4-dormant-0", annotations={c.ANNOTATION_DORMANT: "true"})
+    _the_set(api)
     applier = k8s_apply.PlanApplier(FakeApiClient(), THE_SET)
     applier.teardown(mode, [copy.deepcopy(kept), copy.deepcopy(sleeper)], c.PROVISIONER_QEMU)
     assert {name for kind, name in api.objects if kind == "Exporter"} == left
+    assert ("rpi4-0" in applier.result["held"]) == (mode == "delete")
+
+
+def _the_set(api):
+    return api.put("ExporterSet", "rpi4", spec={}, metadata={"uid": "set-uid"})
+
+
+def _waiting(api):
+    status = api.objects[("ExporterSet", "rpi4")].get("status") or {}
+    return next((x for x in status.get("conditions") or () if x["type"] == "WaitingForLeases"), None)
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_teardown_waits_for_a_lease_from_either_side(api, enabled):
+    """A leased Exporter, enabled or disabled (an allowDisabled lease), by its
+    leaseRef or only by a Lease naming it, is neither deleted nor disabled:
+    the set says it waits, with an Event, and keeps its finalizer (held)."""
+    _the_set(api)
+    by_ref = exporter(api, "rpi4-0", lease="lease-a", enabled=enabled)
+    by_lease = exporter(api, "rpi4-1", enabled=enabled)
+    lease_object(api, "lease-b", "rpi4-1")
+    applier = k8s_apply.PlanApplier(FakeApiClient(), THE_SET)
+    applier.teardown("delete", [copy.deepcopy(by_ref), copy.deepcopy(by_lease)], c.PROVISIONER_QEMU)
+    assert {name for kind, name in api.objects if kind == "Exporter"} == {"rpi4-0", "rpi4-1"}
+    assert not [call for call in api.calls if call[:2] == ("patch", "Exporter")]
+    assert sorted(applier.result["held"]) == ["rpi4-0", "rpi4-1"]
+    waiting = _waiting(api)
+    assert waiting["status"] == "True" and waiting["reason"] == "ExportersLeased"
+    assert "rpi4-0 (lease lease-a)" in waiting["message"] and "rpi4-1 (lease lease-b)" in waiting["message"]
+    assert [e["reason"] for e in api.events].count("WaitingForLeases") == 1
+
+
+def test_teardown_disables_first_and_deletes_once_seen_disabled(api):
+    """An enabled unleased Exporter is disabled by one pass (lease-checked,
+    annotated retiring Teardown) and deleted by the next; its backend is
+    released only in between (confirm_teardown names it then)."""
+    _the_set(api)
+    api.put("Exporter", "rpi4-0", spec={"enabled": True}, status={}, metadata={"annotations": {}})
+    owned = [copy.deepcopy(api.objects[("Exporter", "rpi4-0")])]
+    first = k8s_apply.PlanApplier(FakeApiClient(), THE_SET)
+    assert first.confirm_teardown("delete", owned) == []
+    first.teardown("delete", owned, c.PROVISIONER_QEMU, only=[])
+    now = api.objects[("Exporter", "rpi4-0")]
+    assert now["spec"]["enabled"] is False
+    assert now["metadata"]["annotations"][c.ANNOTATION_RETIRING] == k8s_apply.RETIRING_TEARDOWN
+    assert first.result["held"] == ["rpi4-0"]
+    second = k8s_apply.PlanApplier(FakeApiClient(), THE_SET)
+    owned = [copy.deepcopy(now)]
+    assert second.confirm_teardown("delete", owned) == ["rpi4-0"]
+    second.teardown("delete", owned, c.PROVISIONER_QEMU, only=["rpi4-0"])
+    assert ("Exporter", "rpi4-0") not in api.objects and second.result["held"] == []
+    # Never waited for a lease: no WaitingForLeases condition at all.
+    assert _waiting(api) is None
+
+
+def test_teardown_deletes_once_the_lease_ended(api):
+    _the_set(api)
+    exporter(api, "rpi4-0", enabled=False)
+    lease = lease_object(api, "lease-a", "rpi4-0")
+    owned = [copy.deepcopy(api.objects[("Exporter", "rpi4-0")])]
+    k8s_apply.PlanApplier(FakeApiClient(), THE_SET).teardown("delete", owned, c.PROVISIONER_QEMU)
+    assert _waiting(api)["status"] == "True"
+    lease["metadata"]["labels"] = {"jumpstarter.dev/lease-ended": "true"}
+    applier = k8s_apply.PlanApplier(FakeApiClient(), THE_SET)
+    applier.teardown("delete", owned, c.PROVISIONER_QEMU)
+    assert ("Exporter", "rpi4-0") not in api.objects and applier.result["held"] == []
+    assert _waiting(api)["status"] == "False"

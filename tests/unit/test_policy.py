@@ -235,7 +235,7 @@ def _controller(policies):
     from exporterset_operator.controller import Controller
 
     controller = Controller.__new__(Controller)
-    controller.caches = {"ExporterSetPolicy": _Cache(policies)}
+    controller.caches = {"ExporterSetPolicy": _Cache(policies), "ExporterSet": _Cache([])}
     return controller
 
 

@@ -28,6 +28,8 @@ A new Exporter is not created while a credential Secret of its name is in
 the way (``credentials``): the name counts as taken for this reconcile.
 """
 
+from datetime import UTC, datetime
+
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import core as k8s_core
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import credentials, lifecycle
@@ -35,6 +37,10 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import pod as k8s_pod
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import status as k8s_status
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import lease_safety
+
+
+# The ``retiring`` annotation of an Exporter disabled for its set's deletion.
+RETIRING_TEARDOWN = "Teardown"
 
 
 class ApplyError(Exception):
@@ -60,6 +66,8 @@ class PlanApplier:
                        "conflicts": 0, "status_changed": False, "events": 0}
         # name -> why, for the ExporterHeld Events.
         self.held_why = {}
+        # name -> the leases holding it, of a teardown (confirm_teardown).
+        self.leased = {}
 
     def _patched(self, name, written):
         """Keep the resourceVersion an Exporter write left (``versions``)."""
@@ -362,19 +370,84 @@ class PlanApplier:
         if events and not self.check:
             self.result["events"] = k8s_status.emit_events(self.api_client, self.set, events)
 
-    def teardown(self, mode, owned, provisioner=""):
-        """Delete every owned Exporter, or detach them (``mode`` ``detach``).
+    def confirm_teardown(self, mode, owned):
+        """The names of the owned Exporters whose backends a teardown may
+        release now (``mode`` ``delete``), each on a fresh read: seen disabled
+        and unleased from both sides, or gone, or dormant (no backend).
 
-        A dormant Exporter has nothing to keep and is deleted either way.
+        The rest wait, as a plan's removals do (lease_safety.py): a leased
+        Exporter (disabled or not: an ``allowDisabled`` lease lands on a
+        disabled one) is held until its leases end (``leased``); an enabled
+        unleased one is disabled now, guarded like any disable, and released
+        by a later pass that sees it disabled and still unleased. With
+        ``detach`` nothing is destroyed: every backend is retained, so all
+        are named.
         """
-        uid = self.set["metadata"]["uid"]
+        names = []
         for exporter in owned:
             meta = exporter["metadata"]
-            if mode == "delete" or constants.ANNOTATION_DORMANT in (meta.get("annotations") or {}):
-                self.delete(meta["name"], meta.get("uid"), provisioner, unleased_only=False)
+            name = meta["name"]
+            if meta.get("deletionTimestamp"):
+                continue
+            if mode != "delete" or constants.ANNOTATION_DORMANT in (meta.get("annotations") or {}):
+                names.append(name)
+                continue
+            current = self._read_exporter(name)
+            if current is None:
+                names.append(name)  # already gone: its backend may remain
+                continue
+            if meta.get("uid") and current["metadata"].get("uid") != meta["uid"]:
+                self._hold(name, f"replaced by a new Exporter (UID {current['metadata'].get('uid')})")
+                continue
+            leases = self._active_leases()
+            holders = lease_safety.LeaseView(leases).holders(current)
+            if holders:
+                self.leased[name] = holders
+                self._hold(name, f"leased by {', '.join(holders)}; the set's deletion waits for the lease to end")
+                continue
+            why = lease_safety.untouchable(current, leases, require_disabled=True)
+            if why == "still enabled":
+                if self.disable(name, {constants.ANNOTATION_RETIRING: RETIRING_TEARDOWN}):
+                    self._hold(name, "disabled for the set's deletion; removed once seen disabled and unleased")
+                continue
+            if why is not None:
+                self._hold(name, why)
+                continue
+            names.append(name)
+        return names
+
+    def teardown(self, mode, owned, provisioner="", only=None):
+        """Delete the owned Exporters (``mode`` ``delete``), or detach them (``detach``).
+
+        A delete is lease-safe as any other: each Exporter is deleted only on
+        a fresh read that shows it disabled and unleased from both sides
+        (``confirm_teardown``); ``only`` names those whose backends were
+        released (the confirmed ones); the others are held, and the set keeps
+        its finalizer. Without ``only`` the confirmation is made here.
+        Detaching destroys nothing and is done at once. A dormant Exporter has
+        nothing to keep and is deleted either way, once unleased.
+        """
+        uid = self.set["metadata"]["uid"]
+        if only is None:
+            only = self.confirm_teardown(mode, owned)
+        only = set(only or ())
+        for exporter in owned:
+            meta = exporter["metadata"]
+            dormant = constants.ANNOTATION_DORMANT in (meta.get("annotations") or {})
+            if mode == "delete" or dormant:
+                if meta.get("deletionTimestamp"):
+                    continue
+                if meta["name"] not in only:
+                    if meta["name"] not in self.held_why:
+                        self._hold(meta["name"], "its backend was not released by this pass")
+                    continue
+                self.delete(meta["name"], meta.get("uid"), provisioner, require_disabled=not dormant)
             else:
                 remaining = [ref for ref in meta.get("ownerReferences") or [] if ref.get("uid") != uid]
                 self.patch(meta["name"], {"metadata": {"ownerReferences": remaining or None}})
+        if mode == "delete":
+            lifecycle.write_waiting_for_leases(self.api_client, self.set, self.leased,
+                                               datetime.now(UTC), check_mode=self.check)
 
     def changed(self):
         r = self.result

@@ -26,7 +26,9 @@ import time
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import status as k8s_status
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import lease_safety
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import plan as pool_plan
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.status import merge_conditions
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.timeutil import backoff_delay
 
 FINALIZER = constants.GROUP + "/teardown"
@@ -36,6 +38,12 @@ RECLAIM_RETAIN = "Retain"
 REASON_SUCCEEDED = "LastReconcileSucceeded"
 REASON_FAILED = "ReconcileFailed"
 REASON_TEARDOWN_FAILED = "TeardownFailed"
+# A deleted set whose class reclaims with Delete keeps its finalizer, and its
+# leased Exporters, until their leases end: this condition (and a Normal
+# Event of the same reason) says so while it waits.
+CONDITION_WAITING_FOR_LEASES = "WaitingForLeases"
+REASON_EXPORTERS_LEASED = "ExportersLeased"
+REASON_NO_LEASES = "NoLeases"
 # Scale plan options a caller may set (reconcile_plan_options, watches.yaml
 # vars); the others are what the reconcile observed.
 PLAN_OPTION_NAMES = ("burst", "startup_timeout", "offline_timeout", "failure_threshold",
@@ -94,6 +102,72 @@ def teardown_remaining(observed):
     exporters = [e["metadata"]["name"] for e in observed["owned"] if not e["metadata"].get("deletionTimestamp")]
     pods = [p["metadata"]["name"] for p in observed.get("pods") or []]
     return sorted(set(exporters) | set(pods))
+
+
+def teardown_leased(observed):
+    """{name: the leases holding it} of the set's Exporters a teardown must
+    not delete yet: leased from either side (lease_safety.py), disabled or
+    not (a lease made with ``allowDisabled`` lands on a disabled Exporter).
+    Empty when the class retains its instances (``reclaim``): detaching
+    destroys nothing."""
+    if reclaim(observed.get("class"))["exporters"] != "delete":
+        return {}
+    view = lease_safety.LeaseView(observed.get("leases") or ())
+    leased = {}
+    for exporter in observed["owned"]:
+        if exporter["metadata"].get("deletionTimestamp"):
+            continue
+        holders = view.holders(exporter)
+        if holders:
+            leased[exporter["metadata"]["name"]] = holders
+    return leased
+
+
+def teardown_actionable(observed):
+    """What of ``teardown_remaining`` a teardown may act on now: everything
+    but the leased Exporters (``teardown_leased``) and their Pods. Empty
+    while only leased ones remain: the teardown then waits for the leases."""
+    leased = teardown_leased(observed)
+    pods = {p["metadata"]["name"]: (p["metadata"].get("labels") or {}).get(constants.LABEL_EXPORTER)
+            for p in observed.get("pods") or []}
+    return [name for name in teardown_remaining(observed)
+            if name not in leased and pods.get(name) not in leased]
+
+
+def waiting_for_leases_condition(leased):
+    """The ``WaitingForLeases`` condition of a teardown (``leased``: {name: leases})."""
+    if not leased:
+        return {"type": CONDITION_WAITING_FOR_LEASES, "status": "False", "reason": REASON_NO_LEASES,
+                "message": ""}
+    held = ", ".join(f"{name} (lease {', '.join(leases)})" for name, leases in sorted(leased.items()))
+    return {"type": CONDITION_WAITING_FOR_LEASES, "status": "True", "reason": REASON_EXPORTERS_LEASED,
+            "message": f"deletion waits for leases to end before deleting {len(leased)} leased "
+                       f"exporter(s): {held}; the finalizer {FINALIZER} stays until then"}
+
+
+def write_waiting_for_leases(api_client, exporter_set, leased, now, check_mode=False):
+    """Write the ``WaitingForLeases`` condition of a teardown on a fresh read,
+    and a Normal Event of its reason when it turns True or names other
+    Exporters. Nothing is written for a set that never waited. Returns
+    whether the condition changed."""
+    wanted = waiting_for_leases_condition(leased)
+
+    def body_for(current):
+        status = current.get("status") or {}
+        conditions = status.get("conditions") or []
+        previous = next((c for c in conditions if c.get("type") == CONDITION_WAITING_FOR_LEASES), None)
+        if previous is None and not leased:
+            return None
+        if previous is not None and (previous.get("status"), previous.get("message")) == (
+                wanted["status"], wanted["message"]):
+            return None
+        return {"status": {**status, "conditions": merge_conditions(conditions, [wanted], now)}}
+
+    changed = _write_fresh(api_client, exporter_set, body_for, True, check_mode)
+    if changed and leased and not check_mode:
+        k8s_status.emit_events(api_client, exporter_set, [
+            {"type": "Normal", "reason": CONDITION_WAITING_FOR_LEASES, "message": wanted["message"]}])
+    return changed
 
 
 def may_drop_finalizer(observed):

@@ -617,7 +617,7 @@ def scale_plan(exporter_set, virtual_target_class, exporters, pending_leases, no
     # departing ones are never idle).
     enabled_after = leased_enabled + len(reenabled) + len(recycling) + len(idle) - victims
     _keep_one_enabled(exporter_set, provisioner, exporters, survey.dormant, enabled_before,
-                      enabled_after, options, builder)
+                      enabled_after, options, builder, refused=bool(label_conflicts))
 
     if builder.create or builder.enable:
         names = [e["name"] for e in builder.create] + builder.enable
@@ -973,7 +973,7 @@ def _create(exporter_set, provisioner, exporters, count, options, builder):
 
 
 def _keep_one_enabled(exporter_set, provisioner, exporters, dormant, enabled_before,
-                      enabled_after, options, builder):
+                      enabled_after, options, builder, refused=False):
     """The dormant Exporter exists exactly while no other Exporter of the set is enabled.
 
     ``enabled_after`` counts the other Exporters that are enabled once the
@@ -982,10 +982,12 @@ def _keep_one_enabled(exporter_set, provisioner, exporters, dormant, enabled_bef
     stays until then. A new one is not made for a set that has no enabled
     Exporter yet and gets some in this plan: the creates come in the same
     write, and nothing enabled goes meanwhile. A dormant Exporter that holds
-    a lease (it should never be Online) is left alone.
+    a lease (it should never be Online) is left alone. A set whose template
+    labels are ``refused`` (another set's, or reserved) gets none: it would
+    carry those labels.
     """
     deleting = bool(exporter_set["metadata"].get("deletionTimestamp"))
-    wanted = not deleting and enabled_after == 0
+    wanted = not deleting and not refused and enabled_after == 0
     removable = sorted((e for e, leased in dormant if not leased),
                        key=lambda e: e["metadata"]["name"])
     if wanted and not dormant and (enabled_before > 0 or not builder.create):
