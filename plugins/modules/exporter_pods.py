@@ -14,7 +14,9 @@ description:
   - The Pod is made only once the exporter credential exists (the Secret the
     Jumpstarter controller names in the Exporter's C(status.credential));
     Exporters still waiting for it are returned in C(waiting), which is not a failure.
-  - With I(state=absent), deletes the Pods and config Secrets of the named Exporters.
+  - With I(state=absent), deletes the Pods and config Secrets of the named Exporters, each only
+    when a fresh read just before shows its Exporter gone, or disabled and unleased from both
+    sides (lease safety); otherwise it is returned in C(waiting) and left as it is.
   - A Pod the pool made for an earlier Exporter of the same name (owned by another UID) is
     deleted, and the Exporter waits for the next run; a Pod of that name the pool did not
     make is left alone and the Exporter waits.
@@ -82,7 +84,8 @@ deleted:
   type: list
   elements: str
 waiting:
-  description: Exporters whose credential does not exist yet, or was issued to another UID.
+  description: Exporters whose credential does not exist yet, or was issued to another UID; with
+    I(state=absent), those whose instance lease safety keeps.
   returned: always
   type: list
   elements: str
@@ -92,6 +95,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants, exporterset_options
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import credentials
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import apply as k8s_apply
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import objects as k8s_objects
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import pod as k8s_pod
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.client import (
@@ -205,6 +209,11 @@ class PodManager(ClusterModule):
     def absent(self, name):
         from kubernetes.client.rest import ApiException
 
+        # Lease safety, on a fresh read just before the instance goes
+        # (k8s/apply.py): a lease taken since the plan keeps it.
+        if k8s_apply.backend_held(self.api_client, self.p["exporterset"], name) is not None:
+            self.result["waiting"].append(name)
+            return
         removed = False
         for kind, object_name in (("Pod", name), ("Secret", k8s_pod.config_secret_name(name))):
             found = self._read(kind, object_name)

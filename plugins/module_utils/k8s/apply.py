@@ -47,6 +47,30 @@ class ApplyError(Exception):
     """A write the API server refused; the message names the object."""
 
 
+def backend_held(api_client, exporterset, name):
+    """Why the backend (instance) of Exporter ``name`` must not be removed or
+    reset now, or None when it may; read afresh, for the module that acts to
+    call just before it acts, not from a plan or a confirmation made seconds
+    earlier.
+
+    Held while the Exporter of that name is leased from either side (a lease
+    made with ``allowDisabled`` lands on a disabled Exporter), or still
+    enabled (the controller may lease it any moment). A gone or terminating
+    unleased Exporter's backend may go.
+    """
+    applier = PlanApplier(api_client, exporterset, check_mode=True)
+    current = applier._read_exporter(name)
+    if current is None:
+        return None
+    holders = lease_safety.LeaseView(applier._active_leases()).holders(current)
+    if holders:
+        return f"leased by {', '.join(holders)}"
+    _, _, _, enabled, _, terminating = lease_safety.read_exporter(current)
+    if enabled and not terminating:
+        return "still enabled"
+    return None
+
+
 class PlanApplier:
     def __init__(self, api_client, exporterset, check_mode=False, write_outcome=True):
         from kubernetes import client
