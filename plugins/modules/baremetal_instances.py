@@ -48,9 +48,11 @@ options:
     default: {}
   uids:
     description:
-      - Exporter UID per Exporter name, for the instances in O(present). Recorded with the
-        instance and reported back as C(uid). An instance made for another UID (an earlier
-        Exporter of the same name) is removed, VM and disk, and made afresh.
+      - Exporter UID per Exporter name, for the instances acted on. Recorded with the
+        instance and reported back as C(uid). In O(present), an instance made for another UID
+        (an earlier Exporter of the same name) is removed, VM and disk, and made afresh; in
+        O(reset), O(remove) and O(retain) it is left alone, as is an instance recorded for
+        another namespace.
     type: dict
     default: {}
   present:
@@ -268,12 +270,31 @@ class HostInstances:
                 names.append(owner["exporter"])
         return names
 
-    def _owner_uid(self, name):
+    def _owner(self, name):
         try:
             with open(os.path.join(self.directory(name), OWNER_FILE)) as owner_file:
-                return json.load(owner_file).get("uid") or ""
+                owner = json.load(owner_file)
         except (OSError, ValueError):
-            return ""
+            return {}
+        return owner if isinstance(owner, dict) else {}
+
+    def _owner_uid(self, name):
+        return self._owner(name).get("uid") or ""
+
+    def _meant(self, name):
+        """Whether the instance at ``name``'s directory is the one this run is meant
+        to act on: recorded for this namespace and Exporter name, and for the
+        Exporter UID given in ``uids`` (an instance made for another Exporter,
+        an earlier one of this name, is left to ``present`` and ``keep``).
+        A directory without a readable record is not known to be anyone's and
+        is taken as this Exporter's (what an interrupted ``present`` leaves)."""
+        owner = self._owner(name)
+        if not owner:
+            return True
+        if (owner.get("namespace"), owner.get("exporter")) != (self.p["namespace"], name):
+            return False
+        uid, made_for = self.p["uids"].get(name, ""), owner.get("uid") or ""
+        return not (uid and made_for and uid != made_for)
 
     # -- state ---------------------------------------------------------------
     def service_state(self, name, service):
@@ -369,7 +390,7 @@ class HostInstances:
         made_for = self._owner_uid(name)
         if uid and made_for and made_for != uid:
             # Made for an earlier Exporter of this name: its VM and disk go with it.
-            self.remove(name)
+            self.remove(name, checked=False)
         changed = False
         if not os.path.isdir(directory):
             changed = True
@@ -455,9 +476,10 @@ class HostInstances:
             self.supervisor.stop(os.path.join(directory, service), self.unit(service, name))
         return stopped
 
-    def remove(self, name):
+    def remove(self, name, checked=True):
+        """Stop and delete it; ``checked``: only when it is the instance meant (``_meant``)."""
         directory = self.directory(name)
-        if not os.path.isdir(directory):
+        if not os.path.isdir(directory) or (checked and not self._meant(name)):
             return
         self.changed.append(name)
         if self.module.check_mode:
@@ -469,6 +491,9 @@ class HostInstances:
         directory = self.directory(name)
         if not os.path.isdir(directory):
             self.module.fail_json(msg=f"{name}: no instance on this host to reset")
+        if not self._meant(name):
+            # Another Exporter's instance: left alone; its report shows whose it is.
+            return
         self.changed.append(name)
         if self.module.check_mode:
             return
@@ -479,7 +504,7 @@ class HostInstances:
 
     def retain(self, name):
         directory = self.directory(name)
-        if not os.path.isdir(directory):
+        if not os.path.isdir(directory) or not self._meant(name):
             return
         marker = os.path.join(directory, "retained")
         if self._stop(name) or not os.path.exists(marker):
@@ -524,7 +549,7 @@ def main():
             wanted = set(p["keep"]) | set(p["present"]) | set(p["reset"])
             for name in host.own_instances():
                 if name not in wanted:
-                    host.remove(name)
+                    host.remove(name, checked=False)
         for name in p["remove"]:
             host.remove(name)
         for name in p["retain"]:

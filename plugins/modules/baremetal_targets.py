@@ -65,9 +65,10 @@ EXAMPLES = r"""
 RETURN = r"""
 hosts:
   description:
-    - Per host of C(parameters.hosts) C(name), C(address), C(port), C(user), C(keep) and the
-      names for the action; for provision also C(configs) (ExporterConfigs without token)
-      and C(uids) (the Exporter UID of each).
+    - Per host of C(parameters.hosts) C(name), C(address), C(port), C(user), C(keep),
+      C(control_path) (the SSH ControlPath, keyed by the credential too), C(uids) (the
+      Exporter UID of each name acted on) and the names for the action; for provision also
+      C(configs) (ExporterConfigs without token).
   returned: always
   type: list
   elements: dict
@@ -76,7 +77,8 @@ tokens:
   returned: always
   type: dict
 ssh:
-  description: C(private_key_file) and C(known_hosts_file) for the connections.
+  description: C(private_key_file) and C(known_hosts_file) for the connections, and
+    C(credential), a SHA-256 digest of both that keys SSH multiplexing.
   returned: always
   type: dict
 placed:
@@ -139,7 +141,11 @@ class Targets(ClusterModule):
             self.module.fail_json(msg=f"Secret {self.namespace}/{ref['name']}: missing {', '.join(missing)}")
         directory = os.path.join(self.p["ssh_dir"], self.namespace, ref["name"])  # type path: expanded
         files = {"private_key_file": os.path.join(directory, "id"),
-                 "known_hosts_file": os.path.join(directory, "known_hosts")}
+                 "known_hosts_file": os.path.join(directory, "known_hosts"),
+                 # Keys the SSH multiplexing of this credential (hosts.control_path).
+                 "credential": baremetal.credential_digest(
+                     base64.b64decode(data[baremetal.SECRET_PRIVATE_KEY]),
+                     base64.b64decode(data[baremetal.SECRET_KNOWN_HOSTS]))}
         if not self.module.check_mode:
             os.makedirs(directory, mode=0o700, exist_ok=True)
             for key, path in ((baremetal.SECRET_PRIVATE_KEY, files["private_key_file"]),
@@ -234,7 +240,7 @@ def main():
     placed, limited = ({}, "")
     if p["action"] == "provision":
         placed, limited = targets.place(exporters)
-    entries = baremetal.host_actions(hosts, exporters, p["action"], p["exporters"])
+    entries = baremetal.host_actions(hosts, exporters, p["action"], p["exporters"], credential=ssh["credential"])
     waiting = []
     tokens = {}
     if p["action"] == "provision":

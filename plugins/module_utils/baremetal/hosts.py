@@ -5,6 +5,8 @@
 Pure: no I/O.
 """
 
+import hashlib
+
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import exporter_config
 
@@ -43,17 +45,50 @@ def driver_overrides(drivers, parameters, run_dir):
     return exporter_config.qemu_driver_overrides(drivers, run_dir)
 
 
-def host_connection(host):
-    """Address, port and user of one ``parameters.hosts[]`` entry, defaults applied."""
-    return {
+def credential_digest(private_key, known_hosts):
+    """A digest of one class's SSH credential: its key and the host keys it trusts (bytes)."""
+    digest = hashlib.sha256(b"jumpstarter-baremetal-credential\0")
+    for part in (private_key, known_hosts):
+        digest.update(len(part).to_bytes(8, "big"))
+        digest.update(part)
+    return digest.hexdigest()
+
+
+# Hex digits of a multiplexing socket's name (as long as ssh's own %C).
+CONTROL_PATH_DIGITS = 40
+
+
+def control_path(credential, connection):
+    """The SSH ControlPath of one connection made with one credential.
+
+    ssh reuses a master for every connection with the same ControlPath,
+    without checking its key or known_hosts again: the path is keyed by the
+    credential (``credential_digest``) as well as by address, port and user,
+    so a run never rides a master another class's credential opened.
+    ``%(directory)s`` is Ansible's control_path_dir.
+    """
+    if not credential:
+        raise ValueError("a ControlPath needs the credential's digest")
+    text = "\0".join(str(part) for part in (
+        credential, connection["address"], connection["port"], connection["user"]))
+    return "%(directory)s/" + hashlib.sha256(text.encode()).hexdigest()[:CONTROL_PATH_DIGITS]
+
+
+def host_connection(host, credential=None):
+    """Address, port and user of one ``parameters.hosts[]`` entry, defaults applied;
+    with ``credential`` (``credential_digest``), the ControlPath of connections made with it."""
+    connection = {
         "name": host["name"],
         "address": host.get("address") or host["name"],
         "port": int(host.get("port") or DEFAULT_SSH_PORT),
         "user": host.get("user") or DEFAULT_SSH_USER,
     }
+    if credential:
+        connection["control_path"] = control_path(credential, connection)
+    return connection
 
 
-def host_actions(hosts, exporters, action, names):
+def host_actions(hosts, exporters, action, names, credential=None):
     """What each host must do for one entry point.
 
     ``exporters`` are the set's Exporters (placed ones carry the host label);
@@ -61,9 +96,12 @@ def host_actions(hosts, exporters, action, names):
     ``keep``: the set's Exporters placed on it, so that instances of this set
     left on a host that was unreachable while their Exporter went away are
     removed once it answers again. ``retain`` prunes nothing (``keep`` None):
-    it keeps what it stops.
+    it keeps what it stops. ``uids`` names the UID of each Exporter acted
+    on: the host acts only on an instance made for that very Exporter.
+    ``credential``: see ``host_connection``.
     """
-    plan = {h["name"]: {**host_connection(h), "keep": [], action: []} for h in hosts or ()}
+    plan = {h["name"]: {**host_connection(h, credential), "keep": [], action: [], "uids": {}}
+            for h in hosts or ()}
     wanted = set(names or ())
     for exporter in exporters or ():
         name = exporter["metadata"]["name"]
@@ -76,6 +114,7 @@ def host_actions(hosts, exporters, action, names):
             plan[host]["keep"].append(name)
         if name in wanted:
             plan[host][action].append(name)
+            plan[host]["uids"][name] = exporter["metadata"].get("uid") or ""
     if action == "retain":
         for entry in plan.values():
             entry["keep"] = None
