@@ -112,9 +112,9 @@ ANNOTATION_TEMPLATE_HASH = GROUP + "/template-hash"
 # Jumpstarter controller's endpoint, as "name" or "name/key", in the set's
 # namespace (an annotation because the upstream CRD prunes unknown spec fields).
 ANNOTATION_CONTROLLER_CA_CONFIGMAP = GROUP + "/controller-ca-configmap"
-# VirtualTargetClass annotation: values a set may give to fields that receive
-# or direct the class's credentials, "field=value|value; field=value"
-# (set_overrides.py); without it a set cannot change those fields.
+# VirtualTargetClass annotation: what its sets may change beyond the default
+# policy (set_overrides.py), "field=value|value; field=value": further values
+# of class-only fields, the driver types allowed, resource ceilings (max.*).
 ANNOTATION_SET_OVERRIDABLE = GROUP + "/set-overridable"
 # Where the Jumpstarter controller publishes its CA unless a class says otherwise.
 DEFAULT_CONTROLLER_CA_CONFIGMAP = "jumpstarter-service-ca-cert"
