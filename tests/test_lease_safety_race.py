@@ -10,9 +10,10 @@ namespace as it was at the moment of each write: a disable, a delete (the
 deletionTimestamp appears) or an instance Pod removed or reset while a lease
 held that Exporter from either side (its ``status.leaseRef``, or a Lease not
 ended naming it in ``status.exporterRef``) is a violation. There must be
-none. Afterwards, every Exporter that served a Lease that has since ended,
-seen leased by the operator or not, is replaced (ExitAndReplace) or reset
-(InPlaceReuse).
+none, also for leases made with ``allowDisabled`` for an Exporter the pool
+has just disabled (the controller gives it to them). Afterwards, every
+Exporter that served a Lease that has since ended, seen leased by the
+operator or not, is replaced (ExitAndReplace) or reset (InPlaceReuse).
 
 One window no client can close is told apart, not forgiven silently: the
 controller writes a Lease's ``status.exporterRef`` before the Exporter's
@@ -195,15 +196,30 @@ def analyse(events):
 
 
 class Lessee:
-    """Users asking for targets without pause: short leases, some released early."""
+    """Users asking for targets without pause: short leases, some released
+    early, and some made with ``allowDisabled`` (jmp create lease
+    --allow-disabled) for an Exporter the pool has just disabled to remove or
+    reset it: the controller gives a disabled Exporter to such a lease."""
 
     def __init__(self, standin, rng):
         self.standin = standin
         self.rng = rng
         self.stop = threading.Event()
         self.created = 0
+        self.allow_disabled: list[str] = []
         self.errors: list[str] = []
         self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _disabled_exporter(self):
+        """(board, name) of an Exporter of the sets that is disabled now, or None."""
+        found = [e for e in self.standin.exporters(SET_LABEL)
+                 if (e.get("spec") or {}).get("enabled") is False
+                 and not e["metadata"].get("deletionTimestamp")
+                 and constants.ANNOTATION_DORMANT not in (e["metadata"].get("annotations") or {})]
+        if not found:
+            return None
+        exporter = self.rng.choice(found)
+        return exporter["metadata"]["labels"]["board"], exporter["metadata"]["name"]
 
     def _run(self):
         open_leases = []
@@ -211,8 +227,15 @@ class Lessee:
             try:
                 board = self.rng.choice([b for b, _ in SETS.values()])
                 name = f"race-{self.created}"
-                self.standin.create_lease(name, {"board": board},
-                                          duration=self.rng.choice(["2s", "4s", "8s"]))
+                pinned = self._disabled_exporter() if self.rng.random() < 0.4 else None
+                if pinned is not None:
+                    board, exporter = pinned
+                    self.standin.create_lease(name, {"board": board}, exporter=exporter, allow_disabled=True,
+                                              duration=self.rng.choice(["2s", "4s", "8s"]))
+                    self.allow_disabled.append(name)
+                else:
+                    self.standin.create_lease(name, {"board": board},
+                                              duration=self.rng.choice(["2s", "4s", "8s"]))
                 self.created += 1
                 open_leases.append(name)
                 if len(open_leases) > 3 or self.rng.random() < 0.3:
@@ -306,10 +329,16 @@ def test_no_leased_exporter_is_disabled_deleted_or_reset_under_a_race(api, names
     recorder.close()
 
     counts, violations = analyse(recorder.events)
+    # allowDisabled leases that the controller gave a disabled Exporter.
+    given_disabled = sum(
+        1 for seen in recorder.events
+        if seen.kind == "Lease" and seen.obj["metadata"]["name"] in set(lessee.allow_disabled)
+        and ((seen.obj.get("status") or {}).get("exporterRef") or {}).get("name"))
     held, conflicts = held_events(core, namespace)
     exporters_left = len(standin.exporters(SET_LABEL))
     print(f"\nlease safety race: {iterations} iterations in {churned:.0f} s, "
-          f"{lessee.created} leases created, {counts['leases_assigned']} assigned, "
+          f"{lessee.created} leases created ({len(lessee.allow_disabled)} allowDisabled for a "
+          f"disabled Exporter, given in {given_disabled} Lease events), {counts['leases_assigned']} assigned, "
           f"{counts['disables']} disables, {counts['deletes']} Exporter deletes, "
           f"{counts['resets']} instance resets, {counts['instance_removals']} instance removals, "
           f"{held} holds ({conflicts} precondition conflicts), {exporters_left} Exporters left; "
@@ -322,5 +351,7 @@ def test_no_leased_exporter_is_disabled_deleted_or_reset_under_a_race(api, names
     # The race was run: leases were assigned while the sets were scaled and recycled.
     assert iterations >= MIN_ITERATIONS and counts["leases_assigned"] >= MIN_ASSIGNED
     assert counts["deletes"] > 0 and counts["disables"] > 0 and counts["resets"] > 0
+    # allowDisabled leases were tried against Exporters the pool had disabled.
+    assert lessee.allow_disabled
     assert violations == []
     assert recycled is None, recycled

@@ -80,7 +80,8 @@ class JumpstarterStandIn:
 
     # -- what a user does ------------------------------------------------------
     def create_lease(self, name: str, match_labels: dict, begin_time: str | None = None,
-                     duration: str = "1h", exporter: str | None = None, client_name: str = "test-client") -> dict:
+                     duration: str = "1h", exporter: str | None = None, client_name: str = "test-client",
+                     allow_disabled: bool = False) -> dict:
         body = {
             "apiVersion": "jumpstarter.dev/v1alpha1",
             "kind": "Lease",
@@ -95,6 +96,10 @@ class JumpstarterStandIn:
             body["spec"]["beginTime"] = begin_time
         if exporter:
             body["spec"]["exporterRef"] = {"name": exporter}
+        if allow_disabled:
+            # jmp create lease --allow-disabled (jumpstarter-cli 0.9.0): a
+            # disabled Exporter may be given.
+            body["spec"]["allowDisabled"] = True
         return self.custom.create_namespaced_custom_object(*JS, self.namespace, "leases", body)
 
     def release(self, lease: str) -> None:
