@@ -93,7 +93,7 @@ def test_an_earlier_exporter_of_the_same_name_keeps_its_own_instance(corellium_f
 def seed_instance(work_dir, namespace, name, uid, set_name="pool"):
     """An instance directory as the module leaves it: its record, config and disk."""
     directory = baremetal.instance_dir(str(work_dir), namespace, name)
-    os.makedirs(os.path.join(directory, "vm"))
+    os.makedirs(os.path.join(directory, "vm"), exist_ok=True)
     with open(os.path.join(directory, "instance.json"), "w") as handle:
         json.dump({"namespace": namespace, "exporterset": set_name, "exporter": name, "uid": uid}, handle)
     for file_name in ("exporter.yaml", "disk.qcow2"):
