@@ -102,9 +102,14 @@ def pytest_collection_modifyitems(config, items):
     # reaches them after the lab hosts' tests (they sort after every file of
     # those, and pytest collects files in name order), so the two processes end
     # near each other instead of one running alone for its last third.
+    # Every test that uses the bed carries `testbed`, so `-m "not testbed and
+    # not labhosts"` selects the tests that need neither.
     for item in items:
-        if "lab_hosts" in getattr(item, "fixturenames", ()):
+        fixturenames = getattr(item, "fixturenames", ())
+        if "lab_hosts" in fixturenames:
             item.add_marker(pytest.mark.labhosts)
+        if "testbed" in fixturenames:
+            item.add_marker(pytest.mark.testbed)
         if item.path.name in SECOND_PROCESS_FILES:
             item.add_marker(pytest.mark.second_process)
 
@@ -216,21 +221,29 @@ def _profile(config) -> dict:
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    profile = _profile(config)
     write = terminalreporter.write_line
+    _report_leaks(terminalreporter, config)
+    if config.option.collectonly:
+        return
+    profile = _profile(config)
     terminalreporter.section("where the time went")
     write(f"wall clock {profile['wall_seconds']:.0f} s ({profile['selection'] or 'every test'}):")
-    write(f"  fixture setup      {profile['fixture_setup_seconds']:8.1f} s, of which bed start-up "
-          f"{profile['bed_startup_seconds']:.1f} s ({profile['beds_started']} beds)")
+    write(f"  fixture setup      {profile['fixture_setup_seconds']:8.1f} s")
     write(f"  test bodies        {profile['test_body_seconds']:8.1f} s")
     write(f"  fixture teardown   {profile['fixture_teardown_seconds']:8.1f} s")
     write(f"  outside tests      {profile['outside_tests_seconds']:8.1f} s (start, collection, the end)")
+    write(f"  bed start-up       {profile['bed_startup_seconds']:8.1f} s ({profile['beds_started']} beds; "
+          "part of the setup or bodies above)")
     path = config.getoption("profile_json")
     if path:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         Path(path).write_text(json.dumps(profile, indent=2) + "\n")
+
+
+def _report_leaks(terminalreporter, config) -> None:
     leaks = config.stash.get(_LEAKS, [])
     if leaks:
+        write = terminalreporter.write_line
         terminalreporter.section("processes that outlived their tests", red=True, bold=True)
         for line in leaks:
             write(line, red=True)
