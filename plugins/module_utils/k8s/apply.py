@@ -38,7 +38,6 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import status as k8s_status
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import lease_safety
 
-
 # The ``retiring`` annotation of an Exporter disabled for its set's deletion.
 RETIRING_TEARDOWN = "Teardown"
 
