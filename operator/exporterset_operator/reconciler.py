@@ -509,7 +509,7 @@ class Reconciler:
                                                        lifecycle.teardown_leased(observed), self.clock())
                 except ApiException as exc:
                     return Result(error=str(exc), path="teardown")
-                return Result(path="teardown-waiting")
+                return Result(path="teardown")
             if not self._backends_busy(key):
                 wait = self._ask_backends(key)
                 if wait:
