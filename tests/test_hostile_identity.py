@@ -17,6 +17,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils impo
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.baremetal import hosts as baremetal
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import objects as k8s_objects
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import observe as k8s_observe
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import pod as k8s_pod
 from ansible_play import run_tasks
 from kubernetes import client
 from operator_process import ROOT
@@ -86,6 +87,22 @@ def test_an_earlier_exporter_of_the_same_name_keeps_its_own_instance(corellium_f
     removed, = run_tasks(tmp_path, [corellium_task(corellium_fake, later, "absent")])
     # The namesake's device is not this Exporter's: nothing to delete.
     assert removed["deleted"] == [] and [i["id"] for i in corellium_fake.instances()] == [old["id"]]
+
+
+def test_each_exporter_pod_powers_its_own_namespaces_instance():
+    the_set = {"metadata": {"name": "pool"}, "spec": {"template": {"spec": {"drivers": [
+        {"name": "corellium", "type": "jumpstarter_driver_corellium.driver.Corellium"}]}}}}
+    parameters = {"api": {"host": "corellium.example", "projectId": "p"}, "device": {"flavor": "kronos"}}
+
+    def device_name(owned):
+        secret = k8s_pod.config_secret(the_set, owned, constants.PROVISIONER_CORELLIUM, parameters, "t", "")
+        config = json.loads(secret["stringData"]["pool-0.yaml"])
+        return config["export"]["corellium"]["config"]["device_name"]
+
+    a = device_name(exporter("tenant-a", "pool-0", "uid-a0"))
+    b = device_name(exporter("tenant-b", "pool-0", "uid-b0"))
+    later = device_name(exporter("tenant-a", "pool-0", "uid-a1"))
+    assert len({a, b, later}) == 3 and all(n.startswith("pool-0-") for n in (a, b, later))
 
 
 # -- Lab host: one work dir, two namespaces -------------------------------------

@@ -94,8 +94,8 @@ waiting:
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants, exporterset_options
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import credentials
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import apply as k8s_apply
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import credentials
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import objects as k8s_objects
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import pod as k8s_pod
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.client import (

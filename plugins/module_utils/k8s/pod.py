@@ -21,7 +21,9 @@ the config Secret.
 import json
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.corellium import identity as corellium_identity
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.corellium import (
+    identity as corellium_identity,
+)
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import exporter_config
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import objects as k8s_objects
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu import argv as qemu_argv
