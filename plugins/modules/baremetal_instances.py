@@ -141,6 +141,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants, exporterset_options
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.baremetal import hosts as baremetal
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.baremetal import logs as service_logs
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu import argv as qemu_argv
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu import images as image_fetch
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu import qmp as qemu_qmp
@@ -363,9 +364,12 @@ class HostInstances:
                                       accel=self._accel())
         jmp = os.path.join(self.p["prefix"], "venv", "bin", "jmp")
         config = os.path.join(directory, baremetal.EXPORTER_CONFIG_FILE)
+        # The guest's serial log and each service's output stay bounded (baremetal/logs.py).
         return {
-            "vm": f"#!/bin/sh\nexec {shlex.join(vm_argv)}\n",
-            "exporter": f"#!/bin/sh\nexec {shlex.join([jmp, 'run', '--exporter-config', config])}\n",
+            "vm": service_logs.run_script(vm_argv, [os.path.join(directory, qemu_argv.SERIAL_LOG),
+                                                    os.path.join(directory, "vm", "log")]),
+            "exporter": service_logs.run_script([jmp, "run", "--exporter-config", config],
+                                                [os.path.join(directory, "exporter", "log")]),
         }
 
     def _create_disk(self, name):
