@@ -8,11 +8,15 @@
 # into it). Into the Python environment of $PYTHON (default python3):
 #   1. the pinned dependencies of requirements.txt (ansible-core,
 #      ansible-runner, kubernetes, the ansible package with kubernetes.core
-#      and the other collections the roles use, ...);
+#      and the other collections the roles use, ...) and all they pull in,
+#      from requirements.lock with pip --require-hashes: every file pip
+#      installs must have one of the hashes the lock names;
 #   2. the collection, built with ansible-galaxy (galaxy.yml's build_ignore
 #      applies) and installed into COLLECTIONS_DIR/ansible_collections;
-#   3. the operator package (operator/pyproject.toml), without dependencies:
-#      step 1 pinned them;
+#   3. the operator package (operator/pyproject.toml), without dependencies
+#      (step 1 pinned them) and without build isolation: it is built with the
+#      setuptools step 1 installed from the lock, so nothing unhashed is
+#      fetched;
 #   4. a .pth file putting COLLECTIONS_DIR on sys.path, so the operator
 #      imports the pool logic from the installed collection with no
 #      PYTHONPATH.
@@ -29,7 +33,7 @@ pip() { "$python" -m pip install --disable-pip-version-check ${PIP_OPTIONS:-} "$
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-pip -r "$src/requirements.txt"
+pip --require-hashes -r "$src/requirements.lock"
 
 "$python" -m ansible.cli.galaxy collection build --output-path "$work/dist" "$src" >/dev/null
 mkdir -p "$collections"
@@ -40,7 +44,7 @@ mkdir -p "$collections"
 # pip builds a local project in its own directory: build from a copy.
 cp -R "$src/operator" "$work/operator"
 rm -rf "$work"/operator/*.egg-info "$work/operator/build"
-pip --no-deps "$work/operator"
+pip --no-deps --no-build-isolation "$work/operator"
 
 site=$("$python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 (cd "$collections" && pwd) >"$site/jumpstarter-virtual-exporters.pth"

@@ -1,0 +1,96 @@
+"""What the operator image is built from is pinned: the base image by digest,
+every Python package by version and hash (requirements.lock, installed with
+``pip --require-hashes``), and each provisioner Deployment runs under a
+service account of its own. tests/test_operator_image.py runs install.sh for
+real; these read the files it and the Containerfile use."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+DIGEST_REFERENCE = re.compile(r"^[^\s@]+@sha256:[0-9a-f]{64}$")
+
+
+def _normal(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _pins(path: Path) -> dict[str, str]:
+    pins = {}
+    for line in path.read_text().splitlines():
+        match = re.match(r"^([A-Za-z0-9_.-]+)==([^\s#;\\]+)", line.strip())
+        if match:
+            pins[_normal(match[1])] = match[2]
+    return pins
+
+
+def _locked() -> dict[str, tuple[str, list[str]]]:
+    """{name: (version, hashes)} of requirements.lock; continuation lines joined."""
+    text = (ROOT / "requirements.lock").read_text().replace("\\\n", " ")
+    entries = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        match = re.match(r"^([A-Za-z0-9_.-]+)==(\S+)((?:\s+--hash=sha256:[0-9a-f]{64})+)\s*$", line)
+        assert match, f"requirements.lock: not an exact pin with hashes: {line[:120]}"
+        entries[_normal(match[1])] = (match[2], re.findall(r"sha256:([0-9a-f]{64})", match[3]))
+    return entries
+
+
+def test_the_lock_holds_every_pin_at_its_version_each_with_hashes():
+    locked = _locked()
+    for name, version in _pins(ROOT / "requirements.txt").items():
+        assert name in locked, f"{name} of requirements.txt is not in requirements.lock"
+        assert locked[name][0] == version, f"{name}: requirements.txt {version}, lock {locked[name][0]}"
+    assert all(hashes for _, hashes in locked.values())
+    # What builds the operator package in the image is locked too.
+    assert "setuptools" in locked
+
+
+def test_install_sh_installs_only_hashed_packages():
+    script = (ROOT / "operator" / "install.sh").read_text()
+    installs = [line.strip() for line in script.splitlines()
+                if re.match(r"^\s*pip\s", line) and not line.strip().startswith("#")]
+    assert installs[0] == 'pip --require-hashes -r "$src/requirements.lock"'
+    # The rest is this checkout's own package: no dependency and no build backend fetched.
+    for line in installs[1:]:
+        assert "--no-deps" in line and "--no-build-isolation" in line, line
+    assert "requirements.txt" not in "\n".join(installs)
+
+
+def test_the_base_image_is_pinned_by_digest():
+    containerfile = (ROOT / "operator" / "Containerfile").read_text()
+    froms = [line.split()[1] for line in containerfile.splitlines() if line.startswith("FROM ")]
+    args = dict(re.findall(r"^ARG (\w+)=(\S+)$", containerfile, re.MULTILINE))
+    assert froms
+    for reference in froms:
+        resolved = args.get(reference.strip("${}"), reference)
+        assert DIGEST_REFERENCE.match(resolved), f"FROM {reference} ({resolved}) is not pinned by digest"
+        assert ":latest" not in resolved
+
+
+def _manager_objects() -> list[dict]:
+    kustomization = yaml.safe_load((ROOT / "config" / "manager" / "kustomization.yaml").read_text())
+    return [doc for name in kustomization["resources"]
+            for doc in yaml.safe_load_all((ROOT / "config" / "manager" / name).read_text()) if doc]
+
+
+def _subjects(path: Path) -> set[str]:
+    (binding,) = [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+    return {subject["name"] for subject in binding["subjects"] if subject["kind"] == "ServiceAccount"}
+
+
+def test_each_provisioner_deployment_has_an_account_of_its_own_with_the_roles_it_needs():
+    accounts = [d["spec"]["template"]["spec"]["serviceAccountName"] for d in _manager_objects()
+                if d["kind"] == "Deployment"]
+    assert len(accounts) == 3 and len(set(accounts)) == 3
+    defined = {doc["metadata"]["name"] for doc in yaml.safe_load_all((ROOT / "config" / "rbac" /
+                                                                     "service_account.yaml").read_text()) if doc}
+    assert defined == set(accounts)
+    for binding in ("role_binding.yaml", "leader_election_role_binding.yaml", "pool/role_binding.yaml"):
+        assert _subjects(ROOT / "config" / "rbac" / binding) == set(accounts), binding
