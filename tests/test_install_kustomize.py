@@ -211,7 +211,7 @@ def test_an_overlay_chooses_namespace_image_and_monitoring(tmp_path):
     assert service["metadata"]["namespace"] == monitor["metadata"]["namespace"] == "monitored"
     assert {obj["metadata"]["namespace"] for obj in objects if "namespace" in obj["metadata"]} == {"monitored"}
     assert [subject["namespace"] for binding in by_kind["ClusterRoleBinding"] + by_kind["RoleBinding"]
-            for subject in binding["subjects"]] == ["monitored", "monitored"]
+            for subject in binding["subjects"]] == ["monitored"] * 6  # three accounts, two bindings
     for deployment in by_kind["Deployment"]:
         assert [container["image"] for container in deployment["spec"]["template"]["spec"]["containers"]] == [
             "registry.example.com/jumpstarter/exporterset-operator:dev"]
