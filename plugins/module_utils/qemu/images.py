@@ -194,8 +194,14 @@ def fetch(url, digest, cache_dir, plain_http=False, timeout=DEFAULT_TIMEOUT, fie
     if _cached(target, digest):
         return target, False
     directory = os.path.dirname(target)
-    os.makedirs(directory, mode=0o755, exist_ok=True)
-    with open(target + ".lock", "a") as lock:
+    try:
+        os.makedirs(directory, mode=0o755, exist_ok=True)
+        lock = open(target + ".lock", "a")
+    except PermissionError as error:
+        # The node's cache must belong to the fetch container's user (docs/images.md).
+        raise ImageError(REASON_UNAVAILABLE, f"{url}: the image cache {cache_dir} is not writable "
+                                             f"by uid {os.getuid()}: {error.strerror}", url=url) from None
+    with lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         # Another instance may have fetched it while this one waited.
         if _cached(target, digest):
