@@ -19,6 +19,7 @@ annotation keys.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import subprocess
 import sys
@@ -32,7 +33,7 @@ from exporterset_operator.watches import SERVED, load_watches
 from jumpstarter_standin import wait_for
 from kubernetes import client
 from operator_process import ROOT
-from pool_helpers import GROUP, QEMU_PARAMETERS, make_class
+from pool_helpers import GROUP, QEMU_PARAMETERS, condition, get_set, make_class, make_set
 
 EXPORTERS = ("jumpstarter.dev", "v1alpha1")
 MATH = "{{ 7*7 }}"
@@ -120,6 +121,32 @@ def module_args(artifact_dir, module):
     raise AssertionError(f"no {module} task in {artifact_dir}")
 
 
+@contextlib.contextmanager
+def operator_in_process(testbed, api, namespace, artifacts):
+    """The operator's reconciler on its informers, with its PlaybookRunner;
+    the test calls its reconcile and backend run itself."""
+    watch = load_watches(ROOT / "operator" / "watches.yaml", root=ROOT).entry(*SERVED)
+    runner = PlaybookRunner(str(ROOT), str(artifacts), env=playbook_env(str(testbed.kubeconfig)))
+    controller = Controller(
+        api, lambda caches: Reconciler(caches, api, runner, Metrics(), {"qemu.jumpstarter.dev"},
+                                       plan_options=watch.vars.get("reconcile_plan_options"), watch=watch),
+        Metrics(), workers=1, namespace=namespace)
+    controller.start_informers()
+    try:
+        assert controller.wait_synced(30)
+        yield controller
+    finally:
+        controller.stop()
+
+
+def make_pool_0(controller, custom, namespace):
+    """pool-0 made (in process) and given its credential: its backend is next."""
+    cache = controller.caches["Exporter"]
+    wait_for(lambda: controller.reconciler.reconcile((namespace, "pool")) and cache.get(namespace, "pool-0"),
+             timeout=30, message="pool-0 made")
+    wait_for(lambda: credential(custom, namespace, "pool-0"), timeout=30, message="pool-0's credential")
+
+
 def test_the_operators_runs_take_tenant_values_as_data(testbed, api, namespace, standin, tmp_path):
     """The operator's reconciler on its informers and its PlaybookRunner
     (the run that makes pool-0's config Secret and Pod) with template syntax
@@ -130,22 +157,11 @@ def test_the_operators_runs_take_tenant_values_as_data(testbed, api, namespace, 
     custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
     make_class(custom, namespace, parameters=QEMU_PARAMETERS)
     make_hostile_set(custom, namespace, hostile)
-    watch = load_watches(ROOT / "operator" / "watches.yaml", root=ROOT).entry(*SERVED)
     artifacts = tmp_path / "artifacts"
-    runner = PlaybookRunner(str(ROOT), str(artifacts), env=playbook_env(str(testbed.kubeconfig)))
-    controller = Controller(
-        api, lambda caches: Reconciler(caches, api, runner, Metrics(), {"qemu.jumpstarter.dev"},
-                                       plan_options=watch.vars.get("reconcile_plan_options"), watch=watch),
-        Metrics(), workers=1, namespace=namespace)
-    controller.start_informers()
     key = (namespace, "pool")
-    try:
-        assert controller.wait_synced(30)
-        reconciler = controller.reconciler
-        cache = controller.caches["Exporter"]
-        wait_for(lambda: reconciler.reconcile(key) and cache.get(namespace, "pool-0"), timeout=30,
-                 message="pool-0 made")
-        wait_for(lambda: credential(custom, namespace, "pool-0"), timeout=30, message="pool-0's credential")
+    with operator_in_process(testbed, api, namespace, artifacts) as controller:
+        reconciler, cache = controller.reconciler, controller.caches["Exporter"]
+        make_pool_0(controller, custom, namespace)
         make_exporter_hostile(custom, namespace, "pool-0", hostile)
 
         def hostile_in_cache():
@@ -163,20 +179,43 @@ def test_the_operators_runs_take_tenant_values_as_data(testbed, api, namespace, 
         reconciler.run_backends(key)
         assert not touched.exists(), "a value from the API ran as a template in the operator"
         assert key not in reconciler._backend_failure, reconciler._backend_failure.get(key)
-        assert_arrived_verbatim(custom, core, namespace, hostile)
-        runs = [p for p in artifacts.iterdir() if p.is_dir()]
-        assert len(runs) == 1, runs
-        args = module_args(runs[0], "exporter_pods")
-        exporter = next(e for e in args["owned_exporters"] if e["metadata"]["name"] == "pool-0")
-        assert exporter["status"]["devices"] == devices(hostile)
-        assert {k: exporter["metadata"]["annotations"][f"example.com/exporter-{k}"] for k in hostile} == hostile
-        assert args["exporterset"]["metadata"]["annotations"] == {
-            f"example.com/{k}": v for k, v in hostile.items()}
-        assert args["parameters"]["cpuModel"] == hostile["pipe"]
-        assert args["exporterset"]["spec"]["template"]["spec"]["drivers"][0]["config"] == {
-            MATH: hostile["pipe"], "block": hostile["block"], "math": MATH}
-    finally:
-        controller.stop()
+    assert_arrived_verbatim(custom, core, namespace, hostile)
+    runs = [p for p in artifacts.iterdir() if p.is_dir()]
+    assert len(runs) == 1, runs
+    args = module_args(runs[0], "exporter_pods")
+    exporter = next(e for e in args["owned_exporters"] if e["metadata"]["name"] == "pool-0")
+    assert exporter["status"]["devices"] == devices(hostile)
+    assert {k: exporter["metadata"]["annotations"][f"example.com/exporter-{k}"] for k in hostile} == hostile
+    assert args["exporterset"]["metadata"]["annotations"] == {
+        f"example.com/{k}": v for k, v in hostile.items()}
+    assert args["parameters"]["cpuModel"] == hostile["pipe"]
+    assert args["exporterset"]["spec"]["template"]["spec"]["drivers"][0]["config"] == {
+        MATH: hostile["pipe"], "block": hostile["block"], "math": MATH}
+
+
+def test_a_key_reserved_by_ansibles_loader_is_refused_naming_the_field(testbed, api, namespace, standin, tmp_path):
+    """``__ansible_unsafe`` as a key of a set's parameters would be read by
+    ansible-core's loader as its own marking: the backend run is refused
+    before it starts, the set says so (Failure, Warning Event, the field
+    named), and no backend is made."""
+    custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
+    make_class(custom, namespace, parameters=QEMU_PARAMETERS)
+    make_set(custom, namespace, minAvailableReplicas=1, maxReplicas=1,
+             parameters={"notes": {"__ansible_unsafe": MATH}})
+    artifacts = tmp_path / "artifacts"
+    field = "parameters.notes.__ansible_unsafe"
+    with operator_in_process(testbed, api, namespace, artifacts) as controller:
+        make_pool_0(controller, custom, namespace)
+        controller.reconciler.run_backends((namespace, "pool"))
+        assert field in controller.reconciler._backend_failure.get((namespace, "pool"), "")
+    failure = condition(get_set(custom, namespace), "Failure")
+    assert (failure["status"], failure["reason"]) == ("True", "ReconcileFailed"), failure
+    assert f"not handed to Ansible: {field}: " in failure["message"], failure
+    events = [e for e in core.list_namespaced_event(namespace).items
+              if e.involved_object.name == "pool" and e.reason == "ReconcileFailed"]
+    assert events and events[0].type == "Warning" and field in events[0].message, events
+    assert not core.list_namespaced_pod(namespace).items
+    assert not [p for p in artifacts.iterdir() if p.is_dir()]
 
 
 def _reconcile_by_hand(namespace):
