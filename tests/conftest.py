@@ -122,9 +122,12 @@ _OWNER = pytest.StashKey[processes.Owner]()
 @pytest.hookimpl(wrapper=True)
 def pytest_fixture_setup(fixturedef, request):
     # What starts while a fixture sets up is stopped with the fixture's own
-    # finalizers (after its teardown code, which may still need it).
+    # finalizers (after its teardown code, which may still need it); the
+    # check of what is left runs last of them.
     label = f"fixture {fixturedef.argname} ({fixturedef.scope}-scoped, set up for {request.node.nodeid})"
-    with processes.owning(processes.Owner(label, fixturedef.addfinalizer)):
+    owner = processes.Owner(label, fixturedef.addfinalizer)
+    fixturedef.addfinalizer(owner.close)
+    with processes.owning(owner):
         return (yield)
 
 
@@ -154,8 +157,11 @@ def pytest_runtest_teardown(item, nextitem):
             return (yield)
     finally:
         # After every fixture of the test is torn down: what its body started.
-        owner.finish()
-        processes.note_descendants(owner.label)
+        try:
+            owner.finish()
+        finally:
+            owner.close()
+            processes.note_descendants(owner.label)
 
 
 # -- the leak check -------------------------------------------------------------
@@ -168,10 +174,13 @@ def pytest_sessionfinish(session, exitstatus):
     # trylast: after pytest's own hook has torn down what -x or Ctrl-C left set up.
     if session.config.pluginmanager.has_plugin("dsession"):
         return  # an xdist controller: each worker checks its own processes
-    leaks = []
+    # What was still running when its test or fixture ended (killed then),
+    # and what is still running now.
+    leaks = list(processes.outlived)
     left = processes.leftovers()
     for process in left:
-        leaks.append(f"pid {process.pid}: {process.what}\n    started by {process.owner}")
+        leaks.append(f"pid {process.pid}: {process.what}\n    still running at the end of the run, "
+                     f"started by {process.owner_label}")
     processes.kill([process.pid for process in left])
     # Registered by pytest_plugins above (imported there, so that its asserts are rewritten).
     labhosts = session.config.pluginmanager.get_plugin("labhosts")
@@ -247,5 +256,5 @@ def _report_leaks(terminalreporter, config) -> None:
         terminalreporter.section("processes that outlived their tests", red=True, bold=True)
         for line in leaks:
             write(line, red=True)
-        write(f"{len(leaks)} process(es) of finished tests were still running at the end of the run "
-              "(killed now); the run fails.", red=True, bold=True)
+        write(f"{len(leaks)} process(es) outlived the test or fixture that started them (killed); "
+              "the run fails.", red=True, bold=True)

@@ -88,6 +88,23 @@ def test_forgets_a_tracked_one():
     sleeper("tracked")
 
 
+def test_a_forgotten_one_is_killed_when_its_test_ends():
+    assert not alive("tracked")
+
+
+@pytest.fixture
+def forgetful():
+    sleeper("fixture")
+
+
+def test_uses_a_forgetful_fixture(forgetful):
+    assert alive("fixture")
+
+
+def test_a_fixtures_forgotten_one_is_killed_when_the_fixture_ends():
+    assert not alive("fixture")
+
+
 def test_forgets_a_child():
     note("child", subprocess.Popen(["sleep", "300"]).pid)
 '''
@@ -115,19 +132,22 @@ def test_what_its_owner_started_ends_with_it_and_what_outlives_its_test_fails_th
     done = run_inner(tmp_path, INNER)
     output = done.stdout + done.stderr
     # Every inner test passed: owned processes ended with their class and test.
-    assert "7 passed" in output, output
-    # Yet the run fails: two processes of finished tests were still running.
+    assert "10 passed" in output, output
+    # Yet the run fails: three processes outlived their test or fixture.
     assert done.returncode == 1, output
     assert "processes that outlived their tests" in output, output
     pids = tmp_path / "pids"
-    tracked, child = (pids / "tracked").read_text(), (pids / "child").read_text()
-    assert f"pid {tracked}: sleep tracked\n    started by test test_inner.py::test_forgets_a_tracked_one" in output
-    assert (f"pid {child}: sleep 300\n    started by test test_inner.py::test_forgets_a_child "
-            "(first seen alive after its teardown)") in output
-    assert "2 process(es) of finished tests were still running at the end of the run" in output
-    # ... and killed by the check, so the run leaves nothing behind.
-    assert not pid_alive(pids / "tracked") and not pid_alive(pids / "child")
-    assert output.count("\npid ") == 2, output
+    tracked, fixture, child = ((pids / name).read_text() for name in ("tracked", "fixture", "child"))
+    assert (f"pid {tracked}: sleep tracked\n    still running when its owner ended: "
+            "test test_inner.py::test_forgets_a_tracked_one") in output, output
+    assert (f"pid {fixture}: sleep fixture\n    still running when its owner ended: "
+            "fixture forgetful (function-scoped, set up for test_inner.py::test_uses_a_forgetful_fixture)") in output
+    assert (f"pid {child}: sleep 300\n    still running at the end of the run, started by "
+            "test test_inner.py::test_forgets_a_child (first seen alive after its teardown)") in output, output
+    assert "3 process(es) outlived the test or fixture that started them (killed); the run fails." in output
+    # ... and killed, so the run leaves nothing behind.
+    assert not any(pid_alive(pids / name) for name in ("tracked", "fixture", "child"))
+    assert output.count("\npid ") == 3, output
 
 
 def test_a_run_whose_tests_leave_nothing_passes(tmp_path):

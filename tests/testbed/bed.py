@@ -148,8 +148,11 @@ class TestBed:
         self.state_dir = Path(state_dir).resolve()
         self._children: dict[str, subprocess.Popen] = {}
         # The run's shared bed may outlive this process's tests (another
-        # process of the run still uses it); extra beds may not.
+        # process of the run still uses it); extra beds may not. Every
+        # process of a bed belongs to the test or fixture that made the bed,
+        # an API server restarted by a later test too.
         self.session_wide = False
+        self.owner = processes.current_owner()
         self._wanted = BedConfig(
             nodes=nodes,
             controllers=controllers,
@@ -302,7 +305,7 @@ class TestBed:
         self.config.pids[name] = proc.pid
         self._children[name] = proc
         processes.track(proc.pid, f"{name} of the bed {self.state_dir.name} ({self.state_dir})",
-                        session_wide=self.session_wide)
+                        session_wide=self.session_wide, owner=self.owner)
 
     def _alive(self, name: str) -> bool:
         pid = self.config.pids.get(name)
@@ -376,6 +379,11 @@ class TestBed:
             f"--tls-cert-file={pki / 'apiserver.crt'}",
             f"--tls-private-key-file={pki / 'apiserver.key'}",
             f"--client-ca-file={pki / 'ca.crt'}",
+            # A real node's kubelet (tests/testbed/node.py) serves logs and
+            # exec on 127.0.0.1 and authenticates the API server by this cert.
+            f"--kubelet-client-certificate={pki / 'admin.crt'}",
+            f"--kubelet-client-key={pki / 'admin.key'}",
+            "--kubelet-preferred-address-types=InternalIP",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-account-key-file={pki / 'sa.pub'}",
             f"--service-account-signing-key-file={pki / 'sa.key'}",
@@ -439,7 +447,9 @@ class TestBed:
             [
                 binary("kwok"),
                 f"--kubeconfig={kubeconfig}",
-                "--manage-all-nodes=true",
+                # Only the fake Nodes: a real kubelet's Node (tests/testbed/node.py)
+                # reports its own status and runs its own Pods.
+                "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
                 f"--cidr={POD_CIDR}",
                 "--node-ip=127.0.0.1",
                 "--server-address=",

@@ -5,10 +5,12 @@ An *owner* is the test or fixture running when a process starts: the pytest
 hooks in tests/conftest.py push one while a fixture sets up and while a test
 runs its setup, body and teardown. `at_owner_end` hands the owner a way to
 stop what was started (a fixture's finalizer, or the end of the test's
-teardown); `track` records a process with its owner's name, and
-`leftovers` lists the tracked processes still alive once their owners are
-done. Standard library only: `scripts/testbed` imports the bed without pytest,
-and then nothing owns anything.
+teardown); `track` records a process with its owner. When an owner ends,
+after what it was handed has run, `Owner.close` finds its tracked processes
+that are still alive: they outlived their test, are recorded in `outlived`
+and killed. `leftovers` lists, at the end of a run, tracked processes still
+alive. Standard library only: `scripts/testbed` imports the bed without
+pytest, and then nothing owns anything.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ class Owner:
     label: str
     add_finalizer: Callable[[Callable[[], object]], None] | None = None
     _finalizers: list[Callable[[], object]] = field(default_factory=list)
+    ended: bool = False
 
     def at_end(self, callback: Callable[[], object]) -> None:
         if self.add_finalizer is not None:
@@ -49,18 +52,36 @@ class Owner:
         if errors:
             raise errors[0]
 
+    def close(self) -> None:
+        """The owner has ended: its tracked processes still alive outlived it."""
+        self.ended = True
+        left = [p for p in _tracked.values() if p.owner is self and not p.session_wide and alive(p)]
+        for process in left:
+            outlived.append(f"pid {process.pid}: {process.what}\n    still running when its owner ended: {self.label}")
+        kill([process.pid for process in left])
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, eq=False)
 class Tracked:
     pid: int
     start_ticks: int  # /proc/<pid>/stat's start time: a recycled pid is another process
     what: str
-    owner: str
+    owner: Owner | None
     session_wide: bool = False
+    # Who started it, for processes without an owner object (seen after a test).
+    label: str = ""
+
+    @property
+    def owner_label(self) -> str:
+        if self.owner is not None:
+            return self.owner.label
+        return self.label or "no test (started outside every test and fixture)"
 
 
 _owners: list[Owner] = []
 _tracked: dict[tuple[int, int], Tracked] = {}
+# What `Owner.close` found still running, one description each.
+outlived: list[str] = []
 
 
 @contextmanager
@@ -97,16 +118,20 @@ def _stat(pid: int) -> tuple[str, int] | None:
     return fields[0], int(fields[19])
 
 
-def track(pid: int, what: str, *, session_wide: bool = False, owner: str | None = None) -> None:
-    """Records a process the tests started. ``session_wide`` ones (the run's
-    shared bed) may outlive every test of this process."""
+_CURRENT = object()
+
+
+def track(pid: int, what: str, *, session_wide: bool = False, owner: Owner | None | object = _CURRENT,
+          label: str = "") -> None:
+    """Records a process the tests started, owned by ``owner`` (by default
+    the current one). ``session_wide`` ones (the run's shared bed) may
+    outlive every test of this process."""
     stat = _stat(pid)
     if stat is None:
         return
-    if owner is None:
-        current = current_owner()
-        owner = current.label if current else "no test (started outside every test and fixture)"
-    _tracked.setdefault((pid, stat[1]), Tracked(pid, stat[1], what, owner, session_wide))
+    if owner is _CURRENT:
+        owner = current_owner()
+    _tracked.setdefault((pid, stat[1]), Tracked(pid, stat[1], what, owner, session_wide, label))
 
 
 def is_tracked(pid: int) -> bool:
@@ -168,7 +193,7 @@ def note_descendants(owner: str) -> None:
     (a test): whatever outlives the run among them is reported with it."""
     for pid in descendants():
         if not is_tracked(pid):
-            track(pid, command_line(pid), owner=f"{owner} (first seen alive after its teardown)")
+            track(pid, command_line(pid), owner=None, label=f"{owner} (first seen alive after its teardown)")
 
 
 def kill(pids: list[int], timeout: float = 5.0) -> None:
