@@ -117,7 +117,11 @@ def _drop_environment(artifact_dir: str | Path) -> None:
         return
     if isinstance(recorded, dict) and "env" in recorded:
         recorded.pop("env")
-        path.write_text(json.dumps(recorded))
+        # Replaced whole: a reader of the artifacts never sees it half written.
+        scratch = path.with_name(".command")
+        with open(os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as out:
+            out.write(json.dumps(recorded))
+        os.replace(scratch, path)
     (Path(artifact_dir) / "env.list").unlink(missing_ok=True)
 
 
