@@ -119,7 +119,14 @@ def test_deleting_a_set_keeps_its_leased_exporters_until_their_leases_end(api, n
     custom.delete_namespaced_custom_object(*GROUP, namespace, "exportersets", "pool")
 
     def waiting():
-        waits = condition(get_set(custom, namespace), "WaitingForLeases") or {}
+        try:
+            the_set = get_set(custom, namespace)
+        except client.ApiException as exc:
+            if exc.status == 404:
+                raise AssertionError(f"the set went while {leased} and {disabled} were leased: "
+                                     f"left {owned_by(standin, 'pool')}") from None
+            raise
+        waits = condition(the_set, "WaitingForLeases") or {}
         gone = not set(free) & set(owned_by(standin, "pool"))
         return waits if gone and waits.get("status") == "True" else None
 
