@@ -128,8 +128,9 @@ PATH_PARAMETERS = {provisioner: _PATHS for provisioner in _QEMU_PROVISIONERS}
 # The driver types a set may use when its class names none: those the
 # provisioner renders itself (a QEMU driver becomes the virtual QEMU driver
 # of the instance; exporter_config.qemu_driver_overrides), and for QEMU
-# targets the network and serial drivers JEP-0014's examples give (TCP to
-# where the set points; no file or socket on the host).
+# targets the network and serial drivers JEP-0014's examples give
+# (TcpNetwork connects to a host and port, never to a file or a socket on the
+# host; a class that wants none of it names its own list).
 QEMU_COMPANION_DRIVER_TYPES = (
     "jumpstarter_driver_network.driver.TcpNetwork",
     "jumpstarter_driver_serial.driver.QemuSerial",
