@@ -1,0 +1,119 @@
+"""The real node (tests/testbed/node.py): a Pod scheduled there runs a real
+container from an image the project built (scripts/images), its output is
+read back through the API server and the kubelet, and deleting it stops the
+container and frees its sandbox.
+
+Select with `-m realnode`; `scripts/realnode build` installs and builds what
+it needs (root, containerd, runc, the CNI plugins, the kubelet, the images).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from testbed.node import TAINT_KEY, RealNode
+
+pytestmark = [pytest.mark.realnode, pytest.mark.testbed]
+
+
+@pytest.fixture(scope="module")
+def real_node(testbed_factory):
+    bed = testbed_factory("realnode")
+    node = RealNode(bed)
+    node.up()
+    print(f"real node {node.name} ready in {node.startup_seconds:.1f} s")
+    yield node
+    node.down()
+
+
+def _pod(bed, namespace: str, name: str) -> dict | None:
+    result = bed.kubectl("get", "pod", "-n", namespace, name, "-o", "json", check=False)
+    return json.loads(result.stdout) if result.returncode == 0 else None
+
+
+def _wait(what: str, condition, timeout: float = 60.0, interval: float = 0.25):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(interval)
+
+
+def test_node_registers_itself_ready_and_tainted(real_node):
+    node = real_node.node()
+    assert node is not None
+    ready = {c["type"]: c["status"] for c in node["status"]["conditions"]}
+    assert ready["Ready"] == "True"
+    # The kubelet, not kwok, owns this Node.
+    assert "kwok.x-k8s.io/node" not in node["metadata"].get("annotations", {})
+    assert node["status"]["nodeInfo"]["kubeletVersion"] == "v1.35.4"
+    assert node["status"]["nodeInfo"]["containerRuntimeVersion"].startswith("containerd://1.6")
+    assert [t["key"] for t in node["spec"]["taints"]] == [TAINT_KEY]
+
+
+def test_pod_runs_a_real_container_and_is_deleted_cleanly(real_node):
+    bed = real_node.bed
+    namespace, name = "default", "busybox-echo"
+    image = real_node.config.images["busybox"]
+    marker = f"hello from the real node {time.time_ns()}"
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            # Through the scheduler: the label and the toleration bring it
+            # to the real node, not to a kwok one.
+            "nodeSelector": {"jumpstarter.dev/real-node": "true"},
+            "tolerations": [{"key": TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}],
+            "terminationGracePeriodSeconds": 5,
+            "containers": [
+                {
+                    "name": "echo",
+                    "image": image,
+                    "imagePullPolicy": "Never",
+                    # Writes the marker and what only a real container sees
+                    # (its own hostname, PID 1 being the shell), then waits
+                    # for SIGTERM.
+                    "command": ["/bin/sh", "-c",
+                                # "$$$$" is the shell's "$$" once Kubernetes has expanded
+                                # its own $(VAR) references in the command.
+                                f'echo "{marker}"; echo "hostname=$(hostname) pid=$$$$"; '
+                                "trap 'echo stopping; exit 0' TERM; while true; do sleep 1; done"],
+                }
+            ],
+        },
+    }
+    started = time.monotonic()
+    bed.kubectl("apply", "-f", "-", input=json.dumps(pod))
+
+    def running():
+        current = _pod(bed, namespace, name)
+        if current and current["status"].get("phase") == "Running":
+            return current
+        return None
+
+    current = _wait("the Pod to run", running, timeout=90)
+    assert current["spec"]["nodeName"] == real_node.name
+    pod_ip = current["status"]["podIP"]
+    assert pod_ip.startswith(real_node.config.subnet.rsplit(".", 2)[0])
+    print(f"Pod Running {time.monotonic() - started:.1f} s after it was created, IP {pod_ip}")
+
+    logs = _wait("the container's output", lambda: (
+        out if marker in (out := bed.kubectl("logs", "-n", namespace, name, check=False).stdout) else None))
+    assert f"hostname={name} pid=1" in logs, logs
+
+    # The container really runs under containerd, in the node's own cgroup parent.
+    tasks = real_node.ctr("tasks", "list").stdout
+    assert tasks.count("RUNNING") >= 2, tasks  # the sandbox (pause) and the container
+
+    deleted = time.monotonic()
+    bed.kubectl("delete", "pod", "-n", namespace, name, "--wait=true", "--timeout=60s")
+    print(f"Pod deleted in {time.monotonic() - deleted:.1f} s")
+    assert _pod(bed, namespace, name) is None
+    _wait("the node's containers to stop", lambda: "RUNNING" not in real_node.ctr("tasks", "list").stdout,
+          timeout=30)
