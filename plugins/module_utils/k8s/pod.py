@@ -5,8 +5,9 @@
 container; they share an emptyDir holding the QMP and serial sockets. A
 first init container creates the instance's disk when it has one. Images
 given by ``url`` are fetched and verified before that by the ``images`` init
-container (``image_fetch`` run as a script with the exporter image's Python)
-into the node's image cache, a hostPath shared by the instances on the node;
+container (``image_fetch`` run as a script, in the operator's own
+``IMAGE_FETCH_IMAGE`` as a non-root user whatever images the class or set
+name) into the node's image cache, a hostPath shared by the instances on the node;
 the run directory links to the cached files, which the disk and QEMU
 containers mount read-only.
 
@@ -36,6 +37,8 @@ CA_DIR = "/etc/jumpstarter/ca"
 NODE_IMAGE_CACHE = "/var/lib/jumpstarter-virtual/image-cache"
 IMAGE_CACHE_DIR = "/var/cache/jumpstarter-images"
 CORELLIUM_DRIVER_TYPE = "jumpstarter_driver_corellium.driver.Corellium"
+# Pinned by tag: no digest of these releases can be known here. A class pins
+# its own by digest (``images.<role>.image: ...@sha256:...``, docs/security.md).
 DEFAULT_IMAGES = {
     "exporter": {"image": "quay.io/jumpstarter-dev/jumpstarter:0.9.0", "imagePullPolicy": "IfNotPresent"},
     "runtime": {
