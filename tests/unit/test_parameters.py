@@ -222,3 +222,26 @@ def test_the_json_schema_carries_bounds_formats_and_our_keywords():
 ])
 def test_json_schema_errors_read_as_the_field_at_fault(parameters, errors):
     assert validate_parameters(BAREMETAL, parameters)["errors"] == errors
+
+
+@pytest.mark.parametrize("provisioner", [QEMU, BAREMETAL])
+def test_the_paths_qemu_reads_are_in_the_schema(provisioner):
+    """firmware.path and disk.format reach QEMU (qemu/argv.py): they are
+    checked like any field, not warned about as unknown and ignored."""
+    base = {} if provisioner == QEMU else GOOD_BAREMETAL
+    fine = validate_parameters(provisioner, {**base, "firmware": {"path": "/usr/share/OVMF.fd"},
+                                             "disk": {"path": "/srv/d.img", "format": "raw"}})
+    assert fine == {"errors": [], "warnings": []}
+    bad = validate_parameters(provisioner, {**base, "firmware": {"path": "OVMF.fd"},
+                                            "disk": {"path": "/srv/d.img", "format": "vmdk"}})
+    assert bad["errors"] == ['parameters.firmware.path: "OVMF.fd" is not an absolute path',
+                             "parameters.disk.format: 'vmdk' is not one of qcow2, raw"]
+    assert qemu_argv.qemu_argv({"firmware": {"path": "/usr/share/OVMF.fd"}}, run_dir="/run/i",
+                               name="i")[-2:] == ["-bios", "/usr/share/OVMF.fd"]
+
+
+def test_class_only_fields_say_so_in_the_reference():
+    rows = {row["path"]: row["description"] for row in describe_parameters(BAREMETAL)}
+    for path in ("disk.path", "kernel.path", "initrd.path", "firmware.path", "disk.format",
+                 "runtime.binary", "workDir"):
+        assert "Set by the class only" in rows[path], path
