@@ -51,7 +51,9 @@ def test_node_registers_itself_ready_and_tainted(real_node):
     assert ready["Ready"] == "True"
     # The kubelet, not kwok, owns this Node.
     assert "kwok.x-k8s.io/node" not in node["metadata"].get("annotations", {})
-    assert node["status"]["nodeInfo"]["kubeletVersion"] == "v1.35.4"
+    # The kubelet is built from the API server's source and version.
+    server = json.loads(real_node.bed.kubectl("version", "-o", "json").stdout)["serverVersion"]
+    assert node["status"]["nodeInfo"]["kubeletVersion"] == server["gitVersion"]
     assert node["status"]["nodeInfo"]["containerRuntimeVersion"].startswith("containerd://1.6")
     assert [t["key"] for t in node["spec"]["taints"]] == [TAINT_KEY]
 
