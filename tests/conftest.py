@@ -185,7 +185,7 @@ def pytest_sessionfinish(session, exitstatus):
     # Registered by pytest_plugins above (imported there, so that its asserts are rewritten).
     labhosts = session.config.pluginmanager.get_plugin("labhosts")
     if labhosts is not None and labhosts.lab_hosts_used():
-        leaks += [f"on the lab host {line}" for line in labhosts.stop_host_processes()]
+        leaks += [f"on the lab host {line}" for line in labhosts.leftover_instance_processes()]
     session.config.stash[_LEAKS] = leaks
     if leaks and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -3,9 +3,10 @@
 ``lab_hosts`` brings them up once per session (reusing hosts that are already
 up), prepares them with the real lab_bootstrap playbook, and takes them down
 at the end of the session. What a test starts on them (QEMU guests, their
-exporters and supervisors) ends with the test: every process on the hosts
-other than sshd is killed after each test that used them, and the instance
-directories it made are removed unless it failed (kept for a post-mortem).
+exporters and supervisors) ends with the test: after each test that used
+them, every process of the instances it made (or of its namespace's) is
+killed, and those instance directories are removed unless it failed (kept
+for a post-mortem).
 """
 
 from __future__ import annotations
@@ -37,10 +38,14 @@ LAB_DIR = CACHE_DIR / "labhosts"
 # scripts/labhosts names each host's network namespace jvelab<N>.
 NETNS_DIR = Path("/run/netns")
 NETNS_PREFIX = "jvelab"
-# What a lab host runs between tests: its sshd and sessions of it (SSH
-# connections Ansible keeps open).
-HOST_DAEMONS = frozenset({"sshd", "sshd-session", "sshd-auth"})
+# How a process of an instance names it, whatever the work directory: QEMU's
+# files, the supervisor's service directory, the exporter's config are all
+# in .../instances/<namespace>.<exporter>/.
+INSTANCES_PATH = "/instances/"
 _used = False
+# Instance names (directory names, or "<namespace>." prefixes) of this
+# process's tests: only their processes are this process's business.
+_seen: set[str] = set()
 
 
 @dataclass
@@ -160,10 +165,12 @@ def instance_dirs() -> set[Path]:
     return {entry for entry in LAB_DIR.glob("lab*/work/instances/*") if entry.is_dir()}
 
 
-def host_processes() -> list[tuple[str, int]]:
-    """(host, pid) of every process on the lab hosts other than their sshd:
-    the instances' QEMU, exporters and supervisors, and anything else a test
-    left there."""
+def instance_processes(names) -> list[tuple[str, int]]:
+    """(host, pid) of the processes on the lab hosts that belong to an instance
+    whose directory name is, or starts with, one of ``names``."""
+    needles = [INSTANCES_PATH + name for name in names]
+    if not needles:
+        return []
     namespaces = {}
     for netns in NETNS_DIR.glob(NETNS_PREFIX + "*"):
         try:
@@ -171,26 +178,25 @@ def host_processes() -> list[tuple[str, int]]:
         except OSError:
             continue
     found = []
-    if not namespaces:
-        return found
-    for entry in Path("/proc").iterdir():
+    for entry in Path("/proc").iterdir() if namespaces else ():
         if not entry.name.isdigit():
             continue
         try:
             host = namespaces.get(os.stat(entry / "ns" / "net").st_ino)
             if host is None:
                 continue
-            name = Path(os.readlink(entry / "exe")).name
+            argv = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        if name not in HOST_DAEMONS:
+        if any(needle in argv for needle in needles):
             found.append((host, int(entry.name)))
     return found
 
 
-def stop_host_processes() -> list[str]:
-    """Kills every process on the lab hosts but sshd; returns what ran."""
-    running = host_processes()
+def stop_instance_processes(names) -> list[str]:
+    """Kills the processes of the instances ``names`` on every host; returns
+    what ran."""
+    running = instance_processes(names)
     described = [f"{host}: pid {pid} {processes.command_line(pid)}" for host, pid in running]
     # SIGKILL at once: a supervisor given time would restart its service.
     for _host, pid in running:
@@ -202,9 +208,10 @@ def stop_host_processes() -> list[str]:
     return described
 
 
-def remove_instance_dirs(directories) -> None:
-    for directory in directories:
-        shutil.rmtree(directory, ignore_errors=True)
+def leftover_instance_processes() -> list[str]:
+    """At the end of the run: processes of this process's tests' instances
+    still running on the hosts (killed)."""
+    return stop_instance_processes(_seen)
 
 
 def lab_hosts_used() -> bool:
@@ -216,16 +223,24 @@ def lab_hosts_used() -> bool:
 @pytest.fixture(autouse=True)
 def _lab_instances_end_with_the_test(request):
     """After a test on the lab hosts (once its own fixtures, the operator
-    among them, are torn down): its guests and exporters are stopped and
-    the instance directories it made removed, unless it failed."""
+    among them, are torn down): the guests, exporters and supervisors of the
+    instances it made, or of its namespace, are stopped, and the instance
+    directories it made removed unless it failed."""
     if "lab_hosts" not in request.fixturenames:
         yield
         return
     before = instance_dirs()
     yield
-    stop_host_processes()
+    made = instance_dirs() - before
+    names = {directory.name for directory in made}
+    namespace = request.node.funcargs.get("namespace")
+    if isinstance(namespace, str):
+        names.add(namespace + ".")
+    _seen.update(names)
+    stop_instance_processes(names)
     if not request.node.stash.get(_FAILED, False):
-        remove_instance_dirs(instance_dirs() - before)
+        for directory in made:
+            shutil.rmtree(directory, ignore_errors=True)
 
 
 _FAILED = pytest.StashKey[bool]()
