@@ -3,10 +3,12 @@
 Besides the fixtures, three things watch the run:
 - ownership: each test and each fixture owns the processes started while it
   runs (beds of `testbed_factory`, operators, QEMU guests), and stops them
-  when it ends (tests/testbed/processes.py);
-- the leak check: at the end of the run, any process of a finished test still
-  running (a tracked one, a child of this process, or anything on the lab
-  hosts but their sshd) is listed, killed, and fails the run;
+  when it ends (tests/testbed/processes.py); the lab hosts' instances end
+  with their test (tests/labhosts);
+- the leak check: a process still running when its test or fixture has
+  ended, a child of this process or a process of this run's lab-host
+  instances still running at the end of the run is listed, killed, and
+  fails the run;
 - the profile: time in bed start-up, fixture setup and teardown and the
   tests' bodies, printed after the run (and written as JSON with
   --profile-json).
