@@ -207,27 +207,40 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     global _started
-    _phases.update(setup=0.0, call=0.0, teardown=0.0)
+    _phases.update(setup=0.0, call=0.0, teardown=0.0, tests=0)
     _started = time.monotonic()
 
 
 def pytest_runtest_logreport(report):
     _phases[report.when] = _phases.get(report.when, 0.0) + report.duration
+    if report.when == "setup":
+        _phases["tests"] = _phases.get("tests", 0) + 1
+
+
+def _process_seconds() -> float:
+    """How long this process has run (from its start, imports included)."""
+    try:
+        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        return uptime - ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return time.monotonic() - _started
 
 
 def _profile(config) -> dict:
     phases = _phases
-    wall = time.monotonic() - _started
+    wall = _process_seconds()
     beds = sum(seconds for _name, seconds in STARTUPS)
     return {
         "selection": config.getoption("markexpr") or "",
+        "tests": phases["tests"],
         "wall_seconds": round(wall, 1),
         "bed_startup_seconds": round(beds, 1),
         "beds_started": len(STARTUPS),
         "fixture_setup_seconds": round(phases["setup"], 1),
         "test_body_seconds": round(phases["call"], 1),
         "fixture_teardown_seconds": round(phases["teardown"], 1),
-        "outside_tests_seconds": round(wall - sum(phases.values()), 1),
+        "outside_tests_seconds": round(wall - phases["setup"] - phases["call"] - phases["teardown"], 1),
     }
 
 
@@ -238,7 +251,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         return
     profile = _profile(config)
     terminalreporter.section("where the time went")
-    write(f"wall clock {profile['wall_seconds']:.0f} s ({profile['selection'] or 'every test'}):")
+    write(f"wall clock {profile['wall_seconds']:.0f} s, {profile['tests']} tests "
+          f"({profile['selection'] or 'every test'}):")
     write(f"  fixture setup      {profile['fixture_setup_seconds']:8.1f} s")
     write(f"  test bodies        {profile['test_body_seconds']:8.1f} s")
     write(f"  fixture teardown   {profile['fixture_teardown_seconds']:8.1f} s")
