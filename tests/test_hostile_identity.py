@@ -9,6 +9,7 @@ copies the pool's labels neither counted nor deleted; an SSH master never
 shared by two credentials.
 """
 
+import base64
 import json
 import os
 
@@ -225,3 +226,34 @@ def test_a_pod_with_the_pools_labels_but_no_owner_is_neither_counted_nor_deleted
         assert absent["deleted"] == [] and not absent["changed"], absent
         still = core.read_namespaced_pod("pool-0", namespace)
         assert still.metadata.uid == pod.metadata.uid and still.metadata.deletion_timestamp is None
+
+
+def test_runs_with_two_credentials_never_share_an_ssh_master(testbed, namespace, standin, lab_hosts, tmp_path):
+    """Two classes reach the same lab hosts as the same user, one with another
+    known_hosts: each run's ssh opens its own master, on its own socket."""
+    from test_baremetal_role import Bed
+
+    bed = Bed(testbed, namespace, standin, lab_hosts, tmp_path)
+    data_a = lab_hosts.secret_data()
+    data_b = {**data_a, "known_hosts": base64.b64encode(
+        base64.b64decode(data_a["known_hosts"]) + b"# the second class trusts these keys too\n").decode()}
+    bed.core.create_namespaced_secret(namespace, client.V1Secret(
+        metadata=client.V1ObjectMeta(name="lab-ssh-b"), data=data_b))
+    control_dir = os.path.expanduser(os.environ.get("ANSIBLE_SSH_CONTROL_PATH_DIR", "~/.ansible/cp"))
+    hosts = bed.vclass["spec"]["parameters"]["hosts"]
+
+    def sockets(data):
+        digest = baremetal.credential_digest(*(base64.b64decode(data[key]) for key in (
+            baremetal.SECRET_PRIVATE_KEY, baremetal.SECRET_KNOWN_HOSTS)))
+        return {baremetal.host_connection(h, digest)["control_path"] % {"directory": control_dir} for h in hosts}
+
+    sockets_a, sockets_b = sockets(data_a), sockets(data_b)
+    assert len(sockets_a) == len(hosts) and not sockets_a & sockets_b
+    results, _ = bed.run("probe", [])
+    assert not any(r["unreachable"] for r in results.values()), results
+    assert all(os.path.exists(path) for path in sockets_a), sorted(os.listdir(control_dir))
+    bed.vclass["spec"]["credentialsSecretRef"]["name"] = "lab-ssh-b"
+    results, _ = bed.run("probe", [])
+    assert not any(r["unreachable"] for r in results.values()), results
+    # The second class's run opened masters of its own, beside the first's.
+    assert all(os.path.exists(path) for path in sockets_b | sockets_a), sorted(os.listdir(control_dir))
