@@ -21,6 +21,9 @@ description:
     those whose credential Secret does not name their UID among its owners (a token
     issued to an earlier Exporter of the same name is never used).
   - The set's dormant Exporter has no instance and is never placed.
+  - For O(action=remove) and O(action=reset), an Exporter that a fresh read, made just before
+    the hosts act, shows leased from either side or still enabled is left out (lease safety);
+    its instance is kept.
   - Returns one entry per host with the names to act on, for M(jumpstarter.virtual_exporters.baremetal_instances).
 author:
   - Jumpstarter virtual exporters maintainers (@jumpstarter-dev)
@@ -106,6 +109,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.bare
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.baremetal import (
     pool as baremetal_pool,
 )
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import apply as k8s_apply
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import credentials, exporter_config
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.client import (
     ClusterModule,
@@ -233,6 +237,11 @@ def main():
     )
     targets = Targets(module)
     p = module.params
+    if p["action"] in ("remove", "reset"):
+        # Lease safety, on a fresh read just before the hosts act (k8s/apply.py):
+        # an Exporter leased since the plan keeps its instance (and is kept).
+        p["exporters"] = [name for name in p["exporters"]
+                          if k8s_apply.backend_held(targets.api_client, p["exporterset"], name) is None]
     hosts = p["parameters"].get("hosts") or []
     exporters = copy.deepcopy(p["owned_exporters"])
     by_name = {e["metadata"]["name"]: e for e in exporters}
