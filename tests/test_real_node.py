@@ -13,6 +13,11 @@ import json
 import time
 
 import pytest
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu.argv import (
+    disk_create_argv,
+    qemu_argv,
+)
+from qemu_vm import GUEST_BANNER, GUEST_DIR, guest_parameters
 from testbed.node import TAINT_KEY, RealNode
 
 pytestmark = [pytest.mark.realnode, pytest.mark.testbed]
@@ -21,7 +26,7 @@ pytestmark = [pytest.mark.realnode, pytest.mark.testbed]
 @pytest.fixture(scope="module")
 def real_node(testbed_factory):
     bed = testbed_factory("realnode")
-    node = RealNode(bed)
+    node = RealNode(bed, images=("busybox", "qemu-runtime"))
     node.up()
     print(f"real node {node.name} ready in {node.startup_seconds:.1f} s")
     yield node
@@ -55,7 +60,9 @@ def test_node_registers_itself_ready_and_tainted(real_node):
     server = json.loads(real_node.bed.kubectl("version", "-o", "json").stdout)["serverVersion"]
     assert node["status"]["nodeInfo"]["kubeletVersion"] == server["gitVersion"]
     assert node["status"]["nodeInfo"]["containerRuntimeVersion"].startswith("containerd://1.6")
-    assert [t["key"] for t in node["spec"]["taints"]] == [TAINT_KEY]
+    # The controller-manager's own taints (not-ready) may still be there
+    # for a moment after the kubelet reports Ready.
+    assert {"key": TAINT_KEY, "value": "true", "effect": "NoSchedule"} in node["spec"]["taints"]
 
 
 def test_pod_runs_a_real_container_and_is_deleted_cleanly(real_node):
@@ -119,3 +126,72 @@ def test_pod_runs_a_real_container_and_is_deleted_cleanly(real_node):
     assert _pod(bed, namespace, name) is None
     _wait("the node's containers to stop", lambda: "RUNNING" not in real_node.ctr("tasks", "list").stdout,
           timeout=30)
+
+
+def test_qemu_runtime_image_boots_the_guest_in_a_pod(real_node):
+    """The runtime image scripts/images builds from Debian's QEMU runs the
+    provisioner's own disk and QEMU command lines (TCG) in a Pod with the
+    provisioner's restricted security context, as the image's non-root user,
+    and the guest reaches userspace on its serial console."""
+    bed = real_node.bed
+    namespace, name = "default", "qemu-guest"
+    run_dir = "/run/jumpstarter"
+    # The cache's guest files, mounted read-only where the image's user may
+    # read them (its /root is closed).
+    guest = "/guest"
+    parameters = guest_parameters(kernel={"path": f"{guest}/vmlinuz"}, initrd={"path": f"{guest}/initramfs.cpio.gz"})
+    restricted = {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+        "runAsNonRoot": True,
+    }
+    image = real_node.config.images["qemu-runtime"]
+    mounts = [{"name": "run", "mountPath": run_dir},
+              {"name": "guest", "mountPath": guest, "readOnly": True}]
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "nodeSelector": {"jumpstarter.dev/real-node": "true"},
+            "tolerations": [{"key": TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}],
+            "terminationGracePeriodSeconds": 2,
+            "volumes": [{"name": "run", "emptyDir": {}},
+                        {"name": "guest", "hostPath": {"path": str(GUEST_DIR), "type": "Directory"}}],
+            "initContainers": [{
+                "name": "disk", "image": image, "imagePullPolicy": "Never",
+                "command": disk_create_argv(parameters, run_dir),
+                "securityContext": restricted, "volumeMounts": mounts,
+            }],
+            "containers": [{
+                "name": "qemu", "image": image, "imagePullPolicy": "Never",
+                "command": qemu_argv(parameters, run_dir=run_dir, name=name, accel="tcg"),
+                "securityContext": restricted, "volumeMounts": mounts,
+            }],
+        },
+    }
+    started = time.monotonic()
+    bed.kubectl("apply", "-f", "-", input=json.dumps(pod))
+
+    def serial_log():
+        result = bed.kubectl("exec", "-n", namespace, name, "-c", "qemu", "--", "cat", f"{run_dir}/serial.log",
+                             check=False)
+        return result.stdout if GUEST_BANNER.decode() in result.stdout else None
+
+    def running():
+        current = _pod(bed, namespace, name)
+        return current if current and current["status"].get("phase") == "Running" else None
+
+    current = _wait("the QEMU Pod to run", running, timeout=120)
+    assert current["spec"]["nodeName"] == real_node.name
+    try:
+        _wait("the guest's banner on its serial console", serial_log, timeout=120, interval=1)
+    except AssertionError as error:
+        logs = bed.kubectl("logs", "-n", namespace, name, "-c", "qemu", check=False)
+        raise AssertionError(f"{error}; QEMU's output: {logs.stdout}{logs.stderr}") from None
+    print(f"guest in a Pod reached userspace {time.monotonic() - started:.1f} s after the Pod was created")
+    user = bed.kubectl("exec", "-n", namespace, name, "-c", "qemu", "--", "id", "-u").stdout.strip()
+    assert user == "1000"
+    bed.kubectl("delete", "pod", "-n", namespace, name, "--wait=true", "--timeout=60s")
+    assert _pod(bed, namespace, name) is None

@@ -74,8 +74,11 @@ class RealNode:
     whose processes are alive; ``down()`` stops its Pods, processes and
     containers and removes its Node, network and cgroups."""
 
-    def __init__(self, bed: TestBed, state_dir: Path | str | None = None, *, name: str = "real-node-0"):
+    def __init__(self, bed: TestBed, state_dir: Path | str | None = None, *, name: str = "real-node-0",
+                 images: tuple[str, ...] = ("busybox",)):
         self.bed = bed
+        # What `scripts/images` builds and `up` imports besides the pause image.
+        self.wanted_images = ("pause", *images)
         self.state_dir = Path(state_dir or bed.state_dir / "realnode").resolve()
         self.id = _short_id(self.state_dir)
         # Unix socket paths are limited to 107 bytes: sockets live here.
@@ -148,7 +151,7 @@ class RealNode:
         self.config.subnet = str(self._free_subnet())
         self._save_config()
         try:
-            archives = build_images()
+            archives = build_images(*self.wanted_images)
             self._write_cni_config()
             self._make_bridge()
             self._start_containerd(sandbox_image=archives["pause"][0])
@@ -537,16 +540,17 @@ def check_host() -> None:
                             "and builds them.")
 
 
-def build_images() -> dict[str, tuple[str, Path]]:
-    """Builds (or reuses) the project's images; short name → (reference,
-    OCI archive)."""
-    result = subprocess.run([str(PROJECT_ROOT / "scripts/images"), "build"], capture_output=True, text=True)
+def build_images(*names: str) -> dict[str, tuple[str, Path]]:
+    """Builds (or reuses) the project's images ``names`` (scripts/images);
+    short name → (reference, OCI archive)."""
+    result = subprocess.run([str(PROJECT_ROOT / "scripts/images"), "build", *names], capture_output=True,
+                            text=True)
     if result.returncode != 0:
         raise RealNodeError(f"scripts/images build failed:\n{result.stderr}")
     images = {}
     for line in result.stdout.splitlines():
         ref, archive = line.split()
-        images[ref.rsplit("/", 1)[1].split(":")[0]] = (ref, Path(archive))
+        images[ref.rsplit("/", 1)[1].rsplit(":", 1)[0]] = (ref, Path(archive))
     return images
 
 
@@ -637,13 +641,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="the bed's state directory (default: $JVE_TESTBED_DIR or %(default)s)")
     parser.add_argument("--state-dir", help="the node's state directory (default: BED_DIR/realnode)")
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("up")
+    up = commands.add_parser("up")
+    up.add_argument("--image", action="append", default=[], dest="images",
+                    help="also build and import this image of scripts/images (e.g. qemu-runtime); repeatable")
     down = commands.add_parser("down")
     down.add_argument("--remove", action="store_true", help="also delete the node's state directory")
     commands.add_parser("status")
     args = parser.parse_args(argv)
     bed = TestBed(args.bed_dir)
-    node = RealNode(bed, args.state_dir)
+    node = RealNode(bed, args.state_dir, images=("busybox", *getattr(args, "images", [])))
     try:
         if args.command == "up":
             if not bed.is_running():
