@@ -338,6 +338,24 @@ def test_confirm_keeps_only_what_may_be_removed_or_reset_now(api):
     assert not [call for call in api.calls if call[0] in ("create", "patch", "delete")]
 
 
+def test_a_reset_a_lease_stopped_keeps_the_exporter_marked(api):
+    """A lease given to a disabled Exporter (allowDisabled) after the plan
+    stops its reset: the plan's bookkeeping for the reset (the retiring mark
+    cleared, reused-after) is not written, so the Exporter is not left
+    disabled without a mark (never touched again) and a later plan resets it."""
+    exporter(api, "rpi4-0", enabled=False, annotations={c.ANNOTATION_RETIRING: "InPlaceReuse"})
+    lease_object(api, "allow-disabled", "rpi4-0")
+    plan = {"recycle": [{"name": "rpi4-0", "strategy": "InPlaceReuse"}],
+            "exporter_annotations": {"rpi4-0": {c.ANNOTATION_RETIRING: None, c.ANNOTATION_REUSED_AFTER: "x"}},
+            "events": [{"type": "Normal", "reason": "Recycling", "message": "m", "exporter": "rpi4-0"}]}
+    confirmed = k8s_apply.PlanApplier(FakeApiClient(), THE_SET).confirm(plan)
+    assert confirmed["recycle"] == [] and confirmed["exporter_annotations"] == {} and confirmed["events"] == []
+    apply(api, confirmed)
+    kept = api.objects[("Exporter", "rpi4-0")]
+    assert kept["spec"]["enabled"] is False
+    assert kept["metadata"]["annotations"] == {c.ANNOTATION_RETIRING: "InPlaceReuse"}
+
+
 def test_a_reset_exporter_is_enabled_again_with_its_bookkeeping(api):
     exporter(api, "rpi4-0", enabled=False, annotations={c.ANNOTATION_RETIRING: "InPlaceReuse"})
     apply(api, {"recycle": [{"name": "rpi4-0", "strategy": "InPlaceReuse"}],

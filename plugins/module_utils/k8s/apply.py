@@ -153,6 +153,7 @@ class PlanApplier:
         Exporter is seen disabled and unleased from both sides.
         """
         confirmed = dict(plan)
+        dropped = set()
         for key in ("delete", "recycle"):
             entries = []
             for entry in plan.get(key) or []:
@@ -160,7 +161,18 @@ class PlanApplier:
                     entries.append(entry)
                 elif self._read_exporter(entry["name"]) is None and key == "delete":
                     entries.append(entry)  # already gone: its backend may remain
+                else:
+                    dropped.add(entry["name"])
             confirmed[key] = entries
+        if dropped:
+            # What the plan meant to write with a reset or delete that is not
+            # done (the retiring mark cleared, reused-after) is not written
+            # either: the Exporter stays marked, and a later plan acts on it.
+            confirmed["exporter_annotations"] = {
+                name: notes for name, notes in (plan.get("exporter_annotations") or {}).items()
+                if name not in dropped}
+            confirmed["events"] = [event for event in plan.get("events") or []
+                                   if event.get("exporter") not in dropped]
         return confirmed
 
     def disable(self, name, annotations=None):
