@@ -10,7 +10,10 @@ it needs (root, containerd, runc, the CNI plugins, the kubelet, the images).
 from __future__ import annotations
 
 import json
+import ssl
 import time
+import urllib.error
+import urllib.request
 
 import pytest
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu.argv import (
@@ -63,6 +66,25 @@ def test_node_registers_itself_ready_and_tainted(real_node):
     # The controller-manager's own taints (not-ready) may still be there
     # for a moment after the kubelet reports Ready.
     assert {"key": TAINT_KEY, "value": "true", "effect": "NoSchedule"} in node["spec"]["taints"]
+
+
+def test_kubelet_admits_only_the_bed_s_certificates(real_node):
+    """The kubelet serves logs and exec on the node's bridge address: a client
+    without a certificate of the bed's CA is refused before authorization."""
+    bed = real_node.bed
+    url = f"https://{real_node.ip}:{real_node.config.kubelet_port}/pods"
+    # The kubelet serves a certificate it signed itself; the client's is what
+    # is checked here.
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(url, context=context, timeout=10)
+    assert refused.value.code == 401
+    context.load_cert_chain(bed.pki_dir / "admin.crt", bed.pki_dir / "admin.key")
+    with urllib.request.urlopen(url, context=context, timeout=10) as response:
+        assert response.status == 200
+        assert json.load(response)["kind"] == "PodList"
 
 
 def test_pod_runs_a_real_container_and_is_deleted_cleanly(real_node):
