@@ -176,7 +176,7 @@ class RealNode:
         kubelet tears down their sandboxes and networks), the kubelet, any
         container left, containerd; then unmounts what is left under its
         state directory, deletes its bridge, cgroups and Node object."""
-        if self._alive("kubelet") and self._alive("containerd"):
+        if self._alive("kubelet") and self._alive("containerd") and self.bed.is_running():
             self._drain()
         self._stop("kubelet")
         self._kill_shims()
