@@ -150,3 +150,14 @@ def test_a_teardown_waits_only_for_what_is_leased():
     assert lifecycle.teardown_leased(_observed([held], [], policy="Retain")) == {}
     waiting = lifecycle.waiting_for_leases_condition(lifecycle.teardown_leased(observed))
     assert waiting["status"] == "True" and "rpi4-0 (lease lease-a)" in waiting["message"]
+
+
+def test_a_pending_lease_is_never_demand_for_a_refused_set():
+    # The thief would have more headroom (no ceiling), so it would win the lease.
+    thief = a_set("thief", "2026-11-21T08:00:00Z", {"board": "rpi4"})
+    victim = copy.deepcopy(VICTIM)
+    victim["spec"]["maxReplicas"] = 2
+    objects = {"VirtualTargetClass": [target_class()], "ExporterSet": [victim, thief], "Exporter": [],
+               "Lease": [lease("wanted")], "Pod": [], "ExporterSetPolicy": []}
+    assert [x["metadata"]["name"] for x in k8s_observe.observe(victim, objects, NOW)["pending"]] == ["wanted"]
+    assert k8s_observe.observe(thief, objects, NOW)["pending"] == []

@@ -63,7 +63,12 @@ def observe(exporter_set, namespace_objects, now):
         and k8s_objects.controlled_by(p, owned_uids.get(_labels(p).get(constants.LABEL_EXPORTER)))
     ]
     leases = namespace_objects["Lease"]
-    demand = attribute_lease_demand(namespace_objects["ExporterSet"], leases, exporters, now)
+    # A set whose template labels are refused makes nothing: a pending lease
+    # is never demand for it, or the set it copied would never serve it.
+    sets = namespace_objects["ExporterSet"]
+    serving = [s for s in sets
+               if not selectors.template_label_conflicts(s, sets, constants.LABEL_EXPORTER_SET)]
+    demand = attribute_lease_demand(serving, leases, exporters, now)
     pending_names = set(demand.get(name, []))
     # The set over its class without credential redirects: what every
     # provisioner entry point gets as merged_parameters and merged_images.
@@ -95,8 +100,7 @@ def observe(exporter_set, namespace_objects, now):
         "policy": set_policy,
         "policy_condition": policy_condition,
         # Why its template labels are refused (another set's, or reserved).
-        "label_conflicts": selectors.template_label_conflicts(
-            exporter_set, namespace_objects["ExporterSet"], constants.LABEL_EXPORTER_SET),
+        "label_conflicts": selectors.template_label_conflicts(exporter_set, sets, constants.LABEL_EXPORTER_SET),
     }
 
 
