@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 
-@dataclass
+@dataclass(eq=False)
 class Owner:
     """A running test or fixture. ``add_finalizer`` is how it stops things at
     its end (a fixture's own finalizers); without it, ``finish`` does."""
