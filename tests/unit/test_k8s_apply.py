@@ -356,6 +356,20 @@ def test_a_reset_a_lease_stopped_keeps_the_exporter_marked(api):
     assert kept["metadata"]["annotations"] == {c.ANNOTATION_RETIRING: "InPlaceReuse"}
 
 
+def test_a_reset_exporter_leased_since_is_neither_enabled_nor_marked_reset(api):
+    """Its reset was held by the lease (the backend's own fresh check): it
+    keeps its retiring mark and stays disabled under the lease."""
+    exporter(api, "rpi4-0", enabled=False, annotations={c.ANNOTATION_RETIRING: "InPlaceReuse"})
+    lease_object(api, "allow-disabled", "rpi4-0")
+    result = apply(api, {"recycle": [{"name": "rpi4-0", "strategy": "InPlaceReuse"}],
+                         "exporter_annotations": {"rpi4-0": {c.ANNOTATION_RETIRING: None,
+                                                             c.ANNOTATION_REUSED_AFTER: "x"}}})
+    kept = api.objects[("Exporter", "rpi4-0")]
+    assert kept["spec"]["enabled"] is False
+    assert kept["metadata"]["annotations"] == {c.ANNOTATION_RETIRING: "InPlaceReuse"}
+    assert result["held"] == ["rpi4-0"]
+
+
 def test_a_reset_exporter_is_enabled_again_with_its_bookkeeping(api):
     exporter(api, "rpi4-0", enabled=False, annotations={c.ANNOTATION_RETIRING: "InPlaceReuse"})
     apply(api, {"recycle": [{"name": "rpi4-0", "strategy": "InPlaceReuse"}],

@@ -341,6 +341,12 @@ class PlanApplier:
         # ``confirm`` allowed): enabled again, with its bookkeeping.
         written = set()
         for entry in plan.get("recycle") or []:
+            # Leased now (an allowDisabled lease given to it since the plan):
+            # its reset was most likely held (backend_held), so it is neither
+            # enabled nor marked reset; it stays retiring and a plan resets it
+            # once the lease ends.
+            if self.safe_to_act(entry["name"], entry.get("uid")) is None:
+                continue
             self.patch(entry["name"], {"spec": {"enabled": True},
                                        "metadata": {"annotations": {
                                            **enabled_again, **(exporter_annotations.get(entry["name"]) or {})}}})
