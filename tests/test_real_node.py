@@ -29,7 +29,7 @@ pytestmark = [pytest.mark.realnode, pytest.mark.testbed]
 @pytest.fixture(scope="module")
 def real_node(testbed_factory):
     bed = testbed_factory("realnode")
-    node = RealNode(bed, images=("busybox", "qemu-runtime"))
+    node = RealNode(bed, images=("busybox", "qemu-runtime", "exporter"))
     node.up()
     print(f"real node {node.name} ready in {node.startup_seconds:.1f} s")
     yield node
@@ -217,3 +217,57 @@ def test_qemu_runtime_image_boots_the_guest_in_a_pod(real_node):
     assert user == "1000"
     bed.kubectl("delete", "pod", "-n", namespace, name, "--wait=true", "--timeout=60s")
     assert _pod(bed, namespace, name) is None
+
+
+# The driver classes the collection's exporter configs and the samples name.
+EXPORTER_DRIVERS = (
+    "jumpstarter_driver_virtual_qemu.driver.VirtualQemu",
+    "jumpstarter_driver_qemu.driver.Qemu",
+    "jumpstarter_driver_corellium.driver.Corellium",
+    "jumpstarter_driver_network.driver.TcpNetwork",
+)
+IMPORT_DRIVERS = """
+import importlib, sys
+for path in sys.argv[1:]:
+    module, _, name = path.rpartition(".")
+    getattr(importlib.import_module(module), name)
+print("drivers:", len(sys.argv) - 1)
+"""
+
+
+def test_exporter_image_runs_jmp_with_the_collection_s_driver(real_node):
+    """The exporter image scripts/images builds (jumpstarter 0.9.0 from PyPI and
+    the collection's driver, installed offline) runs `jmp` and loads every
+    driver class the rendered configs name, as its non-root user, in a Pod
+    with the provisioner's restricted security context."""
+    bed = real_node.bed
+    namespace, name = "default", "exporter-image"
+    script = (f"id -u; jmp --help >/dev/null && echo jmp ok; "
+              f"python3 -c '{IMPORT_DRIVERS}' {' '.join(EXPORTER_DRIVERS)}")
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "nodeSelector": {"jumpstarter.dev/real-node": "true"},
+            "tolerations": [{"key": TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}],
+            "restartPolicy": "Never",
+            "containers": [{
+                "name": "exporter", "image": real_node.config.images["exporter"], "imagePullPolicy": "Never",
+                "command": ["/bin/sh", "-c", script],
+                "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+                                    "seccompProfile": {"type": "RuntimeDefault"}, "runAsNonRoot": True},
+            }],
+        },
+    }
+    bed.kubectl("apply", "-f", "-", input=json.dumps(pod))
+
+    def finished():
+        current = _pod(bed, namespace, name)
+        return current if current and current["status"].get("phase") in ("Succeeded", "Failed") else None
+
+    current = _wait("the exporter image's Pod to finish", finished, timeout=120)
+    logs = bed.kubectl("logs", "-n", namespace, name).stdout
+    assert current["status"]["phase"] == "Succeeded", logs
+    assert logs.split() == ["1000", "jmp", "ok", "drivers:", str(len(EXPORTER_DRIVERS))], logs
+    bed.kubectl("delete", "pod", "-n", namespace, name, "--wait=true", "--timeout=60s")
