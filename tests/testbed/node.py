@@ -456,6 +456,9 @@ class RealNode:
             },
             "authorization": {"mode": "Webhook"},
             "failSwapOn": False,
+            # The kubelet would add machine-wide iptables chains (KUBE-FIREWALL
+            # in INPUT and OUTPUT) that outlive it; nothing here needs them.
+            "makeIPTablesUtilChains": False,
             "podLogsDir": str(self.state_dir / "pod-logs"),
             "registerWithTaints": [{"key": TAINT_KEY, "value": "true", "effect": "NoSchedule"}],
             # A shared build machine's disk is often nearly full: eviction
