@@ -9,11 +9,14 @@ it needs (root, containerd, runc, the CNI plugins, the kubelet, the images).
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import ssl
+import subprocess
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu.argv import (
@@ -271,3 +274,58 @@ def test_exporter_image_runs_jmp_with_the_collection_s_driver(real_node):
     assert current["status"]["phase"] == "Succeeded", logs
     assert logs.split() == ["1000", "jmp", "ok", "drivers:", str(len(EXPORTER_DRIVERS))], logs
     bed.kubectl("delete", "pod", "-n", namespace, name, "--wait=true", "--timeout=60s")
+
+
+def test_down_leaves_nothing_behind(real_node, tmp_path):
+    """A second node on the same bed, stopped while its Pod still runs: `down`
+    stops the Pod's containers and removes every trace of the node from the
+    machine (mounts, network namespace, bridge, cgroups, socket and kubelet
+    directories, shims) and its Node from the API."""
+    bed = real_node.bed
+    node = RealNode(bed, tmp_path / "second", name="real-node-1", images=())
+    node.up()
+    try:
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "left-running", "namespace": "default"},
+            "spec": {
+                "nodeSelector": {"kubernetes.io/hostname": node.name},
+                "tolerations": [{"key": TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}],
+                "terminationGracePeriodSeconds": 1,
+                "containers": [{"name": "pause", "image": node.config.images["pause"], "imagePullPolicy": "Never"}],
+            },
+        }
+        bed.kubectl("apply", "-f", "-", input=json.dumps(pod))
+        _wait("the Pod to run", lambda: (_pod(bed, "default", "left-running") or {}).get("status", {})
+              .get("phase") == "Running", timeout=90)
+        netns = [p.name for p in Path("/run/netns").glob("cni-*")]
+        assert netns, "the running Pod has a network namespace"
+    finally:
+        node.down()
+
+    dirs = (str(node.state_dir), str(node.run_dir), str(node.kubelet_dir))
+    mounts = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
+    assert [m for m in mounts if m.startswith(dirs)] == []
+    assert not node.run_dir.exists() and not node.kubelet_dir.exists()
+    subnet = ipaddress.ip_network(node.config.subnet)
+    for name in (p.name for p in Path("/run/netns").glob("cni-*")):
+        listed = subprocess.run(["ip", "-n", name, "-4", "-o", "addr"], capture_output=True, text=True).stdout
+        assert not any(ipaddress.ip_interface(w).ip in subnet for line in listed.splitlines()
+                       for w in line.split() if "/" in w and w[0].isdigit()), name
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True, check=True).stdout
+    assert f" {node.bridge}:" not in links
+    assert list(Path("/sys/fs/cgroup").glob(f"*/{node.cgroup_parent.lstrip('/')}")) == []
+    shims = [p for p in Path("/proc").glob("[0-9]*")
+             if str(node.socket).encode() in _read(p / "cmdline")]
+    assert shims == []
+    assert node.node() is None
+    # The first node and its Pods are untouched.
+    assert real_node.is_running() and real_node.node() is not None
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return b""
