@@ -353,15 +353,17 @@ class HostInstances:
             os.replace(path + ".new", path)
         return True
 
-    def _accel(self):
+    def _accel(self, directory):
         if not qemu_argv.wants_kvm(self.p["parameters"]):
             return qemu_argv.ACCEL_TCG
-        return qemu_qmp.probe_accel(self.p["parameters"])
+        # The guest's own kernel, fetched or local, shows whether KVM really runs it.
+        kernel = qemu_argv.image_path(self.p["parameters"], "kernel", directory)
+        return qemu_qmp.probe_accel(self.p["parameters"], kernel=kernel)
 
     def _run_scripts(self, name):
         directory = self.directory(name)
         vm_argv = qemu_argv.qemu_argv(self.p["parameters"], run_dir=directory, name=name,
-                                      accel=self._accel())
+                                      accel=self._accel(directory))
         jmp = os.path.join(self.p["prefix"], "venv", "bin", "jmp")
         config = os.path.join(directory, baremetal.EXPORTER_CONFIG_FILE)
         # The guest's serial log and each service's output stay bounded (baremetal/logs.py).

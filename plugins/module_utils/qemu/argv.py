@@ -80,6 +80,11 @@ def arch_of(parameters):
     return arch
 
 
+def console_of(parameters):
+    """The device name the guest kernel knows the first UART by."""
+    return _ARCH[arch_of(parameters)]["console"]
+
+
 def vcpu_count(parameters):
     """Whole vCPUs from ``resources.cpu`` (an integer or a quantity), at least 1."""
     cpu = (parameters.get("resources") or {}).get("cpu", 1)

@@ -15,6 +15,8 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu
     ACCEL_KVM,
     ACCEL_TCG,
     QMP_SOCKET,
+    SERIAL_LOG,
+    console_of,
     qemu_argv,
     run_path,
 )
@@ -32,6 +34,10 @@ DEFAULT_TIMEOUT = 10.0
 # How long a VM started with KVM must keep running to count as working: on
 # the broken hosts QEMU aborts while resetting the vCPUs, within milliseconds.
 KVM_PROBE_SETTLE_SECONDS = 1.0
+# How long a guest kernel started with KVM may take to print its banner; a
+# working KVM prints it in well under a second, TCG in about half a second.
+KVM_PROBE_BOOT_SECONDS = 15.0
+KVM_PROBE_BANNER = b"Linux version"
 _RETRY_INTERVAL = 0.05
 # Connection failures that mean no QEMU serves the socket: no file, a file
 # left behind by a dead QEMU, or a QEMU that died during the handshake.
@@ -99,23 +105,45 @@ def _wait_until_gone(socket, deadline):
     raise TimeoutError(f"QEMU still answers on {socket} after quit")
 
 
-def probe_accel(parameters, timeout=DEFAULT_TIMEOUT):
+def probe_accel(parameters, timeout=DEFAULT_TIMEOUT, kernel=None):
     """``"kvm"`` if a VM of these parameters really runs under KVM here, else ``"tcg"``.
 
-    ``/dev/kvm`` being there is not enough: on some hosts QEMU aborts as soon
-    as the vCPUs are reset. So a small VM with the same binary, machine and
-    CPU model is started with KVM and must answer QMP and still be running
-    a moment later.
+    ``/dev/kvm`` being there is not enough. On some hosts QEMU aborts as soon
+    as the vCPUs are reset; on others the firmware runs and the guest kernel
+    then hangs without a word. So a small VM with the same binary, machine
+    and CPU model is started with KVM. With a guest kernel (``kernel``, or
+    the parameters' ``kernel.path``) it must print its banner on the serial
+    console within ``KVM_PROBE_BOOT_SECONDS``; without one it must answer QMP
+    and still be running a moment later. The answer is kept for the process,
+    per binary, machine, CPU model and kernel.
     """
     if not os.access("/dev/kvm", os.R_OK | os.W_OK):
         return ACCEL_TCG
     probe = {key: parameters[key] for key in ("arch", "machineType", "cpuModel")
              if parameters.get(key)}
     probe["kvm"] = True
-    probe["resources"] = {"cpu": 1, "memory": "64Mi"}
+    probe["resources"] = {"cpu": 1, "memory": "128Mi"}
     binary = (parameters.get("runtime") or {}).get("binary")
     if binary:
         probe["runtime"] = {"binary": binary}
+    if kernel is None:
+        kernel = ((parameters.get("kernel") or {}).get("path")) or None
+    if kernel and not os.path.isfile(kernel):
+        kernel = None
+    if kernel:
+        probe["kernel"] = {"path": kernel}
+        probe["kernelArgs"] = f"console={console_of(probe)} panic=-1"
+    key = (binary, probe.get("arch"), probe.get("machineType"), probe.get("cpuModel"), kernel)
+    if key not in _PROBED:
+        _PROBED[key] = _probe(probe, timeout, kernel is not None)
+    return _PROBED[key]
+
+
+# What probe_accel found, per binary, machine, CPU model and kernel.
+_PROBED = {}
+
+
+def _probe(probe, timeout, boots_kernel):
     with tempfile.TemporaryDirectory(prefix="kvm-probe-") as run_dir:
         argv = qemu_argv(probe, run_dir=run_dir, name="kvm-probe", accel=ACCEL_KVM)
         socket = run_path(run_dir, QMP_SOCKET)
@@ -129,6 +157,14 @@ def probe_accel(parameters, timeout=DEFAULT_TIMEOUT):
         try:
             if not wait_for_qmp(socket, timeout, process):
                 return ACCEL_TCG
+            if boots_kernel:
+                log = run_path(run_dir, SERIAL_LOG)
+                deadline = time.monotonic() + KVM_PROBE_BOOT_SECONDS
+                while time.monotonic() < deadline and process.poll() is None:
+                    if KVM_PROBE_BANNER in _read_bytes(log):
+                        return ACCEL_KVM
+                    time.sleep(0.1)
+                return ACCEL_TCG
             time.sleep(KVM_PROBE_SETTLE_SECONDS)
             status = vm_status(socket, timeout)
             alive = process.poll() is None
@@ -136,6 +172,14 @@ def probe_accel(parameters, timeout=DEFAULT_TIMEOUT):
         finally:
             process.kill()
             process.wait()
+
+
+def _read_bytes(path):
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except FileNotFoundError:
+        return b""
 
 
 async def _with_session(socket, timeout, action, **kwargs):
