@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
+import split
 from testbed import STARTUPS, BedFactory, failure_report, mark_failed, namespace_name, processes, shared_bed
 
 # Fixture modules several test files use, registered once so that their
@@ -88,32 +89,34 @@ def pytest_runtest_makereport(item, call):
     return report
 
 
-# Bed tests that run beside the others in the lab hosts' process (see below).
-SECOND_PROCESS_FILES = frozenset({
-    "test_pool_healing.py", "test_pool_policy.py", "test_rollout.py",
-    "test_standin_controller.py", "test_standin_grpc.py",
-})
-
-
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     # Every test on the lab hosts (machine-wide network namespaces) carries
     # the `labhosts` mark, before `-m` selects: scripts/test runs those in one
-    # process and the rest in another, side by side.
-    # A few files of bed tests carry `second_process` too: that process
-    # reaches them after the lab hosts' tests (they sort after every file of
-    # those, and pytest collects files in name order), so the two processes end
-    # near each other instead of one running alone for its last third.
+    # process and the rest in another, side by side. Other files join the
+    # lab hosts' process by measured durations (tests/split.py) and carry
+    # `second_process`; that process runs its lab-host files first.
     # Every test that uses the bed carries `testbed`, so `-m "not testbed and
     # not labhosts"` selects the tests that need neither.
+    lab_files, kinds = set(), {}
     for item in items:
         fixturenames = getattr(item, "fixturenames", ())
-        if "lab_hosts" in fixturenames:
-            item.add_marker(pytest.mark.labhosts)
+        kind = "plain"
         if "testbed" in fixturenames:
             item.add_marker(pytest.mark.testbed)
-        if item.path.name in SECOND_PROCESS_FILES:
+            kind = "testbed"
+        if "lab_hosts" in fixturenames:
+            item.add_marker(pytest.mark.labhosts)
+            lab_files.add(item.path.name)
+            kind = "labhosts"
+        kinds.setdefault(item.path.name, []).append(kind)
+    durations = {**split.estimate(kinds), **split.measured_durations()}
+    joined = split.beside_lab_hosts(set(kinds), lab_files, durations)
+    for item in items:
+        if item.path.name in joined:
             item.add_marker(pytest.mark.second_process)
+    # Stable: files keep their order within each group.
+    items.sort(key=lambda item: item.path.name not in lab_files)
 
 
 # -- ownership: nothing outlives its test ---------------------------------------
@@ -197,6 +200,8 @@ def pytest_sessionfinish(session, exitstatus):
 
 # Seconds of every test's setup, call and teardown, summed; set at configure.
 _phases: dict[str, float] = {}
+# Seconds per test file (setup, call and teardown of its tests), for tests/split.py.
+_files: dict[str, float] = {}
 _started = 0.0
 
 
@@ -213,6 +218,8 @@ def pytest_configure(config):
 
 def pytest_runtest_logreport(report):
     _phases[report.when] = _phases.get(report.when, 0.0) + report.duration
+    name = Path(report.nodeid.split("::", 1)[0]).name
+    _files[name] = _files.get(name, 0.0) + report.duration
     if report.when == "setup":
         _phases["tests"] = _phases.get("tests", 0) + 1
 
@@ -241,6 +248,7 @@ def _profile(config) -> dict:
         "test_body_seconds": round(phases["call"], 1),
         "fixture_teardown_seconds": round(phases["teardown"], 1),
         "outside_tests_seconds": round(wall - phases["setup"] - phases["call"] - phases["teardown"], 1),
+        "files": {name: round(seconds, 1) for name, seconds in sorted(_files.items())},
     }
 
 

@@ -1,0 +1,70 @@
+"""Which test files run in scripts/test's second process, from measured durations.
+
+scripts/test runs two pytest processes side by side. The lab hosts are
+machine-wide, so every file of lab-host tests runs in the first one (``-m
+"labhosts or second_process"``); the other files are shared out so that both
+processes' measured totals end near each other: longest first, each to the
+process with less measured time so far. A file never measured counts by an
+estimate from its tests (``estimate``) until a run has measured it. The measurements are per file, in seconds (setup, call and
+teardown of its tests), from the last run of scripts/test on this machine
+(``$CACHE_DIR/test-profile/durations.json``), else from the run committed in
+``tests/durations.json``.
+"""
+
+import json
+import os
+from pathlib import Path
+
+COMMITTED = Path(__file__).with_name("durations.json")
+
+
+def measured_durations() -> dict[str, float]:
+    """Seconds per test file: this machine's last run, else the committed one."""
+    cache = os.environ.get("JVE_TEST_DURATIONS")
+    for path in ([Path(cache)] if cache else []) + [COMMITTED]:
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and data:
+            return {str(name): float(seconds) for name, seconds in data.items()}
+    return {}
+
+
+# Seconds a test of each kind takes, for a file not measured yet.
+ESTIMATE_SECONDS = {"labhosts": 60.0, "testbed": 8.0, "plain": 0.2}
+
+
+def estimate(kinds: dict[str, list[str]]) -> dict[str, float]:
+    """Seconds per file from the kinds of its tests (``{file: [kind, ...]}``)."""
+    return {name: sum(ESTIMATE_SECONDS[kind] for kind in tests) for name, tests in kinds.items()}
+
+
+def beside_lab_hosts(files, lab_files, durations) -> set[str]:
+    """The files, other than ``lab_files``, that join the lab hosts' process.
+
+    Greedy by measured time, longest first (ties by name, so both processes
+    compute the same answer): each file goes to whichever process has less
+    measured time so far; the lab hosts' process starts with its lab files.
+    """
+    lab_files = set(lab_files)
+    first = sum(durations.get(name, 0.0) for name in lab_files)
+    second = 0.0
+    chosen = set()
+    others = sorted((name for name in set(files) - lab_files if name in durations),
+                    key=lambda name: (-durations[name], name))
+    for name in others:
+        if first < second:
+            chosen.add(name)
+            first += durations[name]
+        else:
+            second += durations[name]
+    return chosen
+
+
+def merge(old: dict[str, float], *runs: dict[str, float]) -> dict[str, float]:
+    """``old`` with each file measured by ``runs`` replaced by its new figure."""
+    merged = dict(old)
+    for run in runs:
+        merged.update({name: round(seconds, 1) for name, seconds in run.items()})
+    return dict(sorted(merged.items()))

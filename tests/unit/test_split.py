@@ -1,0 +1,55 @@
+"""scripts/test's split of the test files between its two processes (tests/split.py)."""
+
+import json
+
+import split
+from hypothesis import given
+from hypothesis import strategies as st
+
+names = st.text(alphabet="abcdefgh", min_size=1, max_size=4).map(lambda n: f"test_{n}.py")
+
+
+@given(st.dictionaries(names, st.floats(min_value=0, max_value=1000), min_size=1, max_size=30),
+       st.data())
+def test_the_split_is_never_worse_than_the_longest_file(durations, data):
+    files = sorted(durations)
+    lab = set(data.draw(st.lists(st.sampled_from(files), max_size=3)))
+    joined = split.beside_lab_hosts(files, lab, durations)
+    assert not joined & lab
+    first = sum(durations[f] for f in lab | joined)
+    second = sum(durations[f] for f in set(files) - lab - joined)
+    lab_total = sum(durations[f] for f in lab)
+    longest = max((durations[f] for f in set(files) - lab), default=0.0)
+    # Greedy: the processes differ by at most the longest shared file, unless
+    # the lab files alone outweigh everything else.
+    if lab_total <= sum(durations[f] for f in set(files) - lab):
+        assert abs(first - second) <= longest + 1e-6
+    else:
+        assert not joined
+
+
+def test_a_run_that_measures_the_lab_hosts_long_sends_the_rest_to_the_other_process():
+    durations = {"test_lab.py": 600, "test_a.py": 300, "test_b.py": 200, "test_c.py": 150, "test_d.py": 10}
+    joined = split.beside_lab_hosts(durations, {"test_lab.py"}, durations)
+    assert joined == {"test_d.py"}
+    durations["test_lab.py"] = 100
+    assert split.beside_lab_hosts(durations, {"test_lab.py"}, durations) == {"test_b.py", "test_d.py"}
+
+
+def test_both_processes_compute_the_same_split_whatever_the_order_of_files():
+    durations = {f"test_{i}.py": float(i % 4) for i in range(20)}
+    forward = split.beside_lab_hosts(list(durations), {"test_0.py"}, durations)
+    backward = split.beside_lab_hosts(list(reversed(durations)), {"test_0.py"}, durations)
+    assert forward == backward
+
+
+def test_unmeasured_files_count_by_their_tests_and_a_measurement_replaces_the_estimate(tmp_path, monkeypatch):
+    kinds = {"test_lab.py": ["labhosts"] * 2, "test_bed.py": ["testbed"] * 3, "test_unit.py": ["plain"] * 10}
+    estimate = split.estimate(kinds)
+    assert estimate["test_lab.py"] > estimate["test_bed.py"] > estimate["test_unit.py"] > 0
+    cache = tmp_path / "durations.json"
+    cache.write_text(json.dumps({"test_bed.py": 500.0}))
+    monkeypatch.setenv("JVE_TEST_DURATIONS", str(cache))
+    assert split.measured_durations() == {"test_bed.py": 500.0}
+    assert split.merge({"test_bed.py": 500.0, "test_old.py": 3.0}, {"test_bed.py": 41.26}) == {
+        "test_bed.py": 41.3, "test_old.py": 3.0}
