@@ -5,8 +5,9 @@ machine-wide, so every file of lab-host tests runs in the first one (``-m
 "labhosts or second_process"``); the other files are shared out so that both
 processes' measured totals end near each other: longest first, each to the
 process with less measured time so far. A file never measured counts by an
-estimate from its tests (``estimate``) until a run has measured it. The measurements are per file, in seconds (setup, call and
-teardown of its tests), from the last run of scripts/test on this machine
+estimate from its tests (``estimate``) until a run has measured it. The
+measurements are per file, in seconds (setup, call and teardown of its
+tests), from the last run of scripts/test on this machine
 (``$CACHE_DIR/test-profile/durations.json``), else from the run committed in
 ``tests/durations.json``.
 """
