@@ -83,10 +83,51 @@ def namespace(testbed, request):
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item, call):
     report = yield
-    bed = getattr(item, "funcargs", {}).get("testbed")
+    funcargs = getattr(item, "funcargs", {})
+    bed = funcargs.get("testbed")
     if report.failed and bed is not None:
         report.sections.append(("test bed", failure_report(bed)))
+        if funcargs.get("namespace"):
+            report.sections.append(("namespace " + funcargs["namespace"],
+                                    _namespace_report(bed, funcargs["namespace"])))
+    for proc in getattr(funcargs.get("operator"), "processes", ()) if report.failed else ():
+        report.sections.append((f"operator log {proc.log_path} (last 60 lines)", proc.log_tail()))
     return report
+
+
+def _namespace_report(bed, namespace: str) -> str:
+    """The sets' conditions, the Exporters and the last Events of a failed test's namespace."""
+    from kubernetes import client
+
+    lines = []
+    try:
+        with bed.api_client() as api:
+            custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
+            sets = custom.list_namespaced_custom_object(
+                "virtualtarget.jumpstarter.dev", "v1alpha1", namespace, "exportersets")["items"]
+            for exporter_set in sets:
+                status = exporter_set.get("status") or {}
+                lines.append(f"ExporterSet {exporter_set['metadata']['name']}: replicas "
+                             f"{status.get('replicas')} ready {status.get('readyReplicas')} "
+                             f"available {status.get('availableReplicas')}")
+                for condition in status.get("conditions") or []:
+                    lines.append(f"  {condition.get('type')}={condition.get('status')} "
+                                 f"{condition.get('reason')}: {str(condition.get('message'))[:300]}")
+            exporters = custom.list_namespaced_custom_object(
+                "jumpstarter.dev", "v1alpha1", namespace, "exporters")["items"]
+            for exporter in exporters:
+                status = exporter.get("status") or {}
+                lines.append(f"Exporter {exporter['metadata']['name']}: enabled "
+                             f"{(exporter.get('spec') or {}).get('enabled', True)} "
+                             f"leaseRef {status.get('leaseRef')}")
+            events = sorted(core.list_namespaced_event(namespace).items,
+                            key=lambda e: str(e.last_timestamp or e.event_time or ""))
+            for event in events[-20:]:
+                lines.append(f"Event {event.type} {event.reason} {event.involved_object.kind}/"
+                             f"{event.involved_object.name}: {str(event.message)[:300]}")
+    except Exception as error:  # the report must not hide the failure it explains
+        lines.append(f"(could not read the namespace: {error})")
+    return "\n".join(lines) or "(empty)"
 
 
 @pytest.hookimpl(tryfirst=True)

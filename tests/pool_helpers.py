@@ -72,6 +72,7 @@ def operator(testbed, namespace, tmp_path):
         proc.wait_ready()
         return proc
 
+    start.processes = processes  # for the failure report (tests/conftest.py)
     yield start
     for proc in processes:
         proc.stop()
