@@ -6,7 +6,9 @@ upstream ones, since both define the same CRD names. They must agree on
 every case, and on the defaults they fill in, except for the deliberately
 stricter rules of our ExporterSet (see config/crd/exportersets.yaml):
   - virtualTargetClassName must be a DNS-1123 subdomain,
-  - scaleDownCooldown must be a non-negative Go duration.
+  - scaleDownCooldown must be a non-negative Go duration,
+and the one place ours is more lenient: a template driver may leave out its
+name, as JEP-0014's examples do (the provisioner derives one).
 """
 
 from __future__ import annotations
@@ -136,7 +138,6 @@ AGREEMENT_CASES = [
         drivers({"name": "p", "ref": "qemu.power", "config": {"a": 1}}),
         False,
     ),
-    ("set-driver-without-name", drivers({"type": QEMU_POWER}), False),
     ("set-driver-empty-name", drivers({"name": "", "type": QEMU_POWER}), False),
     ("set-driver-empty-type", drivers({"name": "p", "type": ""}), False),
     ("set-driver-ref-double-dot", drivers({"name": "p", "ref": "qemu..power"}), False),
@@ -307,6 +308,20 @@ def test_ours_is_deliberately_stricter(ours, upstream, case, obj):
     assert not ours_accepted
     field = "virtualTargetClassName" if "class-name" in case else "scaleDownCooldown"
     assert field in ours_result
+
+
+def test_drivers_without_name_are_accepted_by_ours_only(ours, upstream):
+    """JEP-0014's examples list drivers by type alone: ours keeps them as
+    written (exporter_config.named_drivers names them), upstream refuses them."""
+    entries = [{"type": QEMU_POWER}, {"type": "jumpstarter_driver_network.driver.TcpNetwork",
+                                      "config": {"port": 22}}, {"ref": "qemu.power"}]
+    kind, spec = drivers(*entries)
+    ours_accepted, ours_spec = dry_run_create(ours, kind, spec)
+    upstream_accepted, upstream_result = dry_run_create(upstream, kind, spec)
+    assert ours_accepted, ours_spec
+    assert ours_spec["template"]["spec"]["drivers"] == entries
+    assert not upstream_accepted
+    assert "name" in upstream_result
 
 
 def test_affinity_is_kept_by_ours_and_pruned_upstream(ours, upstream):

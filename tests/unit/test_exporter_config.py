@@ -8,6 +8,7 @@ import yaml
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.exporter_config import (
     VIRTUAL_QEMU_DRIVER_TYPE,
     exits_on_lease_end,
+    named_drivers,
     qemu_driver_overrides,
     render_exporter_config,
 )
@@ -100,7 +101,7 @@ def test_inputs_are_not_changed():
 @pytest.mark.parametrize(
     ("drivers", "message"),
     [
-        ([{"type": "a.B"}], r"drivers\[0\]\.name: required"),
+        ([{"name": 5, "type": "a.B"}], r"drivers\[0\]\.name: required"),
         ([{"name": "", "type": "a.B"}], r"drivers\[0\]\.name: required"),
         ([{"name": "x", "type": "a.B"}, {"name": "x", "type": "a.C"}],
          r"drivers\[1\]\.name: duplicate driver name 'x'"),
@@ -206,3 +207,49 @@ def test_the_exporter_instantiates_the_virtual_qemu_driver_as_rendered(tmp_path)
     assert driver.children["power"].client() == "jumpstarter_driver_power.client.PowerClient"
     assert driver.children["flasher"].client() == "jumpstarter.client.flasher.FlasherClient"
     assert driver.children["console"].client() == "jumpstarter_driver_pyserial.client.PySerialClient"
+
+
+# JEP-0014's rpi4 set, drivers as the JEP lists them: by type alone.
+JEP_DRIVERS = [
+    {"type": "jumpstarter_driver_power.driver.QemuPower"},
+    {"type": "jumpstarter_driver_network.driver.TcpNetwork", "config": {"port": 22}},
+    {"type": "jumpstarter_driver_serial.driver.QemuSerial"},
+]
+
+
+def test_drivers_without_name_are_exported_under_their_lowercased_class_name():
+    before = copy.deepcopy(JEP_DRIVERS)
+    config = render(JEP_DRIVERS)
+    assert config["export"] == {
+        "qemupower": {"type": "jumpstarter_driver_power.driver.QemuPower", "config": {}},
+        "tcpnetwork": {"type": "jumpstarter_driver_network.driver.TcpNetwork", "config": {"port": 22}},
+        "qemuserial": {"type": "jumpstarter_driver_serial.driver.QemuSerial", "config": {}},
+    }
+    assert JEP_DRIVERS == before
+    # Stable: the same list names the same way every time.
+    assert render(JEP_DRIVERS)["export"] == config["export"]
+
+
+def test_derived_names_give_way_to_given_ones_and_to_each_other():
+    drivers = [
+        {"type": "a.driver.Power"},
+        {"name": "power", "type": "b.driver.Other"},
+        {"type": "c.driver.Power"},
+        {"type": "d.driver.Power", "name": None},
+        {"ref": "qemu.Console"},
+        {"name": "power_3", "type": "e.driver.Thing"},
+    ]
+    assert [d["name"] for d in named_drivers(drivers)] == [
+        "power_2", "power", "power_4", "power_5", "console", "power_3"]
+    assert list(render(drivers)["export"]) == [
+        "power_2", "power", "power_4", "power_5", "console", "power_3"]
+
+
+def test_qemu_overrides_reach_an_unnamed_qemu_driver():
+    drivers = [{"type": "jumpstarter_driver_qemu.driver.Qemu", "config": {"smp": 2}}]
+    overrides = qemu_driver_overrides(drivers, "/run/jve")
+    assert list(overrides) == ["qemu"]
+    config = render(drivers, driver_overrides=overrides)
+    assert list(config["export"]) == ["qemu"]
+    assert config["export"]["qemu"]["type"] == VIRTUAL_QEMU_DRIVER_TYPE
+    assert config["export"]["qemu"]["config"]["run_dir"] == "/run/jve"

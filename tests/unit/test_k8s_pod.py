@@ -193,3 +193,21 @@ def test_corellium_pod_is_the_exporter_alone_with_the_token_by_reference():
         "valueFrom": {"secretKeyRef": {"name": "corellium-api", "key": "token"}},
     }
     assert env["CORELLIUM_API_HOST"]["value"] == "corellium.test"
+
+
+@pytest.mark.parametrize(("provisioner", "driver_type", "derived", "key"), [
+    ("qemu.jumpstarter.dev", "jumpstarter_driver_qemu.driver.Qemu", "qemu", "run_dir"),
+    ("corellium.jumpstarter.dev", "jumpstarter_driver_corellium.driver.Corellium", "corellium", "project_id"),
+])
+def test_config_secret_names_unnamed_drivers_and_lays_the_provisioner_over_them(
+        provisioner, driver_type, derived, key):
+    """JEP-0014 lists drivers by type alone: the provisioner's own settings
+    reach such an entry under its derived name."""
+    template = {"spec": {"drivers": [{"type": driver_type},
+                                     {"type": "jumpstarter_driver_power.driver.QemuPower"}]}}
+    exporter_set = {**EXPORTER_SET, "spec": {**EXPORTER_SET["spec"], "template": template}}
+    parameters = {**PARAMETERS, "api": {"projectId": "p-1"}}
+    secret = k8s_pod.config_secret(exporter_set, EXPORTER, provisioner, parameters, TOKEN, None)
+    export = json.loads(secret["stringData"]["rpi4-0.yaml"])["export"]
+    assert sorted(export) == sorted([derived, "qemupower"])
+    assert key in export[derived]["config"]

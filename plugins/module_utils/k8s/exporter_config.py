@@ -1,6 +1,7 @@
 """The Jumpstarter ExporterConfig of one instance, rendered from its ExporterSet.
 
-The ``export`` map comes from ``spec.template.spec.drivers``: each entry
+The ``export`` map comes from ``spec.template.spec.drivers`` (an entry
+without a name gets one derived from its type: ``named_drivers``): each entry
 ``{name, type, config}`` becomes ``export[name] = {type, config}`` and each
 ``{name, ref}`` becomes ``export[name] = {ref}`` (a proxy to a nested child
 driver, as jumpstarter 0.9.0's ExporterConfig model spells it). The
@@ -57,13 +58,14 @@ def render_exporter_config(
     ignore it.
     """
     export = {}
-    for index, driver in enumerate(drivers or []):
+    for index, driver in enumerate(named_drivers(drivers)):
         where = f"drivers[{index}]"
         if not isinstance(driver, dict):
             raise ValueError(f"{where}: must be a mapping")
         export_name = driver.get("name")
         if not export_name or not isinstance(export_name, str):
-            raise ValueError(f"{where}.name: required")
+            raise ValueError(f"{where}.name: required (a non-empty string; left out, one is "
+                             f"derived from the type)")
         if export_name in export:
             raise ValueError(f"{where}.name: duplicate driver name {export_name!r}")
         entry = {key: value for key, value in driver.items() if key != "name"}
@@ -92,6 +94,37 @@ def render_exporter_config(
     if exit_on_lease_end is not None:
         config["exitOnLeaseEnd"] = bool(exit_on_lease_end)
     return config
+
+
+def named_drivers(drivers):
+    """The template's drivers, each with a ``name``: the one place names are derived.
+
+    JEP-0014's examples list drivers by ``type`` alone. An entry without a
+    name (or with a null one) gets the last dot-separated segment of its
+    ``type`` (or ``ref``), lowercased: ``...driver.QemuPower`` is exported as
+    ``qemupower``. Names the template gives are kept and reserved first; a
+    derived name taken already gets ``_2``, ``_3``... in the list's order.
+    So the same list always yields the same names. Entries that are not
+    mappings are returned as they are (``render_exporter_config`` refuses
+    them by index). The input is not changed.
+    """
+    drivers = list(drivers or [])
+    taken = {driver["name"] for driver in drivers
+             if isinstance(driver, dict) and isinstance(driver.get("name"), str)}
+    named = []
+    for driver in drivers:
+        if not isinstance(driver, dict) or driver.get("name") is not None:
+            named.append(driver)
+            continue
+        source = driver.get("type") or driver.get("ref")
+        base = (source.rsplit(".", 1)[-1].lower() if isinstance(source, str) else "") or "driver"
+        name, suffix = base, 1
+        while name in taken:
+            suffix += 1
+            name = f"{base}_{suffix}"
+        taken.add(name)
+        named.append({**driver, "name": name})
+    return named
 
 
 def _checked_entry(entry, where):
@@ -127,6 +160,6 @@ def qemu_driver_overrides(drivers, run_dir):
     }
     return {
         driver["name"]: {"type": VIRTUAL_QEMU_DRIVER_TYPE, "config": dict(config)}
-        for driver in drivers or []
+        for driver in named_drivers(drivers)
         if isinstance(driver, dict) and driver.get("name") and driver.get("type") in QEMU_DRIVER_TYPES
     }

@@ -94,7 +94,7 @@ def driver_overrides(provisioner, drivers, parameters, instance_name=None):
         # The exporter sidecar drives the runtime container's QEMU through
         # the sockets in the shared run directory.
         overrides.update(exporter_config.qemu_driver_overrides(drivers, RUN_DIR))
-    for driver in drivers or []:
+    for driver in exporter_config.named_drivers(drivers):
         if driver.get("type") == CORELLIUM_DRIVER_TYPE:
             device = parameters.get("device") or {}
             config = {
