@@ -333,6 +333,20 @@ def test_affinity_is_kept_by_ours_and_pruned_upstream(ours, upstream):
     assert "affinity" not in upstream_spec.get("scheduling", {})
 
 
+def test_node_affinity_as_the_jep_writes_it_is_kept_by_ours(ours, upstream):
+    """JEP-0014's common fields give scheduling.nodeAffinity beside
+    nodeSelector; ours keeps it (the Pod gets it as affinity.nodeAffinity,
+    tests/unit/test_k8s_pod.py), upstream prunes it."""
+    scheduling = {"nodeSelector": {"kubernetes.io/arch": "arm64"},
+                  "nodeAffinity": AFFINITY["nodeAffinity"], "affinity": AFFINITY}
+    kind, spec = virtual_target_class(scheduling=scheduling)
+    ours_accepted, ours_spec = dry_run_create(ours, kind, spec)
+    upstream_accepted, upstream_spec = dry_run_create(upstream, kind, spec)
+    assert ours_accepted and upstream_accepted
+    assert ours_spec["scheduling"] == scheduling
+    assert "nodeAffinity" not in upstream_spec.get("scheduling", {})
+
+
 def upstream_samples():
     for path in sorted(SAMPLES_DIR.glob("*.yaml")):
         for document in yaml.safe_load_all(path.read_text()):

@@ -211,3 +211,56 @@ def test_config_secret_names_unnamed_drivers_and_lays_the_provisioner_over_them(
     export = json.loads(secret["stringData"]["rpi4-0.yaml"])["export"]
     assert sorted(export) == sorted([derived, "qemupower"])
     assert key in export[derived]["config"]
+
+
+ARM = {"key": "kubernetes.io/arch", "operator": "In", "values": ["arm64"]}
+KVM = {"key": "jumpstarter.dev/kvm", "operator": "Exists"}
+ZONE = {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["a", "b"]}
+
+
+def required(*terms):
+    return {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": list(term)} for term in terms]}}
+
+
+def pod_with_scheduling(scheduling):
+    vclass = {"spec": {**CLASS["spec"], "scheduling": scheduling}}
+    before = json.dumps(vclass, sort_keys=True)
+    pod = k8s_pod.instance_pod(EXPORTER_SET, vclass, EXPORTER, "qemu.jumpstarter.dev", PARAMETERS, {})
+    assert json.dumps(vclass, sort_keys=True) == before, "the class was changed"
+    return pod["spec"]
+
+
+def test_node_affinity_as_the_jep_writes_it_is_the_pods_node_affinity():
+    """scheduling.nodeAffinity (JEP-0014's common fields) has the effect of
+    scheduling.affinity.nodeAffinity: the Pods are rendered alike."""
+    jep = pod_with_scheduling({"nodeAffinity": required([ARM])})
+    nested = pod_with_scheduling({"affinity": {"nodeAffinity": required([ARM])}})
+    assert jep["affinity"] == nested["affinity"] == {"nodeAffinity": required([ARM])}
+    assert jep == nested
+
+
+def test_both_node_affinities_must_hold_and_other_affinities_stay():
+    anti = {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"board": "rpi4"}}, "topologyKey": "kubernetes.io/hostname"}]}
+    preferred_a = {"weight": 10, "preference": {"matchExpressions": [KVM]}}
+    preferred_b = {"weight": 5, "preference": {"matchExpressions": [ZONE]}}
+    spec = pod_with_scheduling({
+        "affinity": {"podAntiAffinity": anti, "nodeAffinity": {
+            **required([ARM], [KVM]), "preferredDuringSchedulingIgnoredDuringExecution": [preferred_a]}},
+        "nodeAffinity": {**required([ZONE]), "preferredDuringSchedulingIgnoredDuringExecution": [preferred_b]},
+    })
+    assert spec["affinity"]["podAntiAffinity"] == anti
+    node = spec["affinity"]["nodeAffinity"]
+    # (arm64 or kvm) and zone: each term of one crossed with each of the other.
+    assert node["requiredDuringSchedulingIgnoredDuringExecution"] == required([ARM, ZONE], [KVM, ZONE])[
+        "requiredDuringSchedulingIgnoredDuringExecution"]
+    assert node["preferredDuringSchedulingIgnoredDuringExecution"] == [preferred_a, preferred_b]
+
+
+def test_node_affinity_alone_on_either_side_is_taken_whole():
+    assert k8s_pod.both_node_affinities(None, required([ARM])) == required([ARM])
+    assert k8s_pod.both_node_affinities(required([ARM]), {}) == required([ARM])
+    preferred = {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 1, "preference": {"matchExpressions": [ZONE]}}]}
+    assert k8s_pod.both_node_affinities(required([ARM]), preferred) == {**required([ARM]), **preferred}

@@ -150,6 +150,40 @@ def _container(name, image, extra):
     return container
 
 
+def both_node_affinities(first, second):
+    """One NodeAffinity asking what each of two asks.
+
+    A Node must match a required term of each: the terms are crossed, each
+    pair becoming one term with both's expressions and fields. Preferred
+    terms are all kept, each with its weight. Other keys: the second's win.
+    """
+    if not first:
+        return second
+    if not second:
+        return first
+    merged = {**first, **second}
+    required = "requiredDuringSchedulingIgnoredDuringExecution"
+    terms = [((first.get(required) or {}).get("nodeSelectorTerms") or []),
+             ((second.get(required) or {}).get("nodeSelectorTerms") or [])]
+    if terms[0] and terms[1]:
+        crossed = []
+        for one in terms[0]:
+            for other in terms[1]:
+                term = {}
+                for key in ("matchExpressions", "matchFields"):
+                    values = list(one.get(key) or []) + list(other.get(key) or [])
+                    if values:
+                        term[key] = values
+                crossed.append(term)
+        merged[required] = {**first[required], **second[required], "nodeSelectorTerms": crossed}
+    elif terms[0]:
+        merged[required] = first[required]
+    preferred = "preferredDuringSchedulingIgnoredDuringExecution"
+    if first.get(preferred) or second.get(preferred):
+        merged[preferred] = list(first.get(preferred) or []) + list(second.get(preferred) or [])
+    return merged
+
+
 def instance_pod(exporter_set, vclass, exporter, provisioner, parameters, images, accel=None):
     """The Pod of one instance."""
     name = exporter["metadata"]["name"]
@@ -254,5 +288,8 @@ def instance_pod(exporter_set, vclass, exporter, provisioner, parameters, images
         if scheduling.get(field):
             spec[field] = scheduling[field]
     if scheduling.get("nodeAffinity"):
-        spec.setdefault("affinity", {})["nodeAffinity"] = scheduling["nodeAffinity"]
+        # JEP-0014's spelling: the same as affinity.nodeAffinity, both holding
+        # when both are given. The class's objects are not changed.
+        spec["affinity"] = {**(spec.get("affinity") or {}), "nodeAffinity": both_node_affinities(
+            (scheduling.get("affinity") or {}).get("nodeAffinity"), scheduling["nodeAffinity"])}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": _owned_meta(name, exporter_set, exporter), "spec": spec}
