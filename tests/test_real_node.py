@@ -24,7 +24,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu
     qemu_argv,
 )
 from qemu_vm import GUEST_BANNER, GUEST_DIR, guest_parameters
-from testbed.node import TAINT_KEY, RealNode
+from testbed.node import NODE_LABEL, TAINT_KEY, RealNode
 
 pytestmark = [pytest.mark.realnode, pytest.mark.testbed]
 
@@ -42,6 +42,32 @@ def real_node(testbed_factory):
 def _pod(bed, namespace: str, name: str) -> dict | None:
     result = bed.kubectl("get", "pod", "-n", namespace, name, "-o", "json", check=False)
     return json.loads(result.stdout) if result.returncode == 0 else None
+
+
+def _create_pod(bed, namespace: str, name: str, spec: dict, node_selector: dict | None = None) -> None:
+    """Creates the Pod ``name`` with ``spec``, tolerating the real nodes'
+    taint; through the scheduler, the real-node label (or ``node_selector``)
+    brings it to a real node, not to a kwok one."""
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "nodeSelector": node_selector or {NODE_LABEL: "true"},
+            "tolerations": [{"key": TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}],
+            **spec,
+        },
+    }
+    bed.kubectl("apply", "-f", "-", input=json.dumps(pod))
+
+
+def _wait_phase(bed, namespace: str, name: str, phases: tuple[str, ...], what: str, timeout: float) -> dict:
+    """The Pod once its phase is one of ``phases``."""
+    def reached():
+        current = _pod(bed, namespace, name)
+        return current if current and current["status"].get("phase") in phases else None
+
+    return _wait(what, reached, timeout=timeout)
 
 
 def _wait(what: str, condition, timeout: float = 60.0, interval: float = 0.25):
@@ -95,43 +121,26 @@ def test_pod_runs_a_real_container_and_is_deleted_cleanly(real_node):
     namespace, name = "default", "busybox-echo"
     image = real_node.config.images["busybox"]
     marker = f"hello from the real node {time.time_ns()}"
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            # Through the scheduler: the label and the toleration bring it
-            # to the real node, not to a kwok one.
-            "nodeSelector": {"jumpstarter.dev/real-node": "true"},
-            "tolerations": [{"key": TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}],
-            "terminationGracePeriodSeconds": 5,
-            "containers": [
-                {
-                    "name": "echo",
-                    "image": image,
-                    "imagePullPolicy": "Never",
-                    # Writes the marker and what only a real container sees
-                    # (its own hostname, PID 1 being the shell), then waits
-                    # for SIGTERM.
-                    "command": ["/bin/sh", "-c",
-                                # "$$$$" is the shell's "$$" once Kubernetes has expanded
-                                # its own $(VAR) references in the command.
-                                f'echo "{marker}"; echo "hostname=$(hostname) pid=$$$$"; '
-                                "trap 'echo stopping; exit 0' TERM; while true; do sleep 1; done"],
-                }
-            ],
-        },
-    }
     started = time.monotonic()
-    bed.kubectl("apply", "-f", "-", input=json.dumps(pod))
-
-    def running():
-        current = _pod(bed, namespace, name)
-        if current and current["status"].get("phase") == "Running":
-            return current
-        return None
-
-    current = _wait("the Pod to run", running, timeout=90)
+    _create_pod(bed, namespace, name, {
+        "terminationGracePeriodSeconds": 5,
+        "containers": [
+            {
+                "name": "echo",
+                "image": image,
+                "imagePullPolicy": "Never",
+                # Writes the marker and what only a real container sees
+                # (its own hostname, PID 1 being the shell), then waits
+                # for SIGTERM.
+                "command": ["/bin/sh", "-c",
+                            # "$$$$" is the shell's "$$" once Kubernetes has expanded
+                            # its own $(VAR) references in the command.
+                            f'echo "{marker}"; echo "hostname=$(hostname) pid=$$$$"; '
+                            "trap 'echo stopping; exit 0' TERM; while true; do sleep 1; done"],
+            }
+        ],
+    })
+    current = _wait_phase(bed, namespace, name, ("Running",), "the Pod to run", timeout=90)
     assert current["spec"]["nodeName"] == real_node.name
     pod_ip = current["status"]["podIP"]
     assert pod_ip.startswith(real_node.config.subnet.rsplit(".", 2)[0])
@@ -174,41 +183,29 @@ def test_qemu_runtime_image_boots_the_guest_in_a_pod(real_node):
     image = real_node.config.images["qemu-runtime"]
     mounts = [{"name": "run", "mountPath": run_dir},
               {"name": "guest", "mountPath": guest, "readOnly": True}]
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "nodeSelector": {"jumpstarter.dev/real-node": "true"},
-            "tolerations": [{"key": TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}],
-            "terminationGracePeriodSeconds": 2,
-            "volumes": [{"name": "run", "emptyDir": {}},
-                        {"name": "guest", "hostPath": {"path": str(GUEST_DIR), "type": "Directory"}}],
-            "initContainers": [{
-                "name": "disk", "image": image, "imagePullPolicy": "Never",
-                "command": disk_create_argv(parameters, run_dir),
-                "securityContext": restricted, "volumeMounts": mounts,
-            }],
-            "containers": [{
-                "name": "qemu", "image": image, "imagePullPolicy": "Never",
-                "command": qemu_argv(parameters, run_dir=run_dir, name=name, accel="tcg"),
-                "securityContext": restricted, "volumeMounts": mounts,
-            }],
-        },
-    }
     started = time.monotonic()
-    bed.kubectl("apply", "-f", "-", input=json.dumps(pod))
+    _create_pod(bed, namespace, name, {
+        "terminationGracePeriodSeconds": 2,
+        "volumes": [{"name": "run", "emptyDir": {}},
+                    {"name": "guest", "hostPath": {"path": str(GUEST_DIR), "type": "Directory"}}],
+        "initContainers": [{
+            "name": "disk", "image": image, "imagePullPolicy": "Never",
+            "command": disk_create_argv(parameters, run_dir),
+            "securityContext": restricted, "volumeMounts": mounts,
+        }],
+        "containers": [{
+            "name": "qemu", "image": image, "imagePullPolicy": "Never",
+            "command": qemu_argv(parameters, run_dir=run_dir, name=name, accel="tcg"),
+            "securityContext": restricted, "volumeMounts": mounts,
+        }],
+    })
 
     def serial_log():
         result = bed.kubectl("exec", "-n", namespace, name, "-c", "qemu", "--", "cat", f"{run_dir}/serial.log",
                              check=False)
         return result.stdout if GUEST_BANNER.decode() in result.stdout else None
 
-    def running():
-        current = _pod(bed, namespace, name)
-        return current if current and current["status"].get("phase") == "Running" else None
-
-    current = _wait("the QEMU Pod to run", running, timeout=120)
+    current = _wait_phase(bed, namespace, name, ("Running",), "the QEMU Pod to run", timeout=120)
     assert current["spec"]["nodeName"] == real_node.name
     try:
         _wait("the guest's banner on its serial console", serial_log, timeout=120, interval=1)
@@ -247,29 +244,17 @@ def test_exporter_image_runs_jmp_with_the_collection_s_driver(real_node):
     namespace, name = "default", "exporter-image"
     script = (f"id -u; jmp --help >/dev/null && echo jmp ok; "
               f"python3 -c '{IMPORT_DRIVERS}' {' '.join(EXPORTER_DRIVERS)}")
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "nodeSelector": {"jumpstarter.dev/real-node": "true"},
-            "tolerations": [{"key": TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}],
-            "restartPolicy": "Never",
-            "containers": [{
-                "name": "exporter", "image": real_node.config.images["exporter"], "imagePullPolicy": "Never",
-                "command": ["/bin/sh", "-c", script],
-                "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
-                                    "seccompProfile": {"type": "RuntimeDefault"}, "runAsNonRoot": True},
-            }],
-        },
-    }
-    bed.kubectl("apply", "-f", "-", input=json.dumps(pod))
-
-    def finished():
-        current = _pod(bed, namespace, name)
-        return current if current and current["status"].get("phase") in ("Succeeded", "Failed") else None
-
-    current = _wait("the exporter image's Pod to finish", finished, timeout=120)
+    _create_pod(bed, namespace, name, {
+        "restartPolicy": "Never",
+        "containers": [{
+            "name": "exporter", "image": real_node.config.images["exporter"], "imagePullPolicy": "Never",
+            "command": ["/bin/sh", "-c", script],
+            "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+                                "seccompProfile": {"type": "RuntimeDefault"}, "runAsNonRoot": True},
+        }],
+    })
+    current = _wait_phase(bed, namespace, name, ("Succeeded", "Failed"), "the exporter image's Pod to finish",
+                          timeout=120)
     logs = bed.kubectl("logs", "-n", namespace, name).stdout
     assert current["status"]["phase"] == "Succeeded", logs
     assert logs.split() == ["1000", "jmp", "ok", "drivers:", str(len(EXPORTER_DRIVERS))], logs
@@ -285,20 +270,11 @@ def test_down_leaves_nothing_behind(real_node, tmp_path):
     node = RealNode(bed, tmp_path / "second", name="real-node-1", images=())
     node.up()
     try:
-        pod = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": "left-running", "namespace": "default"},
-            "spec": {
-                "nodeSelector": {"kubernetes.io/hostname": node.name},
-                "tolerations": [{"key": TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}],
-                "terminationGracePeriodSeconds": 1,
-                "containers": [{"name": "pause", "image": node.config.images["pause"], "imagePullPolicy": "Never"}],
-            },
-        }
-        bed.kubectl("apply", "-f", "-", input=json.dumps(pod))
-        _wait("the Pod to run", lambda: (_pod(bed, "default", "left-running") or {}).get("status", {})
-              .get("phase") == "Running", timeout=90)
+        _create_pod(bed, "default", "left-running", {
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "pause", "image": node.config.images["pause"], "imagePullPolicy": "Never"}],
+        }, node_selector={"kubernetes.io/hostname": node.name})
+        _wait_phase(bed, "default", "left-running", ("Running",), "the Pod to run", timeout=90)
         netns = [p.name for p in Path("/run/netns").glob("cni-*")]
         assert netns, "the running Pod has a network namespace"
     finally:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import socket
 import ssl
 import subprocess
@@ -22,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from . import processes
+from .components import Components
 from .jumpstarter_crds import write_core_crds
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -130,11 +130,14 @@ class BedConfig:
     pids: dict[str, int] = field(default_factory=dict)
 
 
-class TestBed:
+class TestBed(Components):
     """One control plane. `up()` is idempotent: a bed whose processes are all
     alive is reused as it is."""
 
     __test__ = False  # not a pytest test class despite the name
+    report_lines = 15
+    config_type = BedConfig
+    config_file_name = "bed.json"
 
     def __init__(
         self,
@@ -193,24 +196,6 @@ class TestBed:
         configuration = client.Configuration()
         config.load_kube_config(config_file=str(self.kubeconfig), client_configuration=configuration)
         return client.ApiClient(configuration)
-
-    def logs(self) -> dict[str, Path]:
-        """Log file of each process the bed runs, by component name."""
-        return {p.stem: p for p in sorted((self.state_dir / "logs").glob("*.log"))}
-
-    def _config_file(self) -> Path:
-        return self.state_dir / "bed.json"
-
-    def _load_config(self) -> BedConfig | None:
-        try:
-            return BedConfig(**json.loads(self._config_file().read_text()))
-        except FileNotFoundError:
-            return None
-
-    def _save_config(self) -> None:
-        tmp = self._config_file().with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(self.config), indent=2))
-        tmp.replace(self._config_file())
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -288,59 +273,9 @@ class TestBed:
 
     # -- processes ---------------------------------------------------------
 
-    def _spawn(self, name: str, argv: list[str]) -> None:
-        log = open(self.state_dir / f"logs/{name}.log", "ab")  # noqa: SIM115 - handed to the child
-        log.write(f"\n==== {time.strftime('%Y-%m-%dT%H:%M:%S')} {' '.join(argv)}\n".encode())
-        log.flush()
-        # Own session: a Ctrl-C in the terminal that ran `up` does not kill
-        # the bed, and `down` can stop each process by pid.
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        log.close()
-        self.config.pids[name] = proc.pid
-        self._children[name] = proc
-        processes.track(proc.pid, f"{name} of the bed {self.state_dir.name} ({self.state_dir})",
+    def _spawned(self, name: str, pid: int) -> None:
+        processes.track(pid, f"{name} of the bed {self.state_dir.name} ({self.state_dir})",
                         session_wide=self.session_wide, owner=self.owner)
-
-    def _alive(self, name: str) -> bool:
-        pid = self.config.pids.get(name)
-        if not pid:
-            return False
-        child = self._children.get(name)
-        if child is not None and child.pid == pid:
-            # Right after exec, /proc/<pid>/cmdline can still read empty;
-            # our own children are asked directly.
-            return child.poll() is None
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except (FileNotFoundError, ProcessLookupError):
-            return False
-        # A recycled pid running something else is not ours; a zombie is dead.
-        return Path(cmdline.decode()).name == name and ") Z " not in stat
-
-    def _stop(self, name: str, timeout: float = 10.0) -> None:
-        if self._alive(name):
-            pid = self.config.pids[name]
-            os.kill(pid, signal.SIGTERM)
-            deadline = time.monotonic() + timeout
-            while self._alive(name) and time.monotonic() < deadline:
-                _reap(pid)
-                time.sleep(0.05)
-            if self._alive(name):
-                os.kill(pid, signal.SIGKILL)
-            _reap(pid)
-        self.config.pids.pop(name, None)
-        self._children.pop(name, None)
-
-    def _save_config_if_present(self) -> None:
-        if self._config_file().exists():
-            self._save_config()
 
     def _start_etcd(self) -> None:
         c = self.config
@@ -568,13 +503,6 @@ class TestBed:
             time.sleep(0.1)
         raise TestBedError(f"kube-apiserver not ready after {STARTUP_TIMEOUT:.0f} s; see {self.state_dir}/logs")
 
-    def _exit_report(self, name: str) -> str:
-        log = self.state_dir / "logs" / f"{name}.log"
-        child = self._children.get(name)
-        code = child.poll() if child else None
-        tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:]) if log.exists() else ""
-        return f"{name} exited (code {code}); last lines of {log}:\n{tail}"
-
     # -- certificates ------------------------------------------------------
 
     def _make_pki(self) -> None:
@@ -664,15 +592,6 @@ def issue_certificate(pki: Path, out_dir: Path, name: str, subject: str, extensi
     openssl("x509", "-req", "-in", str(csr), "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
             "-out", str(certificate), "-days", str(days), "-extfile", extensions)
     return certificate, key
-
-
-def _reap(pid: int) -> None:
-    """Collect a child we started in this process so it does not linger as a
-    zombie; processes started by another `up` are not our children."""
-    try:
-        os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass
 
 
 # Metadata for every request is enough to count API calls by verb and user;

@@ -33,11 +33,12 @@ import signal
 import subprocess
 import time
 import urllib.request
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import processes
-from .bed import BIN_DIR, PROJECT_ROOT, TestBed, _reap, free_ports, issue_certificate
+from .bed import BIN_DIR, PROJECT_ROOT, TestBed, free_ports, issue_certificate
+from .components import Components
 
 TAINT_KEY = "jumpstarter.dev/real-node"
 NODE_LABEL = "jumpstarter.dev/real-node"
@@ -69,10 +70,14 @@ def _short_id(path: Path) -> str:
     return hashlib.sha256(str(path).encode()).hexdigest()[:8]
 
 
-class RealNode:
+class RealNode(Components):
     """One kubelet + containerd on the bed ``bed``. ``up()`` reuses a node
     whose processes are alive; ``down()`` stops its Pods, processes and
     containers and removes its Node, network and cgroups."""
+
+    stop_timeout = 15.0
+    config_type = NodeConfig
+    config_file_name = "node.json"
 
     def __init__(self, bed: TestBed, state_dir: Path | str | None = None, *, name: str = "real-node-0",
                  images: tuple[str, ...] = ("busybox",)):
@@ -113,23 +118,9 @@ class RealNode:
     def network_name(self) -> str:
         return f"jve-node-{self.id}"
 
-    def logs(self) -> dict[str, Path]:
-        return {p.stem: p for p in sorted((self.state_dir / "logs").glob("*.log"))}
-
-    def _config_file(self) -> Path:
-        return self.state_dir / "node.json"
-
-    def _load_config(self) -> NodeConfig | None:
-        try:
-            return NodeConfig(**json.loads(self._config_file().read_text()))
-        except FileNotFoundError:
-            return None
-
     def _save_config(self) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        tmp = self._config_file().with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(self.config), indent=2))
-        tmp.replace(self._config_file())
+        super()._save_config()
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -190,59 +181,16 @@ class RealNode:
             self.bed.kubectl("delete", "node", self.name, "--ignore-not-found", "--wait=false", check=False)
         shutil.rmtree(self.run_dir, ignore_errors=True)
         shutil.rmtree(self.kubelet_dir, ignore_errors=True)
-        if self._config_file().exists():
-            self._save_config()
+        self._save_config_if_present()
         if remove and self.state_dir.exists():
             shutil.rmtree(self.state_dir)
 
     # -- processes -----------------------------------------------------------
 
-    def _spawn(self, name: str, argv: list[str]) -> None:
-        log = open(self.state_dir / f"logs/{name}.log", "ab")  # noqa: SIM115 - handed to the child
-        log.write(f"\n==== {time.strftime('%Y-%m-%dT%H:%M:%S')} {' '.join(argv)}\n".encode())
-        log.flush()
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-        log.close()
-        self.config.pids[name] = proc.pid
-        self._children[name] = proc
+    def _spawned(self, name: str, pid: int) -> None:
         self._save_config()
-        processes.track(proc.pid, f"{name} of the real node {self.name} ({self.state_dir})",
+        processes.track(pid, f"{name} of the real node {self.name} ({self.state_dir})",
                         session_wide=self.session_wide)
-
-    def _alive(self, name: str) -> bool:
-        pid = self.config.pids.get(name)
-        if not pid:
-            return False
-        child = self._children.get(name)
-        if child is not None and child.pid == pid:
-            return child.poll() is None
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except (FileNotFoundError, ProcessLookupError):
-            return False
-        return Path(cmdline.decode()).name == name and ") Z " not in stat
-
-    def _stop(self, name: str, timeout: float = 15.0) -> None:
-        if self._alive(name):
-            pid = self.config.pids[name]
-            os.kill(pid, signal.SIGTERM)
-            deadline = time.monotonic() + timeout
-            while self._alive(name) and time.monotonic() < deadline:
-                _reap(pid)
-                time.sleep(0.05)
-            if self._alive(name):
-                os.kill(pid, signal.SIGKILL)
-                time.sleep(0.1)
-            _reap(pid)
-        self.config.pids.pop(name, None)
-        self._children.pop(name, None)
-
-    def _exit_report(self, name: str) -> str:
-        log = self.state_dir / "logs" / f"{name}.log"
-        tail = "\n".join(log.read_text(errors="replace").splitlines()[-20:]) if log.exists() else ""
-        return f"{name} of the real node exited; last lines of {log}:\n{tail}"
 
     def ctr(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
         return subprocess.run(["ctr", "--address", str(self.socket), "--namespace", "k8s.io", *args],
@@ -293,7 +241,7 @@ class RealNode:
                 continue
             if argv and argv[0].endswith(b"containerd-shim-runc-v2") and needle in argv:
                 pid = int(proc.name)
-                for child in _descendants(pid):
+                for child in processes.descendants(pid):
                     _kill(child, signal.SIGKILL)
                 _kill(pid, signal.SIGKILL)
 
@@ -563,16 +511,6 @@ def _answers(url: str) -> bool:
             return response.status == 200
     except OSError:
         return False
-
-
-def _descendants(pid: int) -> list[int]:
-    children = []
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        try:
-            children += [int(c) for c in (task / "children").read_text().split()]
-        except OSError:
-            continue
-    return [d for c in children for d in [c, *_descendants(c)]]
 
 
 def _kill(pid: int, signo: int) -> None:
