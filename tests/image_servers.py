@@ -6,6 +6,10 @@ Images are pushed to it with a real client (``oras``).
 Both listen on 10.213.0.1 by default, where the lab hosts reach this
 machine (scripts/labhosts, which puts that address on the loopback); tests
 without lab hosts pass ``address="127.0.0.1"``.
+
+``instance_pod`` renders an instance's Pod as the operator does, and
+``run_images_container`` runs the command of its ``images`` init container
+for real here, its mounts mapped to local directories.
 """
 
 from __future__ import annotations
@@ -13,12 +17,15 @@ from __future__ import annotations
 import collections
 import hashlib
 import http.server
+import json
 import socket
 import subprocess
+import sys
 import threading
 from pathlib import Path
 
 import oras.client
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import pod as k8s_pod
 from jumpstarter_standin import wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -119,3 +126,29 @@ class Registry:
             self.process.kill()
             self.process.wait()
         self.log.close()
+
+
+def instance_pod(parameters: dict, vclass: dict | None = None, images: dict | None = None) -> dict:
+    """The Pod of the Exporter pool-0 of the set lab/pool (class ``vclass``,
+    none by default) for the instance ``parameters``."""
+    exporter_set = {"metadata": {"name": "pool", "namespace": "lab", "uid": "u"},
+                    "spec": {"template": {"spec": {"drivers": []}}}}
+    exporter = {"apiVersion": "jumpstarter.dev/v1alpha1", "kind": "Exporter",
+                "metadata": {"name": "pool-0", "namespace": "lab", "uid": "e"}}
+    return k8s_pod.instance_pod(exporter_set, vclass or {"spec": {}}, exporter, "qemu.jumpstarter.dev",
+                                parameters, images)
+
+
+def run_images_container(container: dict, cache: Path, run_dir: Path) -> subprocess.CompletedProcess:
+    """The ``images`` init container's command for real, with this Python,
+    the node cache at ``cache`` and the Pod's run directory at ``run_dir``."""
+    run_dir.mkdir(exist_ok=True)
+    argv = list(container["command"])
+    assert argv[:2] == ["python3", "-c"]
+    argv[0] = sys.executable
+    argv[argv.index("--cache") + 1] = str(cache)
+    files = json.loads(argv[argv.index("--files") + 1])
+    for entry in files:
+        entry["dest"] = entry["dest"].replace(k8s_pod.RUN_DIR, str(run_dir))
+    argv[argv.index("--files") + 1] = json.dumps(files)
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd="/")

@@ -16,14 +16,12 @@ import http.server
 import json
 import os
 import socket
-import subprocess
-import sys
 import threading
 
 import pytest
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import pod as k8s_pod
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu import images as image_fetch
-from image_servers import ImageServer, sha256
+from image_servers import ImageServer, instance_pod, run_images_container, sha256
 from jumpstarter_standin import wait_for
 from kubernetes import client
 from pool_helpers import QEMU_PARAMETERS, condition, get_set, make_class, make_set, settle_pool
@@ -213,7 +211,7 @@ def test_an_oversize_download_is_stopped_and_its_partial_file_removed(announced,
 def test_the_pod_fetch_stops_at_the_class_limit(server, tmp_path):
     url, digest = server.add("guest/disk.img", os.urandom(3 << 20))
     vclass = {"metadata": {"annotations": {image_fetch.ANNOTATION_MAX_SIZE: "1Mi"}}, "spec": {}}
-    done = run_fetch_container(fetch_container(vclass, {"disk": {"url": url, "digest": digest}}),
+    done = run_images_container(fetch_container(vclass, {"disk": {"url": url, "digest": digest}}),
                                tmp_path / "node-cache", tmp_path / "run")
     assert done.returncode == 1
     assert done.stderr.strip().splitlines()[-1].startswith(f"ImageInvalid: {url}: larger than the image size limit")
@@ -257,12 +255,12 @@ def test_the_pod_fetch_reverifies_a_node_cache_hit(server, tmp_path):
     url, digest = server.add("guest/disk.img", IMAGE)
     container = fetch_container({"spec": {}}, {"disk": {"url": url, "digest": digest}})
     cache, run_dir = tmp_path / "node-cache", tmp_path / "run"
-    assert run_fetch_container(container, cache, run_dir).returncode == 0
+    assert run_images_container(container, cache, run_dir).returncode == 0
     cached = image_fetch.cache_path(str(cache), digest)
     os.chmod(cached, 0o644)
     with open(cached, "wb") as out:
         out.write(b"a backdoored disk")
-    done = run_fetch_container(container, cache, run_dir)  # the next Pod on the node
+    done = run_images_container(container, cache, run_dir)  # the next Pod on the node
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {"downloaded": ["disk"]}
     assert (run_dir / "disk.base").read_bytes() == IMAGE
@@ -272,26 +270,8 @@ def test_the_pod_fetch_reverifies_a_node_cache_hit(server, tmp_path):
 # -- the init container --------------------------------------------------------
 
 def fetch_container(vclass, parameters, images=None):
-    exporter_set = {"metadata": {"name": "pool", "namespace": "lab", "uid": "u"},
-                    "spec": {"template": {"spec": {"drivers": []}}}}
-    exporter = {"apiVersion": "jumpstarter.dev/v1alpha1", "kind": "Exporter",
-                "metadata": {"name": "pool-0", "namespace": "lab", "uid": "e"}}
-    pod = k8s_pod.instance_pod(exporter_set, vclass, exporter, "qemu.jumpstarter.dev",
-                               {"resources": {"memory": "128Mi"}, **parameters}, images)
+    pod = instance_pod({"resources": {"memory": "128Mi"}, **parameters}, vclass, images)
     return next(c for c in pod["spec"]["initContainers"] if c["name"] == "images")
-
-
-def run_fetch_container(container, cache, run_dir):
-    """The container's command for real, its mounts mapped to local directories."""
-    run_dir.mkdir(exist_ok=True)
-    argv = list(container["command"])
-    argv[0] = sys.executable
-    argv[argv.index("--cache") + 1] = str(cache)
-    files = json.loads(argv[argv.index("--files") + 1])
-    for entry in files:
-        entry["dest"] = entry["dest"].replace(k8s_pod.RUN_DIR, str(run_dir))
-    argv[argv.index("--files") + 1] = json.dumps(files)
-    return subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd="/")
 
 
 def test_a_set_that_names_a_file_url_is_refused_and_one_naming_its_own_image_gets_the_pinned_fetcher(

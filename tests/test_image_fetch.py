@@ -7,10 +7,7 @@ same file as a script."""
 from __future__ import annotations
 
 import hashlib
-import json
 import os
-import subprocess
-import sys
 import threading
 
 import pytest
@@ -18,7 +15,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import pod as k8s_pod
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu import argv as qemu_argv
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu import images as image_fetch
-from image_servers import ImageServer, Registry, free_port
+from image_servers import ImageServer, Registry, free_port, instance_pod, run_images_container
 from kubernetes import client
 from pool_helpers import QEMU_PARAMETERS, make_class, make_set, settle_pool
 
@@ -144,32 +141,10 @@ def test_oci_artifact_with_another_digest_is_refused(registry, tmp_path):
 
 # -- the Pod ----------------------------------------------------------------
 
-def pod(parameters):
-    exporter_set = {"metadata": {"name": "pool", "namespace": "lab", "uid": "u"},
-                    "spec": {"template": {"spec": {"drivers": []}}}}
-    exporter = {"apiVersion": "jumpstarter.dev/v1alpha1", "kind": "Exporter",
-                "metadata": {"name": "pool-0", "namespace": "lab", "uid": "e"}}
-    return k8s_pod.instance_pod(exporter_set, {"spec": {}}, exporter, "qemu.jumpstarter.dev",
-                                parameters, None)
-
-
-def run_init_container(container, cache, run_dir):
-    """The container's command for real, with its mounts mapped to local directories."""
-    argv = list(container["command"])
-    assert argv[:2] == ["python3", "-c"]
-    argv[0] = sys.executable
-    argv[argv.index("--cache") + 1] = str(cache)
-    files = json.loads(argv[argv.index("--files") + 1])
-    for entry in files:
-        entry["dest"] = entry["dest"].replace(k8s_pod.RUN_DIR, str(run_dir))
-    argv[argv.index("--files") + 1] = json.dumps(files)
-    return subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd="/")
-
-
 def test_pod_fetches_and_verifies_into_the_node_cache_before_the_disk_and_qemu(server, tmp_path):
     url, digest = server.add("guest/base.qcow2", KERNEL)
     parameters = {"resources": {"memory": "128Mi"}, "disk": {"url": url, "digest": digest}}
-    spec = pod(parameters)["spec"]
+    spec = instance_pod(parameters)["spec"]
     init = [c["name"] for c in spec["initContainers"]]
     assert init[:2] == ["images", "disk"]
     images = spec["initContainers"][0]
@@ -186,7 +161,7 @@ def test_pod_fetches_and_verifies_into_the_node_cache_before_the_disk_and_qemu(s
     cache, run_dir = tmp_path / "node-cache", tmp_path / "run"
     run_dir.mkdir()
     for _ in range(2):  # a second Pod on the node finds the image in the cache
-        done = run_init_container(images, cache, run_dir)
+        done = run_images_container(images, cache, run_dir)
         assert done.returncode == 0, done.stderr
     assert server.gets["/guest/base.qcow2"] == 1
     base = run_dir / qemu_argv.FETCHED_IMAGE_NAMES["disk"]
@@ -196,10 +171,10 @@ def test_pod_fetches_and_verifies_into_the_node_cache_before_the_disk_and_qemu(s
 
 def test_pod_with_a_wrong_digest_fails_its_init_container_naming_url_and_digests(server, tmp_path):
     url, actual = server.add("guest/vmlinuz", OTHER)
-    spec = pod({"resources": {"memory": "128Mi"}, "kernel": {"url": url, "digest": WRONG}})["spec"]
+    spec = instance_pod({"resources": {"memory": "128Mi"}, "kernel": {"url": url, "digest": WRONG}})["spec"]
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    done = run_init_container(spec["initContainers"][0], tmp_path / "cache", run_dir)
+    done = run_images_container(spec["initContainers"][0], tmp_path / "cache", run_dir)
     assert done.returncode == 1
     assert not (run_dir / "kernel").exists()
     last_words = done.stderr.strip().splitlines()[-1]
@@ -215,7 +190,7 @@ def test_pod_with_a_wrong_digest_fails_its_init_container_naming_url_and_digests
 
 
 def test_images_by_path_need_no_fetch_container():
-    spec = pod({"resources": {"memory": "128Mi"}, "kernel": {"path": "/images/vmlinuz"}})["spec"]
+    spec = instance_pod({"resources": {"memory": "128Mi"}, "kernel": {"path": "/images/vmlinuz"}})["spec"]
     assert "images" not in [c["name"] for c in spec["initContainers"]]
     assert "image-cache" not in [v["name"] for v in spec["volumes"]]
 
@@ -240,7 +215,7 @@ def test_the_operator_renders_the_images_init_container_that_fetches_for_real(ap
     assert command[command.index("-kernel") + 1] == f"{k8s_pod.RUN_DIR}/kernel"
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    done = run_init_container(init[0], tmp_path / "node-cache", run_dir)
+    done = run_images_container(init[0], tmp_path / "node-cache", run_dir)
     assert done.returncode == 0, done.stderr
     assert (run_dir / "kernel").read_bytes() == KERNEL
     assert server.gets["/guest/vmlinuz"] == 1
