@@ -132,6 +132,9 @@ CONDITION_AVAILABLE = "Available"
 CONDITION_PROGRESSING = "Progressing"
 CONDITION_DEGRADED = "Degraded"
 CONDITION_SCALING_LIMITED = "ScalingLimited"
+# JEP-0014's health condition of a set, derived from the others (pool/status.py).
+CONDITION_SET_HEALTHY = "SetHealthy"
+REASON_HEALTHY = "Healthy"
 # True while Exporters made from an earlier template remain (pool/rollout.py).
 CONDITION_ROLLING_OUT = "RollingOut"
 REASON_UP_TO_DATE = "UpToDate"

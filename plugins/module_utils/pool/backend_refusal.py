@@ -21,6 +21,7 @@ from datetime import timedelta
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.status import (
     merge_condition,
+    with_set_healthy,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.timeutil import (
     backoff_delay,
@@ -128,11 +129,11 @@ def apply_to_plan(plan, exporter_set, refusal, now):
     generation = exporter_set["metadata"].get("generation")
     wanted = {"type": _CONDITION_OF[refusal["reason"]], "status": "True",
               "reason": refusal["reason"], "message": refusal["message"]}
-    plan["status"]["conditions"] = [
+    plan["status"]["conditions"] = with_set_healthy([
         merge_condition(previous_conditions, wanted, generation, now)
         if condition["type"] == wanted["type"] else condition
         for condition in plan["status"]["conditions"]
-    ]
+    ], now, generation)
     plan["changed"] = bool(plan.get("changed") or plan["status"] != previous_status)
     wait = retry_in(refusal, now)
     if wait > 0:

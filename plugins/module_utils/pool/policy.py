@@ -22,6 +22,7 @@ policy, or two policies naming one set, leave the set on the defaults with a
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants as c
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.status import (
     merge_conditions,
+    with_set_healthy,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.timeutil import (
     parse_duration,
@@ -311,6 +312,8 @@ def apply_to_plan(plan, exporter_set, condition, now):
         return plan
     generation = None if plan.get("paused") else exporter_set["metadata"].get("generation")
     status["conditions"] = merge_conditions(status.get("conditions") or [], updates, now, generation)
+    if not plan.get("paused"):
+        status["conditions"] = with_set_healthy(status["conditions"], now, generation)
     plan["changed"] = bool(plan.get("changed") or status != previous_status)
     return plan
 

@@ -4,6 +4,7 @@ Conditions keep their ``lastTransitionTime`` while their status does not
 change, as metav1.Condition consumers expect.
 """
 
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.exporter_state import (
     read_exporter,
 )
@@ -118,6 +119,42 @@ def merge_conditions(previous_conditions, updates, now, generation=None):
     return sorted(by_type.values(), key=lambda c: c["type"])
 
 
+def set_healthy_condition(conditions):
+    """JEP-0014's ``SetHealthy``, read off the set's other conditions; None
+    while they say nothing yet (no ``Degraded`` among them).
+
+    A set is healthy when it is not ``Degraded`` (its class is usable, its
+    parameters valid and allowed, its instances not failing in a row, its
+    backend not refusing its credentials, the controller CA readable) and
+    its ExporterSetPolicy is not invalid (``PolicyValid`` not False). False
+    takes the reason and message of the condition that makes it so. A pool
+    short of its warm buffer, capped, provisioning, rolling out or paused is
+    still healthy: ``Available``, ``ScalingLimited``, ``Progressing``,
+    ``RollingOut`` and ``Paused`` say so.
+    """
+    by_type = {condition.get("type"): condition for condition in conditions or ()}
+    degraded = by_type.get(constants.CONDITION_DEGRADED)
+    if degraded is None:
+        return None
+    policy = by_type.get(constants.CONDITION_POLICY_VALID) or {}
+    for cause, bad in ((degraded, "True"), (policy, "False")):
+        if cause.get("status") == bad:
+            return make_condition(constants.CONDITION_SET_HEALTHY, False,
+                                  cause.get("reason") or cause["type"], cause.get("message") or "")
+    return make_condition(constants.CONDITION_SET_HEALTHY, True, constants.REASON_HEALTHY,
+                          "not degraded, and the set's policy, if any, is valid")
+
+
+def with_set_healthy(conditions, now, generation=None):
+    """``conditions`` with ``SetHealthy`` derived from the others and merged
+    in (its ``lastTransitionTime`` held while its status holds). Every writer
+    that changes ``Degraded`` or ``PolicyValid`` on a set's plan calls it."""
+    healthy = set_healthy_condition(conditions)
+    if healthy is None:
+        return list(conditions or ())
+    return merge_conditions(conditions, [healthy], now, generation)
+
+
 def pool_status(exporter_set, exporters, instances=None, now=None, conditions=None,
                 counters=None):
     """The full new status of an ExporterSet.
@@ -138,5 +175,6 @@ def pool_status(exporter_set, exporters, instances=None, now=None, conditions=No
     else:
         # Conditions other writers own (the operator's Running/Successful/
         # Failure outcome) are kept as they are, in their place.
-        status["conditions"] = merge_conditions(previous, conditions, now, generation)
+        status["conditions"] = with_set_healthy(
+            merge_conditions(previous, conditions, now, generation), now, generation)
     return status
