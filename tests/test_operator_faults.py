@@ -27,6 +27,7 @@ from pool_helpers import (
     no_event,
     settle_pool,
 )
+from testbed import processes
 
 EXPORTER_LABEL = "virtualtarget.jumpstarter.dev/exporter"
 
@@ -64,16 +65,6 @@ def assert_no_orphans(api, namespace, set_name="pool"):
     return names
 
 
-def _descendants(pid: int) -> list[int]:
-    children = []
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        try:
-            children += [int(c) for c in (task / "children").read_text().split()]
-        except OSError:
-            continue
-    return children
-
-
 def kill_tree(proc: OperatorProcess) -> None:
     """SIGKILL the operator and everything it started (its playbook runs),
     as a container's end does: each is stopped first, so none starts
@@ -86,7 +77,7 @@ def kill_tree(proc: OperatorProcess) -> None:
         except ProcessLookupError:
             continue
         stopped.append(pid)
-        pending += _descendants(pid)
+        pending += processes.children(pid)
     for pid in stopped:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
