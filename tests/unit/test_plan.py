@@ -576,3 +576,20 @@ def test_conditions_of_other_writers_are_kept_and_a_steady_plan_is_unchanged():
     again = plan(the_set, [exporter("pool-0")])
     assert successful in again["status"]["conditions"]
     assert again["changed"] is False
+
+
+def test_a_reset_exporter_still_booting_does_not_make_the_ready_one_surplus():
+    """Being reset in place, an Exporter counts as useful but is not available:
+    scale-down keeps the ready one that is the warm buffer."""
+    ready = exporter("rpi4-0")
+    resetting = exporter("rpi4-1", ready=False, enabled=False,
+                         annotations={c.ANNOTATION_RETIRING: c.RECYCLE_IN_PLACE_REUSE})
+    ended = [lease("l1", assigned="rpi4-1", ended=True)]
+    the_set = exporter_set(min_available=1, recycle="InPlaceReuse", cooldown="0s")
+    result = plan(the_set, [ready, resetting], leases=ended)
+    assert [r["name"] for r in result["recycle"]] == ["rpi4-1"]
+    assert result["disable"] == [], "the only available exporter was scaled down"
+    # Once the reset one is ready, the surplus goes.
+    back = exporter("rpi4-1", annotations=dict(after(result, resetting)["metadata"]["annotations"]))
+    settled = plan(the_set, [ready, back], leases=ended)
+    assert len(settled["disable"]) == 1

@@ -581,7 +581,11 @@ def scale_plan(exporter_set, virtual_target_class, exporters, pending_leases, no
             order = _scale_down_order(idle, scale_in)
         else:
             order = survey.scale_down_order()
-        waiting_for_cooldown, victims = _scale_down(order, surplus, cooldown, now, builder)
+        # Only ready idle members beyond the warm buffer may go: one being
+        # reset counts as useful, but it is not available until it is ready.
+        spare_ready = max(sum(1 for m in idle if m.ready) - warm_buffer, 0)
+        waiting_for_cooldown, victims = _scale_down(order, surplus, cooldown, now, builder,
+                                                    spare_ready)
     else:
         builder.annotate_set(c.ANNOTATION_SURPLUS_SINCE, None)
 
@@ -808,11 +812,13 @@ def _parked_order(member):
     return -member.rank, member.name
 
 
-def _scale_down(order, surplus, cooldown, now, builder):
+def _scale_down(order, surplus, cooldown, now, builder, spare_ready):
     """Disable the least useful idle exporters once the cooldown has run out.
 
-    ``order`` is the idle members in ``_scale_down_order``. Returns whether
-    the cooldown is still running, and how many were disabled.
+    ``order`` is the idle members in ``_scale_down_order``; at most
+    ``spare_ready`` of the victims may be ready (the rest of the ready ones
+    are the warm buffer). Returns whether the cooldown is still running, and
+    how many were disabled.
     """
     since_text = builder.set_annotation_values.get(c.ANNOTATION_SURPLUS_SINCE)
     try:
@@ -826,7 +832,17 @@ def _scale_down(order, surplus, cooldown, now, builder):
     if remaining > 0:
         builder.requeue_at(remaining)
         return True, 0
-    victims = order[:surplus]
+    victims = []
+    for member in order:
+        if len(victims) == surplus:
+            break
+        if member.ready:
+            if spare_ready == 0:
+                continue
+            spare_ready -= 1
+        victims.append(member)
+    if not victims:
+        return False, 0
     for member in victims:
         builder.disable.append(member.name)
         builder.annotate(member.name, c.ANNOTATION_SCALE_DOWN, builder.now_text)
