@@ -64,8 +64,13 @@ def beside_lab_hosts(files, lab_files, durations) -> set[str]:
 
 
 def merge(old: dict[str, float], *runs: dict[str, float]) -> dict[str, float]:
-    """``old`` with each file measured by ``runs`` replaced by its new figure."""
-    merged = dict(old)
+    """``old`` with each file measured by ``runs`` (the processes of one
+    scripts/test run) replaced by its new figure: the sum over the runs, since
+    a file's lab-host tests and its others run in different processes."""
+    measured: dict[str, float] = {}
     for run in runs:
-        merged.update({name: round(seconds, 1) for name, seconds in run.items()})
+        for name, seconds in run.items():
+            measured[name] = measured.get(name, 0.0) + seconds
+    merged = dict(old)
+    merged.update({name: round(seconds, 1) for name, seconds in measured.items()})
     return dict(sorted(merged.items()))

@@ -53,3 +53,5 @@ def test_unmeasured_files_count_by_their_tests_and_a_measurement_replaces_the_es
     assert split.measured_durations() == {"test_bed.py": 500.0}
     assert split.merge({"test_bed.py": 500.0, "test_old.py": 3.0}, {"test_bed.py": 41.26}) == {
         "test_bed.py": 41.3, "test_old.py": 3.0}
+    # A file whose tests ran in both processes counts both.
+    assert split.merge({}, {"test_lab.py": 100.0}, {"test_lab.py": 0.5}) == {"test_lab.py": 100.5}
