@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.corellium import identity
 from corellium_fake.server import Delays, FakeCorellium
@@ -173,6 +174,20 @@ def test_wait_for_first_consumer_creates_for_leases_through_a_rate_limit_storm(
     assert_token_nowhere(api, namespace, corellium_fake.token, proc.log_path.read_text())
 
 
+def _quiet_count(fake, quiet=1.0, timeout=15.0):
+    """How many requests the fake has had, once none came for ``quiet`` seconds."""
+    count, since = len(fake.requests), time.monotonic()
+    deadline = since + timeout
+    while time.monotonic() < deadline:
+        time.sleep(0.1)
+        now = len(fake.requests)
+        if now != count:
+            count, since = now, time.monotonic()
+        elif time.monotonic() - since >= quiet:
+            return count
+    raise AssertionError(f"requests to the Corellium API never stopped: {fake.requests[-5:]}")
+
+
 def test_rejected_token_gives_condition_and_backs_off(api, namespace, standin, operator, corellium_fake):
     custom = client.CustomObjectsApi(api)
     core = client.CoreV1Api(api)
@@ -195,8 +210,10 @@ def test_rejected_token_gives_condition_and_backs_off(api, namespace, standin, o
     assert corellium_fake.instances() == []
 
     # No retry storm: nothing is asked of the API until the backoff ends (a
-    # new refusal would be recorded on the set).
-    refused_requests = len(corellium_fake.requests)
+    # new refusal would be recorded on the set). The refused run may still
+    # be finishing its last request when the condition shows: counted once
+    # the requests have been quiet for a second.
+    refused_requests = _quiet_count(corellium_fake)
     refusal = (get_set(custom, namespace)["metadata"].get("annotations") or {}).get(REFUSAL_ANNOTATION)
     with no_event(api, "Pod", added, 4.0, namespace, what="Pod while the backend refuses"):
         assert_no_event(api, "ExporterSet",
