@@ -8,8 +8,8 @@ process with less measured time so far. A file never measured counts by an
 estimate from its tests (``estimate``) until a run has measured it. The
 measurements are per file, in seconds (setup, call and teardown of its
 tests), from the last run of scripts/test on this machine
-(``$CACHE_DIR/test-profile/durations.json``), else from the run committed in
-``tests/durations.json``.
+(``$CACHE_DIR/test-profile/durations.json``), else from a run committed in
+``tests/durations.json`` when there is one.
 """
 
 import json
