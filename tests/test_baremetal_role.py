@@ -56,6 +56,13 @@ class Bed:
     def exporters(self):
         return self.standin.exporters()
 
+    def disable(self, names):
+        """What the pool does before a reset or a removal: the role acts only on
+        Exporters a fresh read shows disabled and unleased."""
+        for name in names:
+            self.custom.patch_namespaced_custom_object("jumpstarter.dev", "v1alpha1", self.namespace,
+                                                       "exporters", name, {"spec": {"enabled": False}})
+
     def run(self, entry_point, names):
         playbook = self.tmp_path / f"{entry_point}.yml"
         playbook.write_text(yaml.safe_dump([{
@@ -117,6 +124,11 @@ def test_provision_reset_remove_and_host_loss(testbed, namespace, standin, lab, 
     pool0 = bed.instance_dir(hosts["pool-0"], "pool-0")
     disk_before = (pool0 / "disk.qcow2").stat().st_ctime
     qemu_pid = (pool0 / "vm" / "pid").read_text()
+    # Still enabled, pool-0 is not reset: the role checks just before the host acts.
+    results, _ = bed.run("reset", ["pool-0"])
+    assert results[hosts["pool-0"]]["changed_instances"] == []
+    assert (pool0 / "vm" / "pid").read_text() == qemu_pid
+    bed.disable(["pool-0", "pool-1", "pool-2"])
     reset_started = time.time()
     results, _ = bed.run("reset", ["pool-0"])
     assert results[hosts["pool-0"]]["changed_instances"] == ["pool-0"]
@@ -142,4 +154,5 @@ def test_provision_reset_remove_and_host_loss(testbed, namespace, standin, lab, 
     results, _ = bed.run("provision", [])
     assert not bed.instance_dir(lost, "pool-2").exists()
     assert sorted(phases(results)) == ["pool-0", "pool-3"]
+    bed.disable(["pool-3"])
     bed.run("remove", ["pool-0", "pool-3"])
