@@ -80,7 +80,8 @@ def test_exporter_is_a_native_sidecar_after_the_disk_init():
     assert disk["name"] == "disk" and disk["command"][:2] == ["qemu-img", "create"]
     assert "restartPolicy" not in disk
     assert exporter["name"] == "exporter" and exporter["restartPolicy"] == "Always"
-    assert exporter["command"] == ["jmp", "run", "--exporter-config", "/etc/jumpstarter/exporters/rpi4-0.yaml"]
+    assert exporter["command"][:2] == ["/bin/sh", "-c"]
+    assert exporter["command"][-4:] == ["jmp", "run", "--exporter-config", "/etc/jumpstarter/exporters/rpi4-0.yaml"]
     mounts = {m["name"]: m for m in exporter["volumeMounts"]}
     assert mounts["run"]["mountPath"] == "/run/jumpstarter"
     assert mounts["config"] == {"name": "config", "mountPath": "/etc/jumpstarter/exporters", "readOnly": True}
@@ -264,3 +265,46 @@ def test_node_affinity_alone_on_either_side_is_taken_whole():
     preferred = {"preferredDuringSchedulingIgnoredDuringExecution": [
         {"weight": 1, "preference": {"matchExpressions": [ZONE]}}]}
     assert k8s_pod.both_node_affinities(required([ARM]), preferred) == {**required([ARM]), **preferred}
+
+
+def test_exporter_that_saw_its_lease_end_never_serves_again(tmp_path):
+    """The exporter container's guard and the config's afterLease hook, run by
+    a real /bin/sh with the run directory mapped to ``tmp_path``: before the
+    hook has run the guard execs ``jmp run``; the hook notes the lease's end
+    and fails (so ``jmp run`` exits and reports no Available); a container
+    started again after that does not start ``jmp run``."""
+    import subprocess
+
+    run_dir = str(tmp_path)
+
+    def mapped(argv):
+        return [arg.replace(k8s_pod.RUN_DIR, run_dir) for arg in argv]
+
+    secret = k8s_pod.config_secret(EXPORTER_SET, EXPORTER, "qemu.jumpstarter.dev", PARAMETERS, TOKEN, "")
+    hooks = json.loads(secret["stringData"]["rpi4-0.yaml"])["hooks"]
+    assert set(hooks) == {"afterLease"} and hooks["afterLease"]["onFailure"] == "exit"
+    exporter = next(c for c in render()["spec"]["initContainers"] if c["name"] == "exporter")
+    # `jmp` stands in as `echo`: what the guard would exec.
+    command = mapped(exporter["command"][:-4]) + ["echo", "served", *exporter["command"][-3:]]
+    first = subprocess.run(command, capture_output=True, text=True, timeout=10)
+    assert first.returncode == 0 and first.stdout.startswith("served run"), first
+
+    hook = subprocess.run(["/bin/sh", "-c", mapped([hooks["afterLease"]["script"]])[0]], timeout=10)
+    assert hook.returncode != 0
+    assert (tmp_path / "lease-ended").exists()
+
+    again = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    try:
+        line = again.stdout.readline()
+        assert "not serving again" in line and again.poll() is None
+        again.terminate()
+        assert again.wait(timeout=10) == 0
+        assert "served" not in again.stdout.read()
+    finally:
+        again.kill()
+
+
+def test_in_place_reuse_keeps_no_lease_end_hook():
+    exporter_set = {**EXPORTER_SET, "spec": {**EXPORTER_SET["spec"], "recycleStrategy": "InPlaceReuse"}}
+    secret = k8s_pod.config_secret(exporter_set, EXPORTER, "qemu.jumpstarter.dev", PARAMETERS, TOKEN, "")
+    assert "hooks" not in json.loads(secret["stringData"]["rpi4-0.yaml"])

@@ -35,6 +35,27 @@ VIRTUAL_QEMU_DRIVER_TYPE = "jumpstarter_driver_virtual_qemu.driver.VirtualQemu"
 QEMU_DRIVER_TYPES = ("jumpstarter_driver_qemu.driver.Qemu", VIRTUAL_QEMU_DRIVER_TYPE)
 
 
+# Written in the instance's run directory by the exporter once its lease has
+# ended (``lease_end_hooks``); an exporter started again beside it (the
+# container restarted) sees it and never registers again (``k8s/pod.py``).
+LEASE_ENDED_MARKER = "lease-ended"
+
+
+def lease_end_hooks(run_dir):
+    """The ExporterConfig ``hooks`` that end the exporter with its first lease.
+
+    ``jmp run`` 0.9.0 serves again after a lease (its child process is
+    forked anew and reports Available), so the controller could hand the
+    used VM to the next lessee before the operator disables its Exporter.
+    The afterLease hook runs before the exporter would report Available: it
+    notes the end in the run directory and fails with ``onFailure: exit``,
+    so the exporter reports AfterLeaseHookFailed, then Offline, unregisters
+    and exits with 1, which ``jmp run`` does not restart.
+    """
+    marker = f"{run_dir.rstrip('/')}/{LEASE_ENDED_MARKER}"
+    return {"afterLease": {"script": f"touch {marker}; exit 1", "onFailure": "exit", "timeout": 30}}
+
+
 def exits_on_lease_end(exporter_set):
     """Whether the exporter process ends with its lease: unless the set reuses instances in place."""
     strategy = (exporter_set.get("spec") or {}).get("recycleStrategy") or constants.RECYCLE_EXIT_AND_REPLACE
@@ -43,7 +64,7 @@ def exits_on_lease_end(exporter_set):
 
 def render_exporter_config(
     name, namespace, drivers, *, endpoint, token, driver_overrides=None, tls_ca=None,
-    exit_on_lease_end=None,
+    exit_on_lease_end=None, hooks=None,
 ):
     """ExporterConfig as a dict, ready to be dumped as YAML.
 
@@ -55,7 +76,8 @@ def render_exporter_config(
     provisioner wins; a null value drops a key). ``tls_ca`` is the base64 CA
     bundle of the controller endpoint. ``exit_on_lease_end`` (when given) is
     written as ``exitOnLeaseEnd``; exporters that do not know the field
-    ignore it.
+    ignore it. ``hooks`` (when given) is the config's ``hooks`` map, e.g.
+    ``lease_end_hooks``.
     """
     export = {}
     for index, driver in enumerate(named_drivers(drivers)):
@@ -93,6 +115,8 @@ def render_exporter_config(
         config["tls"] = {"ca": tls_ca}
     if exit_on_lease_end is not None:
         config["exitOnLeaseEnd"] = bool(exit_on_lease_end)
+    if hooks:
+        config["hooks"] = hooks
     return config
 
 

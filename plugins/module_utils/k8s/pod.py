@@ -119,6 +119,7 @@ def config_secret(exporter_set, exporter, provisioner, parameters, token, tls_ca
     instance_name = name
     if provisioner == constants.PROVISIONER_CORELLIUM:
         instance_name = corellium_identity.exporter_instance_name(exporter)
+    exits = exporter_config.exits_on_lease_end(exporter_set)
     rendered = exporter_config.render_exporter_config(
         name,
         exporter["metadata"]["namespace"],
@@ -127,7 +128,8 @@ def config_secret(exporter_set, exporter, provisioner, parameters, token, tls_ca
         token=token,
         driver_overrides=driver_overrides(provisioner, drivers, parameters, instance_name=instance_name),
         tls_ca=tls_ca,
-        exit_on_lease_end=exporter_config.exits_on_lease_end(exporter_set),
+        exit_on_lease_end=exits,
+        hooks=exporter_config.lease_end_hooks(RUN_DIR) if exits else None,
     )
     return {
         "apiVersion": "v1",
@@ -137,6 +139,26 @@ def config_secret(exporter_set, exporter, provisioner, parameters, token, tls_ca
         # JSON is YAML, and the standard library writes it.
         "stringData": {f"{name}.yaml": json.dumps(rendered, indent=2, sort_keys=True)},
     }
+
+
+# The exporter container's command: ``jmp run``, unless the exporter of this
+# Pod has already seen its lease end (the marker its afterLease hook writes
+# into the run directory, an emptyDir that outlives the container). A
+# container the kubelet starts again after that (the qemu sidecar always
+# restarts) then waits for the Pod's end without registering, so the used VM
+# is never offered to a second lessee, however late the operator is.
+_EXPORTER_GUARD = (
+    "if [ -e \"{marker}\" ]; then trap 'exit 0' TERM INT; "
+    'echo "the lease of this instance has ended: not serving again"; '
+    'while :; do sleep 3600 & wait $!; done; fi; exec "$@"'
+)
+
+
+def exporter_command(name):
+    """The exporter container's command (``sh -c`` guard, then ``jmp run``)."""
+    marker = f"{RUN_DIR}/{exporter_config.LEASE_ENDED_MARKER}"
+    return ["/bin/sh", "-c", _EXPORTER_GUARD.format(marker=marker), "exporter",
+            "jmp", "run", "--exporter-config", f"{CONFIG_DIR}/{name}.yaml"]
 
 
 def _container(name, image, extra):
@@ -220,7 +242,7 @@ def instance_pod(exporter_set, vclass, exporter, provisioner, parameters, images
         "exporter",
         images["exporter"],
         {
-            "command": ["jmp", "run", "--exporter-config", f"{CONFIG_DIR}/{name}.yaml"],
+            "command": exporter_command(name),
             "volumeMounts": exporter_mounts,
             "env": exporter_env,
         },
