@@ -9,18 +9,28 @@ pinned dependencies, the collection where Ansible finds it, the operator
 importing its pool logic from that installed collection with no PYTHONPATH,
 and the run-time environment the Containerfile sets (every writable path
 under /tmp, a numeric non-root user).
+
+The venv is kept across runs in the cache, one per hash of what decides its
+pinned contents (requirements.lock, install.sh, the Python): install.sh runs
+into it every time, whole, and its pip step then finds every pinned package
+already there instead of installing some 70 of them again. A change to the
+lock or the script makes a fresh venv.
 """
 
+import fcntl
+import hashlib
 import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from collection_tree import copy_collection
+from testbed import CACHE_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
 CONTAINERFILE = ROOT / "operator" / "Containerfile"
@@ -93,21 +103,44 @@ def test_image_environment_keeps_every_writable_path_under_tmp():
     assert env["PYTHONDONTWRITEBYTECODE"] == "1"
 
 
+def _venv_key() -> str:
+    """What decides the venv's pinned contents: the lock, the script, the Python."""
+    digest = hashlib.sha256()
+    for path in (ROOT / "requirements.lock", ROOT / "operator" / "install.sh"):
+        digest.update(path.read_bytes())
+    digest.update(f"{sys.version}|{os.path.realpath(sys.executable)}".encode())
+    return digest.hexdigest()[:16]
+
+
 @pytest.fixture(scope="module")
 def image(tmp_path_factory):
-    """(python, collections dir, source) after install.sh ran as the image build runs it."""
+    """(python, collections dir) after install.sh ran as the image build runs it.
+
+    The venv comes from the cache (module docstring); a partial one, left by
+    a run that stopped before install.sh succeeded, is made afresh. Held
+    under a lock for the module: one run at a time installs into it."""
     work = tmp_path_factory.mktemp("image")
     source = copy_collection(work / "src")
     before = sorted(str(path.relative_to(source)) for path in source.rglob("*"))
-    subprocess.run([sys.executable, "-m", "venv", str(work / "venv")], check=True, capture_output=True)
-    python = work / "venv" / "bin" / "python"
-    collections = work / "collections"
-    result = subprocess.run([str(source / "operator" / "install.sh"), str(source), str(collections)],
-                            env=_clean_env(PYTHON=str(python)), capture_output=True, text=True, timeout=900)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    after = sorted(str(path.relative_to(source)) for path in source.rglob("*"))
-    assert after == before, "install.sh wrote into its source"
-    return python, collections
+    cache = CACHE_DIR / "operator-image"
+    cache.mkdir(parents=True, exist_ok=True)
+    venv = cache / _venv_key() / "venv"
+    complete = venv.parent / "complete"
+    with open(cache / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not complete.exists():
+            shutil.rmtree(venv.parent, ignore_errors=True)
+            venv.parent.mkdir(parents=True)
+            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True)
+        python = venv / "bin" / "python"
+        collections = work / "collections"
+        result = subprocess.run([str(source / "operator" / "install.sh"), str(source), str(collections)],
+                                env=_clean_env(PYTHON=str(python)), capture_output=True, text=True, timeout=900)
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        complete.touch()
+        after = sorted(str(path.relative_to(source)) for path in source.rglob("*"))
+        assert after == before, "install.sh wrote into its source"
+        yield python, collections
 
 
 def _image_run(image, tmp_path, *argv):
