@@ -51,10 +51,12 @@ from kubernetes import client, watch
 from pool_helpers import GROUP, SET_LABEL, make_class, make_set, settle_pool
 
 JS = ("jumpstarter.dev", "v1alpha1")
-CHURN_SECONDS = 60.0
+CHURN_SECONDS = 30.0
 # The race must have run: the churn goes on past CHURN_SECONDS (up to
 # CHURN_MAX_SECONDS) until the sets were rescaled MIN_ITERATIONS times and
 # the controller assigned MIN_ASSIGNED leases, however slow the machine.
+# The floors, not the clock, bound the churn: twelve rescales two to five
+# seconds apart take about 42 s.
 CHURN_MAX_SECONDS = 180.0
 MIN_ITERATIONS = 12
 MIN_ASSIGNED = 15
