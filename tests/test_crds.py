@@ -61,7 +61,7 @@ def virtual_target_class(**changes):
 
 
 def drivers(*entries):
-    return exporter_set(template={"spec": {"drivers": list(entries)}})
+    return exporter_set(template={"metadata": SET_SPEC["template"]["metadata"], "spec": {"drivers": list(entries)}})
 
 
 QEMU_POWER = "jumpstarter_driver_power.driver.QemuPower"
@@ -97,7 +97,9 @@ AGREEMENT_CASES = [
         exporter_set(selector={"matchExpressions": [{"key": "board", "operator": "In", "values": ["rpi4", "rpi5"]}]}),
         True,
     ),
-    ("set-empty-template", exporter_set(template={}), True),
+    # An empty template with an empty selector (ours refuses a selector that
+    # does not select the template's labels: STRICTER_CASES).
+    ("set-empty-template", exporter_set(template={}, selector={}), True),
     ("set-no-drivers", drivers(), True),
     ("set-driver-ref", drivers({"name": "power", "ref": "qemu.power"}), True),
     (
@@ -229,6 +231,38 @@ STRICTER_CASES = [
     ("cooldown-negative", exporter_set(scaleDownCooldown="-5m")),
     ("cooldown-days", exporter_set(scaleDownCooldown="1d")),
     ("cooldown-empty", exporter_set(scaleDownCooldown="")),
+    ("selector-not-in-empty-template", exporter_set(template={})),
+    ("selector-other-value", exporter_set(selector={"matchLabels": {"board": "rpi5"}})),
+    ("selector-key-not-in-template", exporter_set(selector={"matchLabels": {"board": "rpi4", "lab": "a"}})),
+    ("selector-in-other-values", exporter_set(
+        selector={"matchExpressions": [{"key": "board", "operator": "In", "values": ["rpi5"]}]})),
+    ("selector-not-in-own-value", exporter_set(
+        selector={"matchExpressions": [{"key": "board", "operator": "NotIn", "values": ["rpi4"]}]})),
+    ("selector-exists-missing-key", exporter_set(
+        selector={"matchExpressions": [{"key": "lab", "operator": "Exists"}]})),
+    ("selector-does-not-exist-present-key", exporter_set(
+        selector={"matchExpressions": [{"key": "board", "operator": "DoesNotExist"}]})),
+    ("selector-unknown-operator", exporter_set(
+        selector={"matchExpressions": [{"key": "board", "operator": "Equals", "values": ["rpi4"]}]})),
+    ("selector-in-without-values", exporter_set(
+        selector={"matchExpressions": [{"key": "board", "operator": "In"}]})),
+    ("selector-exists-with-values", exporter_set(
+        selector={"matchExpressions": [{"key": "board", "operator": "Exists", "values": ["rpi4"]}]})),
+]
+
+# Accepted by both: selectors that do select the template's labels.
+SELECTING_CASES = [
+    ("selector-empty", exporter_set(selector={})),
+    ("selector-subset", exporter_set(template={"metadata": {"labels": {"board": "rpi4", "lab": "a"}}})),
+    ("selector-expressions-all-operators", exporter_set(selector={"matchExpressions": [
+        {"key": "board", "operator": "In", "values": ["rpi4", "rpi5"]},
+        {"key": "board", "operator": "NotIn", "values": ["rpi3"]},
+        {"key": "lab", "operator": "NotIn", "values": ["a"]},
+        {"key": "board", "operator": "Exists"},
+        {"key": "lab", "operator": "DoesNotExist"}]})),
+    ("selector-labels-and-expressions", exporter_set(selector={
+        "matchLabels": {"board": "rpi4"},
+        "matchExpressions": [{"key": "board", "operator": "In", "values": ["rpi4"]}]})),
 ]
 
 # Our VirtualTargetClass keeps scheduling.affinity; upstream prunes it. Both
@@ -306,8 +340,20 @@ def test_ours_is_deliberately_stricter(ours, upstream, case, obj):
     ours_accepted, ours_result = dry_run_create(ours, kind, spec)
     assert upstream_accepted, f"upstream: {upstream_result}"
     assert not ours_accepted
-    field = "virtualTargetClassName" if "class-name" in case else "scaleDownCooldown"
+    if case.startswith("selector-"):
+        field = "spec.selector"
+    else:
+        field = "virtualTargetClassName" if "class-name" in case else "scaleDownCooldown"
     assert field in ours_result
+
+
+@pytest.mark.parametrize(("case", "obj"), SELECTING_CASES, ids=[c[0] for c in SELECTING_CASES])
+def test_selectors_that_select_the_template_are_accepted(ours, upstream, case, obj):
+    kind, spec = obj
+    ours_accepted, ours_result = dry_run_create(ours, kind, spec)
+    upstream_accepted, upstream_result = dry_run_create(upstream, kind, spec)
+    assert upstream_accepted, upstream_result
+    assert ours_accepted, ours_result
 
 
 def test_drivers_without_name_are_accepted_by_ours_only(ours, upstream):

@@ -42,7 +42,8 @@ LAB_CLASS = {"arch": "x86_64", "resources": {"cpu": 1, "memory": "128Mi", "stora
 
 
 def drivers(*entries):
-    return {"template": {"spec": {"drivers": [{"name": "qemu", "type": QEMU}, *entries]}}}
+    # The labels the set's selector (board: <its name>) selects, filled in per set.
+    return {"template": {"metadata": {"labels": {}}, "spec": {"drivers": [{"name": "qemu", "type": QEMU}, *entries]}}}
 
 
 # (id, class, spec of the set beyond the usual, the field the refusal names)
@@ -115,6 +116,8 @@ def hostile(testbed, tmp_path_factory):
                          minAvailableReplicas=1, maxReplicas=2,
                          parameters={"resources": {"memory": "512Mi", "cpu": 2}})
                 for name, kind, spec, _ in ATTACKS:
+                    if "template" in spec:
+                        spec = {**spec, "template": {**spec["template"], "metadata": {"labels": {"board": name}}}}
                     make_set(custom, namespace, name=name, board=name,
                              virtualTargetClassName=CLASS_NAMES[kind], minAvailableReplicas=1,
                              maxReplicas=2, **spec)

@@ -36,7 +36,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import objects as k8s_objects
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import pod as k8s_pod
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import status as k8s_status
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import lease_safety
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import adoption, lease_safety
 
 # The ``retiring`` annotation of an Exporter disabled for its set's deletion.
 RETIRING_TEARDOWN = "Teardown"
@@ -91,6 +91,8 @@ class PlanApplier:
         self.held_why = {}
         # name -> the leases holding it, of a teardown (confirm_teardown).
         self.leased = {}
+        # Exporters the plan meant to adopt and this pass did not (adopt).
+        self.not_adopted = set()
 
     def _patched(self, name, written):
         """Keep the resourceVersion an Exporter write left (``versions``)."""
@@ -326,7 +328,43 @@ class PlanApplier:
         self.result["created"].append(name)
         return True
 
+    def adopt(self, entry, provisioner):
+        """Adopt one Exporter the plan found without a controller owner
+        (pool/adoption.py), on a fresh read under the same rule, with its UID
+        and resourceVersion as preconditions; returns whether it was adopted.
+        One taken meanwhile (by another set, leased, changed) is left alone
+        quietly: the next plan looks again."""
+        from kubernetes.client.rest import ApiException
+
+        name = entry["name"]
+        current = self._read_exporter(name)
+        why = "gone"
+        if current is not None:
+            why = adoption.why_not_adoptable(
+                self.set, current, provisioner,
+                lease_safety.LeaseView(self._active_leases()).holders(current))
+            if entry.get("uid") and current["metadata"].get("uid") != entry["uid"]:
+                why = "replaced by a new Exporter"
+        if why is not None:
+            self.not_adopted.add(name)
+            return False
+        if not self.check:
+            try:
+                self._patched(name, self.custom.patch_namespaced_custom_object(
+                    *constants.EXPORTER.at(self.namespace), name, adoption.adoption_patch(self.set, current)))
+            except ApiException as exc:
+                if exc.status in (404, 409):
+                    self.not_adopted.add(name)
+                    return False
+                self._fail(f"adopting Exporter {self.namespace}/{name}", exc)
+        if name not in self.result["patched"]:
+            self.result["patched"].append(name)
+        return True
+
     def apply_plan(self, plan, provisioner):
+        # Adoptions first: a pass that adopts creates nothing (adoption.py).
+        for entry in plan.get("adopt") or []:
+            self.adopt(entry, provisioner)
         # While the set has no other enabled Exporter, the dormant one comes
         # first; without it nothing that takes an enabled Exporter away is done.
         dormant_ready = all(
@@ -405,7 +443,7 @@ class PlanApplier:
                 )
         # An Event about an Exporter this pass was held from tells of an
         # action that did not happen; the next plan that acts writes it once.
-        held = self.held_why
+        held = set(self.held_why) | self.not_adopted
         events = [event for event in plan.get("events") or []
                   if event.get("exporter") not in held] + self.held_events()
         if events and not self.check:

@@ -16,6 +16,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.bare
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import lifecycle
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import objects as k8s_objects
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import (
+    adoption,
     backend_refusal,
     lease_safety,
     policy,
@@ -82,6 +83,15 @@ def observe(exporter_set, namespace_objects, now):
         placed = [e for e in exporters if _labels(e).get(constants.LABEL_HOST)]
         lab = baremetal_pool.LabView(exporter_set, vclass, owned, placed, now,
                                      parameters=resolved["parameters"])
+    # Why its template labels are refused (another set's, or reserved).
+    label_conflicts = selectors.template_label_conflicts(exporter_set, sets, constants.LABEL_EXPORTER_SET)
+    # The Exporters it adopts now and those its selector matches that it may
+    # not take (pool/adoption.py); a refused set adopts nothing.
+    adopt, not_adopted = [], []
+    if vclass is not None and not label_conflicts and not (resolved or {}).get("violations"):
+        adopt, not_adopted = adoption.adoption(
+            exporter_set, exporters, (vclass.get("spec") or {}).get("provisioner"),
+            lease_safety.LeaseView(leases))
     return {
         "class": vclass,
         "owned": owned,
@@ -99,8 +109,11 @@ def observe(exporter_set, namespace_objects, now):
         "controller_ca": None,
         "policy": set_policy,
         "policy_condition": policy_condition,
-        # Why its template labels are refused (another set's, or reserved).
-        "label_conflicts": selectors.template_label_conflicts(exporter_set, sets, constants.LABEL_EXPORTER_SET),
+        "label_conflicts": label_conflicts,
+        "adopt": adopt,
+        "not_adopted": not_adopted,
+        # The other sets whose selectors overlap its own (reported on both).
+        "selector_overlaps": selectors.selector_overlaps(exporter_set, sets, constants.LABEL_EXPORTER_SET),
     }
 
 
@@ -170,6 +183,9 @@ def _plan(exporter_set, observed, options):
     if lab is not None:
         lab.complete_plan(plan)
     plan = backend_refusal.apply_to_plan(plan, exporter_set, refusal, observed["now"])
+    plan = adoption.apply_to_plan(plan, exporter_set, observed.get("adopt") or [],
+                                  observed.get("selector_overlaps") or [], observed.get("not_adopted") or [],
+                                  observed["now"])
     return policy.apply_to_plan(plan, exporter_set, observed.get("policy_condition"), observed["now"])
 
 
@@ -211,7 +227,7 @@ def split_plan(plan, exporter_set, provisioner, acting=()):
     events = plan.get("events") or []
     pool["events"] = [e for e in events if e.get("exporter") not in held_back]
     pool["changed"] = bool(
-        any(pool.get(k) for k in ("create", "enable", "disable", "delete", "create_dormant", "delete_dormant",
+        any(pool.get(k) for k in ("adopt", "create", "enable", "disable", "delete", "create_dormant", "delete_dormant",
                                    "exporter_annotations", "set_annotations"))
         or (plan.get("status") and plan["status"] != (exporter_set.get("status") or {}))
     ) if plan.get("changed") else False

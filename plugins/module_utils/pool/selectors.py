@@ -184,3 +184,38 @@ def template_label_conflicts(exporter_set, exporter_sets, set_label):
                 f"matches the Exporters of ExporterSet {other_meta['name']}, created before it; "
                 "leases for this set could be given that set's Exporters")
     return errors
+
+
+def selector_overlaps(exporter_set, exporter_sets, set_label):
+    """The other sets of ``exporter_set``'s namespace whose selectors overlap
+    its own, each as a message naming that set and which of the two
+    ``template_label_conflicts`` refuses; empty when none.
+
+    Two sets overlap when either's non-empty selector selects the other's
+    Exporters (``exporter_labels``), which is the collision
+    ``template_label_conflicts`` refuses in the later set. This is the same
+    test from both sides, so both sets report it; a set being deleted still
+    counts until it is gone.
+    """
+    meta = exporter_set["metadata"]
+    mine = exporter_labels(exporter_set, set_label)
+    my_selector = (exporter_set.get("spec") or {}).get("selector") or {}
+    my_key = _created_first_key(exporter_set)
+    messages = []
+    for other in sorted(exporter_sets or (), key=_created_first_key):
+        other_meta = other.get("metadata") or {}
+        if other_meta.get("namespace") != meta.get("namespace") or other_meta.get("name") == meta["name"]:
+            continue
+        other_selector = (other.get("spec") or {}).get("selector") or {}
+        theirs_selects_mine = not selector_is_empty(other_selector) and selector_matches(other_selector, mine)
+        mine_selects_theirs = not selector_is_empty(my_selector) and selector_matches(
+            my_selector, exporter_labels(other, set_label))
+        if not (theirs_selects_mine or mine_selects_theirs):
+            continue
+        refused = "this set" if _created_first_key(other) < my_key else f"ExporterSet {other_meta['name']}"
+        how = " and ".join(filter(None, (
+            "its selector selects this set's Exporters" if theirs_selects_mine else "",
+            "this set's selector selects its Exporters" if mine_selects_theirs else "")))
+        messages.append(f"ExporterSet {other_meta['name']} ({how}); {refused}, created later, "
+                        "is refused (TemplateLabelConflict)")
+    return messages
