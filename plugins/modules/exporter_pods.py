@@ -26,6 +26,13 @@ description:
     Exporter of the same name; its token is never used, and the Exporter waits.
   - The ExporterConfig carries the controller CA as C(tls.ca) and
     C(exitOnLeaseEnd) (true unless the set's C(recycleStrategy) is C(InPlaceReuse)).
+  - With I(state=synced), re-renders the ExporterConfig of each named Exporter whose Pod runs
+    (token, controller endpoint, CA, drivers) and compares it with its config Secret. One that
+    differs is rewritten and its Pod deleted, so the next run starts the exporter afresh on the
+    new config; only while no lease holds the Exporter from either side, on a fresh read just
+    before (C(resynced)). A leased one is left exactly as it is and returned in C(waiting): it
+    is re-synced once its lease ends. Nothing is written without the controller CA
+    (I(controller_tls_ca) empty), so a run that could not read it never strips it.
 author:
   - Jumpstarter virtual exporters maintainers (@jumpstarter-dev)
 options:
@@ -41,9 +48,11 @@ options:
     type: str
     default: ""
   state:
-    description: Whether the instances' Pods and config Secrets should exist.
+    description:
+      - Whether the instances' Pods and config Secrets should exist; C(synced) re-syncs the
+        config of running instances.
     type: str
-    choices: [present, absent]
+    choices: [present, absent, synced]
     default: present
 extends_documentation_fragment:
   - jumpstarter.virtual_exporters.attributes
@@ -85,12 +94,20 @@ deleted:
   elements: str
 waiting:
   description: Exporters whose credential does not exist yet, or was issued to another UID; with
-    I(state=absent), those whose instance lease safety keeps.
+    I(state=absent), those whose instance lease safety keeps; with I(state=synced), those whose
+    config differs and that a lease holds.
+  returned: always
+  type: list
+  elements: str
+resynced:
+  description: With I(state=synced), Exporters whose config Secret was rewritten and whose Pod was
+    deleted to start again on it.
   returned: always
   type: list
   elements: str
 """
 
+import base64
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants, exporterset_options
@@ -108,6 +125,14 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.
 PARALLEL = 8
 
 
+def _secret_text(secret):
+    """A Secret's data as text, key by key (what ``stringData`` wrote)."""
+    try:
+        return {key: base64.b64decode(value).decode() for key, value in (secret.get("data") or {}).items()}
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
 class InstanceError(Exception):
     """An instance that could not be made or removed; the message names it."""
 
@@ -118,7 +143,7 @@ class PodManager(ClusterModule):
         self.namespace = self.p["exporterset"]["metadata"]["namespace"]
         self.provisioner = (self.p["virtual_target_class"].get("spec") or {}).get("provisioner", "")
         self.by_name = {e["metadata"]["name"]: e for e in self.p["owned_exporters"]}
-        self.result = {"created": [], "deleted": [], "waiting": []}
+        self.result = {"created": [], "deleted": [], "waiting": [], "resynced": []}
 
     def _api_error(self, what, exc):
         raise InstanceError(f"{what}: {exc.status} {exc.reason}")
@@ -187,6 +212,51 @@ class PodManager(ClusterModule):
             if exc.status != 409:
                 self._api_error(f"creating the instance of {self.namespace}/{name}", exc)
 
+    def synced(self, name):
+        """Re-sync the config of the running instance of Exporter ``name``."""
+        from kubernetes.client.rest import ApiException
+
+        exporter = self.by_name.get(name)
+        if exporter is None:
+            raise InstanceError(f"Exporter {self.namespace}/{name} is not among owned_exporters")
+        if not self.p["controller_tls_ca"]:
+            return
+        pod = self._read("Pod", name)
+        if pod is None or pod["metadata"].get("deletionTimestamp") or not k8s_objects.controlled_by(
+                pod, exporter["metadata"].get("uid")):
+            return  # nothing of its own runs: the run that makes its Pod writes the config
+        token = self._token(exporter)
+        if token is None:
+            return
+        secret = k8s_pod.config_secret(
+            self.p["exporterset"], exporter, self.provisioner, self.p["parameters"], token,
+            self.p["controller_tls_ca"],
+        )
+        existing = self._read("Secret", secret["metadata"]["name"])
+        if existing is not None and not self._made_for_namesake(existing, name):
+            self.result["waiting"].append(name)
+            return
+        if existing is not None and _secret_text(existing) == secret["stringData"]:
+            return
+        # Just before acting, on a fresh read: a leased exporter keeps the
+        # config it runs with until its lease ends.
+        if k8s_apply.lease_holders(self.api_client, self.p["exporterset"], name):
+            self.result["waiting"].append(name)
+            return
+        self.result["resynced"].append(name)
+        if self.module.check_mode:
+            return
+        try:
+            if existing is None:
+                self.core.create("Secret", self.namespace, secret)
+            else:
+                secret["metadata"]["resourceVersion"] = existing["metadata"]["resourceVersion"]
+                self.core.replace("Secret", self.namespace, secret["metadata"]["name"], secret)
+            self.core.delete("Pod", self.namespace, name, body=delete_options(uid=pod["metadata"]["uid"]))
+        except ApiException as exc:
+            if exc.status not in (404, 409):
+                self._api_error(f"re-syncing the config of {self.namespace}/{name}", exc)
+
     @staticmethod
     def _made_for_namesake(obj, name):
         """Whether an Exporter called ``name`` (this one or an earlier one) controls ``obj``."""
@@ -240,12 +310,12 @@ def main():
             **exporterset_options.PROVISIONER,
             images=dict(type="dict", default={}),
             controller_tls_ca=dict(type="str", default=""),
-            state=dict(type="str", choices=["present", "absent"], default="present"),
+            state=dict(type="str", choices=["present", "absent", "synced"], default="present"),
         ),
         supports_check_mode=True,
     )
     manager = PodManager(module)
-    act = manager.present if module.params["state"] == "present" else manager.absent
+    act = {"present": manager.present, "absent": manager.absent, "synced": manager.synced}[module.params["state"]]
     names = module.params["exporters"]
     try:
         with ThreadPoolExecutor(max_workers=max(1, min(PARALLEL, len(names)))) as pool:
@@ -254,7 +324,7 @@ def main():
     except InstanceError as exc:
         module.fail_json(msg=str(exc), **{k: sorted(v) for k, v in manager.result.items()})
     result = {key: sorted(value) for key, value in manager.result.items()}
-    module.exit_json(changed=bool(result["created"] or result["deleted"]), **result)
+    module.exit_json(changed=bool(result["created"] or result["deleted"] or result["resynced"]), **result)
 
 
 if __name__ == "__main__":

@@ -156,6 +156,8 @@ def main():
     if exporter_set is None:
         module.exit_json(changed=False, exists=False)
     observed = k8s_observe.observe(exporter_set, objects, datetime.now(UTC))
+    # A run by hand re-syncs the config of the instances that run (it reads the CA).
+    observed["sync_config"] = True
     teardown = lifecycle.tears_down(exporter_set)
     keeps = observed["class"] is not None or lifecycle.has_finalizer(exporter_set)
     plan = {}

@@ -70,6 +70,17 @@ def backend_held(api_client, exporterset, name):
     return None
 
 
+def lease_holders(api_client, exporterset, name):
+    """The leases holding Exporter ``name`` from either side, read now
+    (empty when it is free or gone): for a module about to restart its
+    backend (a config re-sync) to ask just before it acts."""
+    applier = PlanApplier(api_client, exporterset, check_mode=True)
+    current = applier._read_exporter(name)
+    if current is None:
+        return []
+    return lease_safety.LeaseView(applier._active_leases()).holders(current)
+
+
 class PlanApplier:
     def __init__(self, api_client, exporterset, check_mode=False, write_outcome=True):
         from kubernetes import client

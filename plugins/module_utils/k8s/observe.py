@@ -27,11 +27,19 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.demand import (
     attribute_lease_demand,
 )
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.phases.model import Plan
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.plan import scale_plan
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.timeutil import parse_time
 
 # Provisioners whose hosts are probed by a playbook of their own when their
 # last report is old (the reconcile playbook runs only when there is work).
 PROBE_PLAYBOOKS = {constants.PROVISIONER_QEMU_BAREMETAL: "playbooks/baremetal_probe.yml"}
+# The playbook that re-syncs the config Secrets of a Pod-backed set's running
+# instances (token, endpoint, CA, drivers) when nothing else ran the
+# provisioner for CONFIG_SYNC_SECONDS; it notes the time on the set.
+CONFIG_SYNC_PLAYBOOK = "playbooks/config_sync.yml"
+CONFIG_SYNC_SECONDS = 300
+ANNOTATION_CONFIG_SYNCED = constants.GROUP + "/config-synced-at"
 
 
 def _labels(obj):
@@ -93,6 +101,7 @@ def observe(exporter_set, namespace_objects, now):
             exporter_set, exporters, (vclass.get("spec") or {}).get("provisioner"),
             lease_safety.LeaseView(leases))
     return {
+        "set": exporter_set,
         "class": vclass,
         "owned": owned,
         "pods": pods,
@@ -129,30 +138,71 @@ def provisioner_of(observed):
     return ((observed["class"] or {}).get("spec") or {}).get("provisioner")
 
 
-def plan_for(exporter_set, observed, options=None, read_controller_ca=None):
+def plan_for(exporter_set, observed, options=None, read_controller_ca=None, surveys=None):
     """The scale plan; reads the controller CA (once) when backends are to be made.
 
     ``read_controller_ca`` is a callable returning
     ``controller_ca.read_controller_ca``'s result; its result is kept in
     ``observed["controller_ca"]``, which ``unprovisioned`` and
     ``playbook_variables`` read. Without a reader no backend is made.
+    ``surveys``: the caller's ``pool_index.SurveyCache`` (the operator's), if any.
     """
-    plan = _plan(exporter_set, observed, options)
+    plan = _plan(exporter_set, observed, options, surveys)
     if read_controller_ca is not None and _makes_backends(observed, plan):
         observed["controller_ca"] = read_controller_ca()
-        plan = _plan(exporter_set, observed, options)
+        plan = _plan(exporter_set, observed, options, surveys)
     return plan
 
 
 def _makes_backends(observed, plan):
-    """Whether the reconcile starts exporters: new instances, or fresh Pods in place."""
+    """Whether the reconcile starts exporters: new instances, fresh Pods in
+    place, or running ones whose config is to be re-synced."""
     if paused(observed):
         return False
     resets_pods = plan.get("recycle") and provisioner_of(observed) == constants.PROVISIONER_QEMU
-    return bool(resets_pods or _credentialed_without_backend(observed))
+    return bool(resets_pods or _credentialed_without_backend(observed) or config_sync_due(observed))
 
 
-def _plan(exporter_set, observed, options):
+def running_exporters(observed):
+    """The enabled Exporters of a Pod-backed set whose own Pod exists: the
+    instances whose config a run re-syncs (``exporter_pods`` ``synced``)."""
+    if provisioner_of(observed) not in constants.POD_PROVISIONERS:
+        return []
+    uids = {e["metadata"]["name"]: e["metadata"].get("uid") for e in observed["owned"]}
+    with_pods = {
+        _labels(p).get(constants.LABEL_EXPORTER) for p in observed["pods"]
+        if not p["metadata"].get("deletionTimestamp")
+        and k8s_objects.controlled_by(p, uids.get(_labels(p).get(constants.LABEL_EXPORTER)))
+    }
+    return sorted(
+        e["metadata"]["name"] for e in observed["owned"]
+        if e["metadata"]["name"] in with_pods and not e["metadata"].get("deletionTimestamp")
+        and constants.ANNOTATION_DORMANT not in (e["metadata"].get("annotations") or {})
+        and (e.get("spec") or {}).get("enabled", True)
+    )
+
+
+def config_sync_due(observed, exporter_set=None):
+    """Whether the running instances' config is to be re-synced now: always
+    on a run by hand (``observed["sync_config"]``, set by
+    ``exporterset_info``), else once the set's last sync
+    (``ANNOTATION_CONFIG_SYNCED``, else its creation) is CONFIG_SYNC_SECONDS old."""
+    if paused(observed) or not running_exporters(observed):
+        return False
+    if observed.get("sync_config"):
+        return True
+    meta = (exporter_set or observed.get("set") or {}).get("metadata") or {}
+    since = (meta.get("annotations") or {}).get(ANNOTATION_CONFIG_SYNCED) or meta.get("creationTimestamp")
+    if not since:
+        return False
+    try:
+        age = (parse_time(observed["now"]) - parse_time(since)).total_seconds()
+    except (TypeError, ValueError):
+        return True
+    return age >= CONFIG_SYNC_SECONDS
+
+
+def _plan(exporter_set, observed, options, surveys=None):
     options = dict(options or {})
     options["taken_names"] = observed["taken_names"]
     options["controller_ca"] = observed.get("controller_ca")
@@ -179,6 +229,7 @@ def _plan(exporter_set, observed, options):
         instances=instances,
         options=options,
         leases=observed.get("leases"),
+        surveys=surveys,
     )
     if lab is not None:
         lab.complete_plan(plan)
@@ -193,53 +244,17 @@ def _plan(exporter_set, observed, options):
 # deletes with the Exporter (k8s_apply.PlanApplier.delete); any other
 # provisioner's instance is removed by its role before its Exporter goes.
 REMOVED_WITH_EXPORTER = (constants.PROVISIONER_QEMU,)
-# The plan's keys that act on Exporters one by one.
-_NAMED_KEYS = ("enable", "disable")
-_ENTRY_KEYS = ("delete", "recycle")
 
 
 def split_plan(plan, exporter_set, provisioner, acting=()):
-    """The pool's part of ``plan`` and the backends' part.
+    """The pool's part of ``plan`` and the backends' part (``Plan.split``), as dicts.
 
-    The pool's part is what decides the pool and touches no backend:
-    Exporters created, enabled and disabled, the deletes of Exporters whose
-    instance goes with them, annotations, the set's status and Events. It is
-    written at once. The backends' part (instances reset in place, the
-    deletes that need the provisioner's role first) goes to the reconcile
-    playbook; None when there is none. Exporters in ``acting`` (a backend run
-    is at work on them) are left out of the pool's part.
+    The pool's part is written at once; the backends' part (None when there
+    is none) goes to the reconcile playbook. Exporters in ``acting`` (a
+    backend run is at work on them) are left out of the pool's part.
     """
-    acting = set(acting)
-    in_process = provisioner in REMOVED_WITH_EXPORTER
-    backend_deletes = [d for d in plan.get("delete") or [] if not in_process and d["name"] not in acting]
-    recycle = [r for r in plan.get("recycle") or [] if r["name"] not in acting]
-    backend_names = {e["name"] for e in backend_deletes + recycle}
-    held_back = acting | backend_names
-    annotations = plan.get("exporter_annotations") or {}
-    pool = dict(plan)
-    pool["delete"] = [d for d in plan.get("delete") or [] if in_process and d["name"] not in acting]
-    pool["recycle"] = []
-    for key in _NAMED_KEYS:
-        pool[key] = [n for n in plan.get(key) or [] if n not in acting]
-    pool["exporter_annotations"] = {n: a for n, a in annotations.items() if n not in held_back}
-    # An Event about an Exporter left to the backends is written by the run
-    # that acts on it, once, not by every pool pass while it waits.
-    events = plan.get("events") or []
-    pool["events"] = [e for e in events if e.get("exporter") not in held_back]
-    pool["changed"] = bool(
-        any(pool.get(k) for k in ("adopt", "create", "enable", "disable", "delete", "create_dormant", "delete_dormant",
-                                   "exporter_annotations", "set_annotations"))
-        or (plan.get("status") and plan["status"] != (exporter_set.get("status") or {}))
-    ) if plan.get("changed") else False
-    backend = None
-    if backend_names:
-        backend = {
-            "delete": backend_deletes,
-            "recycle": recycle,
-            "exporter_annotations": {n: a for n, a in annotations.items() if n in backend_names},
-            "events": [e for e in events if e.get("exporter") in backend_names],
-        }
-    return pool, backend
+    pool, backend = Plan.from_dict(plan, exporter_set).split(provisioner in REMOVED_WITH_EXPORTER, acting)
+    return pool.to_dict(), backend.to_dict() if backend is not None else None
 
 
 def unprovisioned(observed):
@@ -302,6 +317,8 @@ def probe_playbook(observed):
     lab = observed.get("lab")
     if lab is not None and not paused(observed) and lab.probe_due():
         return PROBE_PLAYBOOKS[constants.PROVISIONER_QEMU_BAREMETAL]
+    if config_sync_due(observed):
+        return CONFIG_SYNC_PLAYBOOK
     return None
 
 
@@ -329,6 +346,9 @@ def playbook_variables(exporter_set, observed, plan, teardown=False):
                 if constants.ANNOTATION_DORMANT not in (e["metadata"].get("annotations") or {})
             ],
             "controller_tls_ca": (observed.get("controller_ca") or {}).get("tls_ca", ""),
+            # Pod-backed instances that run, their config re-synced (exporter_pods synced).
+            "running_exporters": running_exporters(observed),
+            "config_synced_annotation": ANNOTATION_CONFIG_SYNCED,
             "merged_parameters": resolved["parameters"],
             "merged_images": resolved["images"],
         }

@@ -1,0 +1,102 @@
+"""Config Secrets re-synced on the bed (``exporter_pods`` ``state: synced``,
+run by a real ansible-playbook as the qemu_pod and corellium roles run it).
+
+An instance's config (token, controller endpoint, CA, drivers) that changed
+is rewritten into its config Secret and its Pod deleted, so the next run
+starts the exporter afresh on it; an unchanged one is left alone; a leased
+one (from either side) is left exactly as it is until its lease ends, then
+re-synced. The pure side (which instances run, when a sync is due) is in
+tests/unit/test_config_sync.py.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants as c
+from ansible_play import run_tasks
+from kubernetes import client
+from pool_helpers import GROUP, make_class, make_set
+
+FQCN = "jumpstarter.virtual_exporters"
+EXPORTERS = ("jumpstarter.dev", "v1alpha1")
+CA = base64.b64encode(b"-----BEGIN CERTIFICATE-----\nMA==\n-----END CERTIFICATE-----\n").decode()
+
+
+def config_of(core, namespace):
+    secret = core.read_namespaced_secret("pool-0-config", namespace)
+    return json.loads(base64.b64decode(secret.data["pool-0.yaml"]).decode()), secret.metadata.resource_version
+
+
+def test_a_changed_config_is_rewritten_and_restarted_only_while_unleased(testbed, namespace, tmp_path):
+    with testbed.api_client() as api:
+        custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
+        vclass = make_class(custom, namespace)
+        the_set = make_set(custom, namespace)
+        exporter = custom.create_namespaced_custom_object(*EXPORTERS, namespace, "exporters", {
+            "apiVersion": "jumpstarter.dev/v1alpha1", "kind": "Exporter",
+            "metadata": {"name": "pool-0", "labels": {"board": "qemu-x86", c.LABEL_EXPORTER_SET: "pool"},
+                         "annotations": {c.ANNOTATION_PROVISIONER: c.PROVISIONER_QEMU},
+                         "ownerReferences": [{"apiVersion": "/".join(GROUP), "kind": "ExporterSet", "name": "pool",
+                                              "uid": the_set["metadata"]["uid"], "controller": True}]},
+            "spec": {"enabled": True}})
+        owner = [client.V1OwnerReference(api_version="jumpstarter.dev/v1alpha1", kind="Exporter", name="pool-0",
+                                         uid=exporter["metadata"]["uid"], controller=True)]
+        core.create_namespaced_secret(namespace, client.V1Secret(
+            metadata=client.V1ObjectMeta(name="pool-0-exporter", owner_references=owner),
+            string_data={"token": "first-token"}))
+
+        def set_status(**status):
+            custom.patch_namespaced_custom_object_status(*EXPORTERS, namespace, "exporters", "pool-0", {
+                "status": {"credential": {"name": "pool-0-exporter"}, "endpoint": "grpc.example:443", **status}})
+            return custom.get_namespaced_custom_object(*EXPORTERS, namespace, "exporters", "pool-0")
+
+        def run(state, exporter, ca=CA):
+            task = {f"{FQCN}.exporter_pods": {
+                "exporterset": the_set, "virtual_target_class": vclass, "owned_exporters": [exporter],
+                "exporters": ["pool-0"], "parameters": vclass["spec"]["parameters"], "controller_tls_ca": ca,
+                "state": state}}
+            result, = run_tasks(tmp_path, [task])
+            assert not result.get("failed"), result
+            return result
+
+        exporter = set_status()
+        made = run("present", exporter)
+        assert made["created"] == ["pool-0"]
+        pod_uid = core.read_namespaced_pod("pool-0", namespace).metadata.uid
+        config, version = config_of(core, namespace)
+        assert config["token"] == "first-token" and config["endpoint"] == "grpc.example:443"
+
+        # Unchanged: nothing written, the Pod stays.
+        same = run("synced", exporter)
+        assert same["resynced"] == [] and not same["changed"]
+        assert config_of(core, namespace)[1] == version
+        # Without the CA (a run that could not read it) nothing is written either.
+        core.patch_namespaced_secret("pool-0-exporter", namespace, {"stringData": {"token": "second-token"}})
+        assert run("synced", exporter, ca="")["resynced"] == []
+
+        # Leased (its status.leaseRef): the new token waits, Secret and Pod as they were.
+        exporter = set_status(leaseRef={"name": "someones-lease"})
+        held = run("synced", exporter)
+        assert held["resynced"] == [] and held["waiting"] == ["pool-0"]
+        assert config_of(core, namespace) == (config, version)
+        assert core.read_namespaced_pod("pool-0", namespace).metadata.uid == pod_uid
+
+        # The lease over: rewritten, and the Pod goes to start again on it.
+        custom.patch_namespaced_custom_object_status(*EXPORTERS, namespace, "exporters", "pool-0",
+                                                      {"status": {"leaseRef": None}})
+        exporter = custom.get_namespaced_custom_object(*EXPORTERS, namespace, "exporters", "pool-0")
+        synced = run("synced", exporter)
+        assert synced["resynced"] == ["pool-0"] and synced["changed"]
+        assert config_of(core, namespace)[0]["token"] == "second-token"
+        pods = core.list_namespaced_pod(namespace).items
+        assert all(p.metadata.uid != pod_uid or p.metadata.deletion_timestamp for p in pods)
+
+        # A new endpoint reaches the next Pod the same way.
+        remade = run("present", exporter)
+        assert remade["created"] == ["pool-0"]
+        exporter = set_status(endpoint="grpc.moved.example:443")
+        assert not remade["waiting"], "the old Pod was still terminating"
+        assert run("synced", exporter)["resynced"] == ["pool-0"]
+        assert config_of(core, namespace)[0]["endpoint"] == "grpc.moved.example:443"
