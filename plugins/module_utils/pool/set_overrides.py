@@ -143,6 +143,14 @@ DEFAULT_DRIVER_TYPES = {
 }
 DRIVERS_FIELD = "drivers"
 _DRIVERS_WHY = "the exporter imports and runs it where the instance runs"
+# What to write instead of a driver type JEP-0014's seed examples name that no
+# driver package provides, said in the refusal of that type.
+JEP_DRIVER_HINTS = {
+    "jumpstarter_driver_power.driver.QemuPower": (
+        "JEP-0014's QemuPower is the power of the QEMU driver: list "
+        "jumpstarter_driver_qemu.driver.Qemu and, to have it at the root, an entry "
+        "{ref: <that driver's name>.power}"),
+}
 
 # Resource ceilings: parameter path, what a missing value means (the
 # schema's default; None: nothing, so any value raises it), annotation key.
@@ -359,15 +367,19 @@ def _driver_violations(virtual_target_class, exporter_set, allowed):
         return []
     types = driver_types(virtual_target_class, allowed)
     shown = ", ".join(sorted(types)) if types else "none"
+    provisioner = ((virtual_target_class or {}).get("spec") or {}).get("provisioner") or "its provisioner"
+    source = ("named by the class's annotation" if DRIVERS_FIELD in allowed
+              else f"{provisioner}'s defaults; {DRIVERS_FIELD} in the class's annotation names others")
     violations = []
     for index, driver in enumerate(drivers):
         kind = driver.get("type") if isinstance(driver, dict) else None
         if kind is None or kind in types:
             continue
+        hint = JEP_DRIVER_HINTS.get(kind)
         violations.append(
             f"spec.template.spec.drivers[{index}].type: {_show(kind)} is not a driver type the "
-            f"class allows ({_DRIVERS_WHY}; allowed: {shown}; {DRIVERS_FIELD} in the class's "
-            f"annotation names them)")
+            f"class allows ({_DRIVERS_WHY}); supported types: {shown} ({source})"
+            + (f"; {hint}" if hint else ""))
     return violations
 
 
