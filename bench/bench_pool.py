@@ -131,13 +131,17 @@ def shown(figures):
     return f"{wall:7.2f} ({cpu:6.2f}; {low:.2f}-{high:.2f})"
 
 
+# The planner's memory of pools, owned here as the operator's reconciler owns its own.
+SURVEYS = pool_index.SurveyCache()
+
+
 def fresh_pool(exporters):
     """The same pool as new objects (new uids), the planner's memory of pools
     emptied as at the operator's start: it has seen none of them."""
     fresh = copy.deepcopy(exporters)
     for obj in fresh:
         obj["metadata"]["uid"] = f"uid-{next(_uids)}"
-    pool_index.clear()
+    SURVEYS.clear()
     # The copy's garbage is the benchmark's, not the plan's.
     gc.collect()
     return fresh
@@ -165,12 +169,12 @@ def main():
             leased = sum(1 for i in range(size) if i % 4 == 0 and i % 20 != 0)
             warm = size // buffer_share if buffer_share else size - leased - size // 100
             the_set, klass, exporters, leases, instances = scenario(size, warm)
-            plan = scale_plan(the_set, klass, exporters, leases, NOW, instances=instances)
+            plan = scale_plan(the_set, klass, exporters, leases, NOW, instances=instances, surveys=SURVEYS)
 
             def run(pool, the_set=the_set, klass=klass, exporters=exporters, leases=leases,
                     instances=instances):
                 scale_plan(the_set, klass, pool if pool is not None else exporters, leases, NOW,
-                           instances=instances)
+                           instances=instances, surveys=SURVEYS)
 
             cold = timed(run, prepare=lambda exporters=exporters: fresh_pool(exporters))
             changed = timed(run, prepare=lambda exporters=exporters: one_changed(exporters))
@@ -180,7 +184,8 @@ def main():
 
             def from_informer(view, the_set=the_set, klass=klass, leases=leases, instances=instances):
                 owned, cached_leases = view
-                scale_plan(the_set, klass, owned, leases, NOW, instances=instances, leases=cached_leases)
+                scale_plan(the_set, klass, owned, leases, NOW, instances=instances, leases=cached_leases,
+                           surveys=SURVEYS)
 
             from_informer(views())
             informer = timed(from_informer, prepare=views)

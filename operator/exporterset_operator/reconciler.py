@@ -25,7 +25,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import objects as k8s_objects
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import observe as k8s_observe
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import status as k8s_status
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import class_status, policy
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import class_status, policy, pool_index
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.selectors import (
     selector_matches,
 )
@@ -148,6 +148,9 @@ class Reconciler:
         self.plan_options = dict(plan_options or {})
         self.clock = clock
         self.expectations = Expectations()
+        # What the planner read from each set's pool, kept while its objects
+        # are unchanged: the operator plans the same pools again and again.
+        self.surveys = pool_index.SurveyCache()
         # The watches.yaml entry (watches.Watch), when there is one: what runs
         # (its playbook or role), the vars every run gets, the finalizer,
         # manageStatus, snakeCaseParameters and the selector.
@@ -233,6 +236,7 @@ class Reconciler:
         plan = k8s_observe.plan_for(
             exporter_set, observed, self.plan_options,
             read_controller_ca=lambda: controller_ca.read_controller_ca(self.api_client, namespace, vclass),
+            surveys=self.surveys,
         )
         self.metrics.observe_set(namespace, name, plan["status"], len(observed["pending"]))
         busy = self._backends_busy(key)
@@ -332,6 +336,7 @@ class Reconciler:
         plan = k8s_observe.plan_for(
             exporter_set, observed, self.plan_options,
             read_controller_ca=lambda: controller_ca.read_controller_ca(self.api_client, namespace, vclass),
+            surveys=self.surveys,
         )
         _, backend_plan = k8s_observe.split_plan(plan, exporter_set, k8s_observe.provisioner_of(observed))
         unprovisioned = k8s_observe.unprovisioned(observed)
@@ -420,7 +425,7 @@ class Reconciler:
     def _report_unusable(self, exporter_set: dict, observed: dict) -> Result:
         """Status and Events of a set whose class cannot be used (its plan
         creates nothing); no finalizer, no playbook."""
-        plan = k8s_observe.plan_for(exporter_set, observed, self.plan_options)
+        plan = k8s_observe.plan_for(exporter_set, observed, self.plan_options, surveys=self.surveys)
         if plan.get("changed"):
             try:
                 self._apply_in_process(exporter_set, plan, "")

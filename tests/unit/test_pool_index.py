@@ -1,5 +1,7 @@
 """The planner's memory of pools (pool/pool_index.py): an unchanged pool is not
-read again, and nothing it read is reused for an object that changed."""
+read again, and nothing it read is reused for an object that changed. The
+memory is a SurveyCache its caller owns; without one every plan reads the
+pool afresh."""
 
 import copy
 import hashlib
@@ -8,8 +10,10 @@ import json
 
 import pytest
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants as c
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import plan as plan_module
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import pool_index
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.phases import (
+    survey as survey_module,
+)
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.plan import (
     scale_plan,
 )
@@ -20,12 +24,14 @@ from hypothesis import given
 from pool_builders import NOW, exporter, exporter_set, lease, target_class
 from test_plan_properties import EVENTS, PROPERTY_SETTINGS, World, spec_and_pool
 
+CACHE = pool_index.SurveyCache()
+
 
 @pytest.fixture(autouse=True)
 def _forget_pools():
-    pool_index.clear()
+    CACHE.clear()
     yield
-    pool_index.clear()
+    CACHE.clear()
 
 
 def versioned(obj, version="1"):
@@ -51,9 +57,9 @@ def pool(size=4):
     return [versioned(exporter(f"rpi4-{i}")) for i in range(size)]
 
 
-def plan(exporters, instances=None, leases=None, the_set=None):
+def plan(exporters, instances=None, leases=None, the_set=None, surveys=CACHE):
     return scale_plan(the_set or exporter_set(min_available=2), target_class(), exporters, [],
-                      NOW, instances=instances, leases=leases)
+                      NOW, instances=instances, leases=leases, surveys=surveys)
 
 
 def counter(monkeypatch, module, name, label):
@@ -77,7 +83,7 @@ def reads(monkeypatch):
 @pytest.fixture()
 def surveys(monkeypatch):
     """The surveys of a pool the planner made."""
-    return counter(monkeypatch, plan_module, "_survey", lambda *args: len(args[0]))
+    return counter(monkeypatch, survey_module, "survey", lambda *args: len(args[0]))
 
 
 def test_an_unchanged_pool_is_not_read_again(reads, surveys):
@@ -96,6 +102,17 @@ def test_only_the_changed_exporter_is_read_again(reads, surveys):
     plan(exporters)
     assert reads[4:] == ["rpi4-2"]
     assert surveys == [4, 4]
+
+
+def test_without_a_cache_every_plan_reads_the_pool(reads, surveys):
+    """The planner keeps nothing between plans of its own: the survey cache is its caller's."""
+    exporters = pool()
+    first = plan(exporters, surveys=None)
+    assert plan(exporters, surveys=None) == first
+    assert (len(reads), surveys) == (8, [4, 4])
+    plan(exporters)
+    plan(exporters)
+    assert (len(reads), surveys) == (12, [4, 4, 4])
 
 
 def test_a_new_version_with_a_new_status_is_seen():
@@ -214,7 +231,7 @@ def test_plans_from_kept_surveys_equal_plans_read_afresh(scenario, events):
     """Through random events, a plan over versioned objects (surveys and
     digests kept between plans) equals the plan over the same objects read
     afresh."""
-    pool_index.clear()
+    CACHE.clear()
     the_set, klass, exporters, options = scenario
     world = World(the_set, klass, exporters, options)
     served = {}  # the objects as an informer holds them: replaced only when changed
@@ -245,7 +262,7 @@ def test_plans_from_kept_surveys_equal_plans_read_afresh(scenario, events):
             from_cache = scale_plan(world.set, world.klass, informer(world.sorted_exporters(), snapshot),
                                     world.pending_for_set(), format_time(world.now),
                                     instances=world.instances, options=world.options,
-                                    leases=informer(world.leases, snapshot))
+                                    leases=informer(world.leases, snapshot), surveys=CACHE)
             assert without_uids(from_cache) == afresh
         world.apply(afresh)
         world.event(kind, index)

@@ -8,10 +8,12 @@ content exactly: what was read from it once holds until the version
 changes. Objects without both (built by hand, or by tests that change them
 in place) are read afresh every time.
 
-For each owner (a set) the last survey of its pool is kept with what it was
-made from, and the digests of the Exporters it read: a plan over the same
-versions reuses the survey, and a survey made after some Exporters changed
-reads only those again. At most ``SURVEY_LIMIT`` owners are kept.
+A ``SurveyCache`` keeps, for each owner (a set), the last survey of its pool
+with what it was made from, and the digests of the Exporters it read: a plan
+over the same versions reuses the survey, and a survey made after some
+Exporters changed reads only those again. At most ``SURVEY_LIMIT`` owners
+are kept. The cache belongs to the caller that plans again and again (the
+operator's reconciler); the planner itself keeps nothing between plans.
 
 The operator's caches say more: each namespace's objects come as a
 ``Snapshot`` with the cache's revision of them, which changes with every
@@ -31,8 +33,6 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool
 # Sets whose last pool survey is kept.
 SURVEY_LIMIT = 256
 
-_lock = threading.Lock()
-_surveys = {}
 _metadata = itemgetter("metadata")
 _uid_and_version = itemgetter("uid", "resourceVersion")
 
@@ -112,31 +112,38 @@ class Digests:
         return out
 
 
-def survey(owner, inputs, compute, snapshot=None):
-    """The survey ``compute(digests)`` of the pool of ``owner`` (a hashable
-    key), kept while ``inputs`` (versions and other facts it depends on)
-    compare equal; made again otherwise, or every time when ``inputs`` is
-    None. ``digests`` is a ``Digests`` holding the owner's last ones.
+class SurveyCache:
+    """The last survey of each owner's pool (see the module docstring)."""
 
-    ``snapshot(inputs)`` is what is kept to compare with: a copy of any part
-    of ``inputs`` the caller may change in place afterwards.
-    """
-    if inputs is None:
-        return compute(Digests())
-    kept = _surveys.get(owner)
-    if kept is not None and kept[0] == inputs:
-        return kept[1]
-    digests = Digests(kept[2] if kept is not None else None)
-    result = compute(digests)
-    with _lock:
-        _surveys.pop(owner, None)
-        while len(_surveys) >= SURVEY_LIMIT:
-            del _surveys[next(iter(_surveys))]
-        _surveys[owner] = (snapshot(inputs) if snapshot else inputs, result, digests.kept)
-    return result
+    def __init__(self, limit=SURVEY_LIMIT):
+        self.limit = limit
+        self._lock = threading.Lock()
+        self._surveys = {}
 
+    def survey(self, owner, inputs, compute, snapshot=None):
+        """The survey ``compute(digests)`` of the pool of ``owner`` (a hashable
+        key), kept while ``inputs`` (versions and other facts it depends on)
+        compare equal; made again otherwise, or every time when ``inputs`` is
+        None. ``digests`` is a ``Digests`` holding the owner's last ones.
 
-def clear():
-    """Forget every survey."""
-    with _lock:
-        _surveys.clear()
+        ``snapshot(inputs)`` is what is kept to compare with: a copy of any part
+        of ``inputs`` the caller may change in place afterwards.
+        """
+        if inputs is None:
+            return compute(Digests())
+        kept = self._surveys.get(owner)
+        if kept is not None and kept[0] == inputs:
+            return kept[1]
+        digests = Digests(kept[2] if kept is not None else None)
+        result = compute(digests)
+        with self._lock:
+            self._surveys.pop(owner, None)
+            while len(self._surveys) >= self.limit:
+                del self._surveys[next(iter(self._surveys))]
+            self._surveys[owner] = (snapshot(inputs) if snapshot else inputs, result, digests.kept)
+        return result
+
+    def clear(self):
+        """Forget every survey."""
+        with self._lock:
+            self._surveys.clear()
