@@ -30,8 +30,9 @@ POLICY_KEY = constants.EXPORTER_SET_POLICY.kind
 
 RESOURCES = (
     *(Resource(gvr.kind, *gvr[:3])
-      for gvr in (constants.EXPORTER_SET, constants.VIRTUAL_TARGET_CLASS, constants.EXPORTER, constants.LEASE,
-                  constants.EXPORTER_SET_POLICY)),
+      for gvr in (constants.EXPORTER_SET, constants.VIRTUAL_TARGET_CLASS, constants.EXPORTER, constants.LEASE)),
+    # Not installed beside upstream's CRDs: then every set runs with the defaults.
+    Resource(constants.EXPORTER_SET_POLICY.kind, *constants.EXPORTER_SET_POLICY[:3], optional=True),
     # Only the Pods the pool made, never the whole namespace. Secrets are
     # not watched (nothing is planned from them): they are read by name only,
     # so the operator needs no list or watch on Secrets.

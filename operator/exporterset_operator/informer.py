@@ -40,6 +40,10 @@ class Resource:
     version: str
     plural: str
     label_selector: str | None = None
+    # A kind whose CRD may not be installed (ExporterSetPolicy beside
+    # upstream's CRDs): while the API server says 404 the cache is synced and
+    # empty, and the kind is looked for again with backoff.
+    optional: bool = False
 
     @property
     def api_version(self) -> str:
@@ -244,6 +248,13 @@ class Informer:
                     log.info("watch expired; relisting", extra={"kind": self.resource.kind})
                     resource_version = None
                     continue
+                if exc.status == 404 and self.resource.optional:
+                    self._absent(failures == 0)
+                    resource_version = None
+                    failures += 1
+                    self._stop.wait(backoff_delay(failures, self.backoff_base, self.backoff_cap,
+                                                  jitter=self._rng.uniform(0, 1), floor=0.5))
+                    continue
                 failures += 1
                 self._sleep_backoff(failures, exc)
             except Exception as exc:  # connection refused, reset, timeouts
@@ -254,6 +265,20 @@ class Informer:
                 # resourceVersion may have left the server's window; a fresh
                 # list is the one reliable way back, so take it.
                 resource_version = None
+
+    def _absent(self, first: bool) -> None:
+        """An optional kind the API server does not serve: an empty, synced cache."""
+        with self._lock:
+            old = self._store
+            self._store = {}
+            self._revisions.clear()
+        for obj in old.values():
+            self._dispatch("DELETED", obj, obj)
+        self.heard()
+        if first:
+            log.info("kind not served (its CRD is not installed): taken as none; looked for again",
+                     extra={"kind": self.resource.kind})
+        self.synced.set()
 
     def _sleep_backoff(self, failures: int, exc: BaseException) -> None:
         if self._stop.is_set():
