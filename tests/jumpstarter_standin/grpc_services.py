@@ -1147,7 +1147,9 @@ class GrpcStandIn:
     def start(self) -> GrpcStandIn:
         from corellium_fake.certs import generate
 
-        files = generate(self.directory, hosts=("localhost", "127.0.0.1", LAB_HOST_ADDRESS))
+        # The host it is reached at too (e.g. a real node's bridge address, for Pods).
+        hosts = tuple(dict.fromkeys(("localhost", "127.0.0.1", LAB_HOST_ADDRESS, self.host)))
+        files = generate(self.directory, hosts=hosts)
         self.ca_pem = files.ca.read_text()
         credentials = grpc.ssl_server_credentials([(files.key.read_bytes(), files.cert.read_bytes())])
         server = grpc.server(

@@ -92,7 +92,8 @@ def standin(testbed, namespace, request):
 
 
 @contextmanager
-def serve_namespace(kubeconfig, namespace: str, real: str | None = None, node=None, publish_ca: bool = True):
+def serve_namespace(kubeconfig, namespace: str, real: str | None = None, node=None, publish_ca: bool = True,
+                    grpc_host: str | None = None, pod_exporters: bool = True):
     """What a Jumpstarter installation runs for one namespace (made if it does
     not exist yet): the controller (reconcile loops and gRPC services over TLS
     with a private CA), the CA published as the ConfigMap
@@ -100,6 +101,11 @@ def serve_namespace(kubeconfig, namespace: str, real: str | None = None, node=No
     (unless ``publish_ca`` is false: a test that publishes it itself, from
     ``view.grpc.ca_pem``), and the exporter processes of the Pods that kwok
     runs without containers.
+
+    ``grpc_host``: the address the gRPC services are reached at (default:
+    ``default_host``), e.g. a real node's bridge address for its Pods.
+    ``pod_exporters=False``: no exporter processes are played, for Pods that
+    run their own ``jmp run`` on a real node.
 
     In a test, ``@pytest.mark.standin(publish_ca=False)`` passes options to
     the ``standin`` fixture."""
@@ -127,7 +133,7 @@ def serve_namespace(kubeconfig, namespace: str, real: str | None = None, node=No
         else:
             controller = StandInController(api_client, namespace)
             # Serving makes its endpoint the controller's (Exporters' status.endpoint).
-            services = GrpcStandIn(controller)
+            services = GrpcStandIn(controller, host=grpc_host)
             services.start()
             stack.callback(services.stop)
             view.grpc = services
@@ -138,8 +144,9 @@ def serve_namespace(kubeconfig, namespace: str, real: str | None = None, node=No
         view.ca_pem = ca_pem
         if publish_ca:
             publish_controller_ca(core, namespace, ca_pem)
-        view.pod_exporters = PodExporters(api_client, namespace).start()
-        stack.callback(view.pod_exporters.stop)
+        if pod_exporters:
+            view.pod_exporters = PodExporters(api_client, namespace).start()
+            stack.callback(view.pod_exporters.stop)
         yield view
     finally:
         stack.close()

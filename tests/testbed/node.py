@@ -80,10 +80,13 @@ class RealNode(Components):
     config_file_name = "node.json"
 
     def __init__(self, bed: TestBed, state_dir: Path | str | None = None, *, name: str = "real-node-0",
-                 images: tuple[str, ...] = ("busybox",)):
+                 images: tuple[str, ...] = ("busybox",), aliases: dict[str, str] | None = None):
         self.bed = bed
         # What `scripts/images` builds and `up` imports besides the pause image.
         self.wanted_images = ("pause", *images)
+        # Short name -> another name the imported image also gets (e.g. the
+        # provisioner's default image names, k8s/pod.py's DEFAULT_IMAGES).
+        self.aliases = dict(aliases or {})
         self.state_dir = Path(state_dir or bed.state_dir / "realnode").resolve()
         self.id = _short_id(self.state_dir)
         # Unix socket paths are limited to 107 bytes: sockets live here.
@@ -226,6 +229,8 @@ class RealNode(Components):
             if ref not in present:
                 self.ctr("images", "import", "--base-name", ref.rsplit(":", 1)[0], str(archive))
             self.config.images[short] = ref
+            if short in self.aliases:
+                self.ctr("images", "tag", "--force", ref, self.aliases[short])
         self._save_config()
 
     def _kill_shims(self) -> None:

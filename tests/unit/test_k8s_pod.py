@@ -274,6 +274,7 @@ def test_exporter_that_saw_its_lease_end_never_serves_again(tmp_path):
     and fails (so ``jmp run`` exits and reports no Available); a container
     started again after that does not start ``jmp run``."""
     import subprocess
+    import time
 
     run_dir = str(tmp_path)
 
@@ -293,13 +294,17 @@ def test_exporter_that_saw_its_lease_end_never_serves_again(tmp_path):
     assert hook.returncode != 0
     assert (tmp_path / "lease-ended").exists()
 
-    again = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    log = tmp_path / "again.log"
+    with open(log, "w") as out:
+        again = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
     try:
-        line = again.stdout.readline()
-        assert "not serving again" in line and again.poll() is None
+        deadline = time.monotonic() + 10
+        while "not serving again" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert "not serving again" in log.read_text() and again.poll() is None
         again.terminate()
         assert again.wait(timeout=10) == 0
-        assert "served" not in again.stdout.read()
+        assert "served" not in log.read_text()
     finally:
         again.kill()
 

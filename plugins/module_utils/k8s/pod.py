@@ -37,20 +37,25 @@ CA_DIR = "/etc/jumpstarter/ca"
 NODE_IMAGE_CACHE = "/var/lib/jumpstarter-virtual/image-cache"
 IMAGE_CACHE_DIR = "/var/cache/jumpstarter-images"
 CORELLIUM_DRIVER_TYPE = "jumpstarter_driver_corellium.driver.Corellium"
-# Pinned by tag: no digest of these releases can be known here. A class pins
-# its own by digest (``images.<role>.image: ...@sha256:...``, docs/security.md).
+# The images the project builds (scripts/images, from images/*/Containerfile):
+# the exporter (jumpstarter 0.9.0 with the collection's VirtualQemu driver)
+# and the QEMU runtime, named as a local build names them and tagged with the
+# collection's version. docs/install.md says how to build them and push them
+# to a registry of one's own; a class names those by digest
+# (``images.<role>.image: ...@sha256:...``, docs/security.md).
+IMAGE_REPOSITORY = "localhost/jumpstarter-virtual-exporters"
+IMAGE_VERSION = "0.1.0"
 DEFAULT_IMAGES = {
-    "exporter": {"image": "quay.io/jumpstarter-dev/jumpstarter:0.9.0", "imagePullPolicy": "IfNotPresent"},
-    "runtime": {
-        "image": "quay.io/jumpstarter-dev/virtual/qemu-runtime:0.9.0",
-        "imagePullPolicy": "IfNotPresent",
-    },
+    "exporter": {"image": f"{IMAGE_REPOSITORY}/exporter:{IMAGE_VERSION}", "imagePullPolicy": "IfNotPresent"},
+    "runtime": {"image": f"{IMAGE_REPOSITORY}/qemu-runtime:{IMAGE_VERSION}", "imagePullPolicy": "IfNotPresent"},
 }
 # The ``images`` init container, the one container that mounts the node's image
 # cache writable: the operator's own choice of image (no class or set image
 # role reaches it), run as this non-root user, with only the fetch script.
 IMAGE_FETCH_IMAGE = {"image": DEFAULT_IMAGES["exporter"]["image"], "imagePullPolicy": "IfNotPresent"}
 IMAGE_FETCH_UID = 1001
+# The group of the users the project's images run as (images/, scripts/images).
+POD_FS_GROUP = 1000
 CORELLIUM_TOKEN_ENV = "CORELLIUM_API_TOKEN"
 CORELLIUM_HOST_ENV = "CORELLIUM_API_HOST"
 DEFAULT_CREDENTIALS_KEY = "token"
@@ -148,7 +153,7 @@ def config_secret(exporter_set, exporter, provisioner, parameters, token, tls_ca
 # restarts) then waits for the Pod's end without registering, so the used VM
 # is never offered to a second lessee, however late the operator is.
 _EXPORTER_GUARD = (
-    "if [ -e \"{marker}\" ]; then trap 'exit 0' TERM INT; "
+    "if [ -e \"{marker}\" ]; then trap 'kill $! 2>/dev/null; exit 0' TERM INT; "
     'echo "the lease of this instance has ended: not serving again"; '
     'while :; do sleep 3600 & wait $!; done; fi; exec "$@"'
 )
@@ -301,7 +306,11 @@ def instance_pod(exporter_set, vclass, exporter, provisioner, parameters, images
         "restartPolicy": "Always",
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
-        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+        # The images' users (exporter and QEMU) are in this group: the
+        # kubelet gives the config Secret's files (mode 0400, root's) and the
+        # run directory to it, so the exporter can read its config and both
+        # containers share the sockets.
+        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}, "fsGroup": POD_FS_GROUP},
         "initContainers": init_containers,
         "containers": containers,
         "volumes": volumes,

@@ -1,0 +1,277 @@
+"""The qemu.jumpstarter.dev pool in Pods on the real node, end to end.
+
+One bed, one real node (containerd + kubelet, tests/testbed/node.py) with
+the images the project builds (scripts/images) under the provisioner's
+default names, one controller stand-in serving gRPC over TLS on the node's
+bridge address (where the Pods reach it), and the real operator, for the
+module. The instance Pods really run: the images init container fetches
+the guest's kernel and initramfs from a server on the node's address, QEMU
+(TCG) boots them in the runtime container, and the exporter sidecar's own
+``jmp run`` registers with the controller using the config Secret the
+operator wrote. A lessee with jumpstarter's own client (what ``jmp`` runs)
+leases by label, powers the VM off and on and reads its console.
+
+Select with ``-m realnode`` (root; ``scripts/realnode build`` installs what
+it needs).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import pod as k8s_pod
+from image_servers import ImageServer
+from jumpstarter_standin import condition_true, wait_for
+from jumpstarter_standin.pytest_plugin import serve_namespace
+from kubernetes import client
+from operator_process import OperatorProcess
+from pool_helpers import GROUP, SET_LABEL, make_class, make_set
+from qemu_vm import GUEST_BANNER, GUEST_DIR, guest_parameters
+from testbed import namespace_name
+from testbed.node import NODE_LABEL, TAINT_KEY, RealNode
+
+pytestmark = [pytest.mark.realnode, pytest.mark.testbed]
+
+BOARD = "incluster-x86"
+USER = "incluster-user"
+# The lessee, with jumpstarter's client library as `jmp` uses it: a lease by
+# label, the VM's power and console through the exporter of the Pod, then it
+# waits for the test's go-ahead, so the test decides when the lease ends
+# (released on the way out).
+LESSEE = """
+import os, sys, time
+from jumpstarter.config.client import ClientConfigV1Alpha1
+config, selector, banner, done, go = sys.argv[1:6]
+config = ClientConfigV1Alpha1.from_file(config)
+with config.lease(selector=selector) as lease:
+    with lease.connect() as client:
+        vm = client.qemu
+        vm.power.off()
+        vm.power.on()
+        with vm.console.pexpect() as console:
+            console.expect(banner, timeout=150)
+            console.sendline("echo answer-$((40 + 2))")
+            console.expect("answer-42", timeout=60)
+        print("lessee: power and console ok", flush=True)
+        open(done, "w").close()
+        deadline = time.monotonic() + 300
+        while not os.path.exists(go) and time.monotonic() < deadline:
+            time.sleep(0.1)
+print("lessee: released", flush=True)
+"""
+
+
+class Pool:
+    """The module's bed, node, controller and operator, and what a test asks of them."""
+
+    def __init__(self, bed, node, namespace, standin, operator, api_client, workdir):
+        self.bed = bed
+        self.node = node
+        self.namespace = namespace
+        self.standin = standin
+        self.operator = operator
+        self.custom = client.CustomObjectsApi(api_client)
+        self.core = client.CoreV1Api(api_client)
+        self.workdir = workdir
+
+    def live_exporters(self, set_name):
+        return {e["metadata"]["name"]: e for e in self.standin.exporters(f"{SET_LABEL}={set_name}")
+                if not e["metadata"].get("deletionTimestamp")
+                and "dormant" not in e["metadata"]["name"]}
+
+    def container_status(self, pod_name, container):
+        pod = self.core.read_namespaced_pod(pod_name, self.namespace)
+        statuses = (pod.status.init_container_statuses or []) + (pod.status.container_statuses or [])
+        return next((s for s in statuses if s.name == container), None)
+
+    def logs(self, pod_name, container, previous=False):
+        result = self.bed.kubectl("logs", "-n", self.namespace, pod_name, "-c", container,
+                                  *(["--previous"] if previous else []), check=False)
+        return result.stdout + result.stderr
+
+
+@pytest.fixture(scope="module")
+def pool(testbed, tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("incluster")
+    defaults = {"exporter": k8s_pod.DEFAULT_IMAGES["exporter"]["image"],
+                "qemu-runtime": k8s_pod.DEFAULT_IMAGES["runtime"]["image"]}
+    node = RealNode(testbed, workdir / "node", name="incluster-node", images=("qemu-runtime", "exporter"),
+                    aliases=defaults)
+    node.up()
+    print(f"real node {node.name} ready in {node.startup_seconds:.1f} s")
+    # The node's image cache, made as docs/install.md tells a node's admin:
+    # a hostPath the kubelet would create root's own, where the images init
+    # container (uid 1001) could not write.
+    cache = Path(k8s_pod.NODE_IMAGE_CACHE)
+    cache.mkdir(parents=True, exist_ok=True)
+    os.chown(cache, k8s_pod.IMAGE_FETCH_UID, k8s_pod.IMAGE_FETCH_UID)
+    namespace = namespace_name("incluster-pool")
+    images = ImageServer(workdir / "images", address=node.ip)
+    try:
+        with testbed.api_client() as api_client, \
+                serve_namespace(testbed.kubeconfig, namespace, grpc_host=node.ip, pod_exporters=False) as standin:
+            operator = OperatorProcess(str(testbed.kubeconfig), namespace, workdir,
+                                       provisioners=("qemu.jumpstarter.dev",)).start()
+            operator.wait_ready()
+            view = Pool(testbed, node, namespace, standin, operator, api_client, workdir)
+            view.images = images
+            try:
+                yield view
+            finally:
+                operator.stop()
+                print(f"--- operator log ---\n{operator.log_tail(30)}")
+                for what in (("get", "events", "--sort-by=.lastTimestamp"), ("get", "pods", "-o", "wide"),
+                             ("get", "exportersets", "-o", "jsonpath={.items[*].status}")):
+                    print(testbed.kubectl(*what, "-n", namespace, check=False).stdout[-4000:])
+                client.CoreV1Api(api_client).delete_namespace(namespace)
+    finally:
+        images.close()
+        node.down()
+
+
+def guest_class(pool, name):
+    """A class whose guest is the test guest, fetched from the node's address, on the real node."""
+    kernel_url, kernel_digest = pool.images.add("vmlinuz", GUEST_DIR / "vmlinuz")
+    initrd_url, initrd_digest = pool.images.add("initramfs.cpio.gz", GUEST_DIR / "initramfs.cpio.gz")
+    parameters = guest_parameters(kvm=False, kernel={"url": kernel_url, "digest": kernel_digest},
+                                  initrd={"url": initrd_url, "digest": initrd_digest})
+    make_class(pool.custom, pool.namespace, name=name, parameters=parameters, scheduling={
+        "nodeSelector": {NODE_LABEL: "true"},
+        "tolerations": [{"key": TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}],
+    })
+
+
+def make_client(pool, name):
+    pool.custom.create_namespaced_custom_object(
+        "jumpstarter.dev", "v1alpha1", pool.namespace, "clients",
+        {"apiVersion": "jumpstarter.dev/v1alpha1", "kind": "Client", "metadata": {"name": name}, "spec": {}})
+    return pool.standin.grpc.write_client_config(pool.workdir / f"{name}.yaml", name)
+
+
+class StatusLog:
+    """Every (exporterStatus, Registered, Online, leaseRef) an Exporter went through, polled."""
+
+    def __init__(self, standin, name):
+        self.standin = standin
+        self.name = name
+        self.seen: list[tuple] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _poll(self):
+        while not self._stop.wait(0.1):
+            try:
+                exporter = self.standin.exporter(self.name)
+            except client.ApiException:
+                continue
+            status = exporter.get("status") or {}
+            state = (status.get("exporterStatus"), condition_true(exporter, "Registered"),
+                     condition_true(exporter, "Online"), (status.get("leaseRef") or {}).get("name"))
+            if not self.seen or self.seen[-1] != state:
+                self.seen.append(state)
+
+
+def test_a_lessee_gets_a_real_qemu_pod_and_its_vm_is_never_offered_again(pool):
+    """ExitAndReplace on the real node: the set's Pod boots QEMU and its
+    exporter registers over TLS; a lessee leases it by label, powers it
+    off and on and reads its console. The lease ends while the operator is
+    stopped (SIGSTOP) and a second lease waits: the used exporter
+    unregisters and its restarted sidecar does not serve again, so the
+    second lease is never given the used VM; once the operator runs again
+    it replaces the instance with a fresh Pod, which takes the second lease."""
+    guest_class(pool, "guest")
+    created = time.monotonic()
+    make_set(pool.custom, pool.namespace, board=BOARD, virtualTargetClassName="guest",
+             minAvailableReplicas=1, maxReplicas=1)
+    config = make_client(pool, USER)
+
+    used = wait_for(lambda: next(iter(pool.live_exporters("pool")), None), timeout=60,
+                    message="the set's Exporter")
+    exporter = pool.standin.wait_online(used, timeout=240)
+    cold = time.monotonic() - created
+    used_uid = exporter["metadata"]["uid"]
+    pod = pool.core.read_namespaced_pod(used, pool.namespace)
+    assert pod.spec.node_name == pool.node.name
+    assert pod.metadata.owner_references[0].uid == used_uid
+    qemu = pool.container_status(used, "qemu")
+    assert qemu.state.running is not None, qemu
+    print(f"cold start: ExporterSet created -> Exporter {used} Online in {cold:.1f} s")
+
+    # The lessee, as a user's program runs it.
+    done, go = pool.workdir / "lessee-done", pool.workdir / "lessee-go"
+    script = pool.workdir / "lessee.py"
+    script.write_text(LESSEE)
+    env = {**os.environ, "HOME": str(pool.workdir), "JMP_CLIENT_CONFIG_HOME": str(pool.workdir), "NO_COLOR": "1"}
+    leased_at = time.monotonic()
+    lessee = subprocess.Popen(
+        [sys.executable, str(script), str(config), f"board={BOARD}", GUEST_BANNER.decode(), str(done), str(go)],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    output = []
+    reader = threading.Thread(target=lambda: output.extend(lessee.stdout), daemon=True)
+    reader.start()
+    try:
+        first = wait_for(lambda: next((lease for lease in pool.standin.leases()), None), timeout=60,
+                         message="the lessee's lease")["metadata"]["name"]
+        assert pool.standin.wait_assigned(first, timeout=60) == used
+        ready = time.monotonic() - leased_at
+        wait_for(lambda: done.exists() or lessee.poll() is not None, timeout=240, interval=0.2,
+                 message="the lessee's power and console steps")
+        assert done.exists(), "".join(output)
+        print(f"warm lease: lessee started -> lease Ready in {ready:.1f} s")
+
+        # A second lessee waits; the operator stops; the first lease ends.
+        pool.standin.create_lease("second", {"board": BOARD}, client_name=USER)
+        os.kill(pool.operator.proc.pid, signal.SIGSTOP)
+        with StatusLog(pool.standin, used) as statuses:
+            try:
+                go.touch()
+                lessee.wait(timeout=60)
+                reader.join(timeout=5)
+                assert lessee.returncode == 0, "".join(output)
+                wait_for(lambda: pool.standin.lease(first)["status"].get("ended"), timeout=30,
+                         message="the first lease ended")
+                # The exporter unregistered, its sidecar was started again
+                # by the kubelet and did not serve: the guard's line.
+                wait_for(lambda: "not serving again" in pool.logs(used, "exporter"), timeout=90, interval=0.5,
+                         message="the used instance's restarted exporter keeping out")
+                # Nothing else is there for the second lease: it waits.
+                second = pool.standin.lease("second")
+                assert not (second.get("status") or {}).get("exporterRef"), second
+                assert pool.standin.exporter(used)["status"]["exporterStatus"] == "Offline"
+            finally:
+                os.kill(pool.operator.proc.pid, signal.SIGCONT)
+        print(f"used exporter's states after the lease: {statuses.seen}")
+        after_lease = statuses.seen[next(i for i, s in enumerate(statuses.seen) if s[3] is None):]
+        assert all(state[0] != "Available" for state in after_lease), statuses.seen
+    finally:
+        if lessee.poll() is None:
+            lessee.kill()
+
+    # ExitAndReplace: a fresh Pod under a new Exporter takes the second lease.
+    fresh = pool.standin.wait_assigned("second", timeout=240)
+    exporter = pool.standin.exporter(fresh)
+    assert exporter["metadata"]["uid"] != used_uid
+    pod = pool.core.read_namespaced_pod(fresh, pool.namespace)
+    assert pod.metadata.owner_references[0].uid == exporter["metadata"]["uid"]
+    assert pool.container_status(fresh, "qemu").state.running is not None
+    wait_for(lambda: used_uid not in {e["metadata"]["uid"] for e in pool.live_exporters("pool").values()},
+             timeout=60, message="the used Exporter gone")
+    pool.standin.release("second")
+    the_set = pool.custom.get_namespaced_custom_object(*GROUP, pool.namespace, "exportersets", "pool")
+    print(f"set status: {json.dumps(the_set.get('status'), sort_keys=True)[:400]}")
