@@ -13,12 +13,17 @@ from __future__ import annotations
 
 import base64
 import json
+import subprocess
+from pathlib import Path
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants as c
-from ansible_play import run_tasks
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import observe as k8s_observe
+from ansible_play import BIN, ansible_env, run_tasks
+from jumpstarter_standin import wait_for
 from kubernetes import client
 from pool_helpers import GROUP, make_class, make_set
 
+ROOT = Path(__file__).resolve().parents[1]
 FQCN = "jumpstarter.virtual_exporters"
 EXPORTERS = ("jumpstarter.dev", "v1alpha1")
 CA = base64.b64encode(b"-----BEGIN CERTIFICATE-----\nMA==\n-----END CERTIFICATE-----\n").decode()
@@ -93,10 +98,26 @@ def test_a_changed_config_is_rewritten_and_restarted_only_while_unleased(testbed
         pods = core.list_namespaced_pod(namespace).items
         assert all(p.metadata.uid != pod_uid or p.metadata.deletion_timestamp for p in pods)
 
-        # A new endpoint reaches the next Pod the same way.
-        remade = run("present", exporter)
-        assert remade["created"] == ["pool-0"]
-        exporter = set_status(endpoint="grpc.moved.example:443")
-        assert not remade["waiting"], "the old Pod was still terminating"
-        assert run("synced", exporter)["resynced"] == ["pool-0"]
-        assert config_of(core, namespace)[0]["endpoint"] == "grpc.moved.example:443"
+        # The playbook the operator runs when a re-sync is due, run by hand:
+        # it reads the CA itself, re-syncs and notes when on the set.
+        # A new endpoint and token reach the next Pod the same way.
+        wait_for(lambda: not [p for p in core.list_namespaced_pod(namespace).items if p.metadata.name == "pool-0"],
+                 timeout=30, message="the old Pod gone")
+        assert run("present", exporter)["created"] == ["pool-0"]
+        set_status(endpoint="grpc.moved.example:443")
+        core.create_namespaced_config_map(namespace, client.V1ConfigMap(
+            metadata=client.V1ObjectMeta(name="jumpstarter-service-ca-cert"),
+            data={"ca.crt": base64.b64decode(CA).decode()}))
+        core.patch_namespaced_secret("pool-0-exporter", namespace, {"stringData": {"token": "third-token"}})
+        completed = subprocess.run(
+            [str(BIN / "ansible-playbook"), "-i", "localhost,", str(ROOT / "playbooks/config_sync.yml"),
+             "-e", "exporterset_name=pool", "-e", f"exporterset_namespace={namespace}"],
+            env=ansible_env(), capture_output=True, text=True, timeout=300)
+        assert completed.returncode == 0, completed.stdout[-4000:] + completed.stderr[-2000:]
+        config = config_of(core, namespace)[0]
+        assert (config["token"], config["endpoint"]) == ("third-token", "grpc.moved.example:443")
+        assert not [p for p in core.list_namespaced_pod(namespace).items
+                    if p.metadata.name == "pool-0" and not p.metadata.deletion_timestamp]
+        annotations = custom.get_namespaced_custom_object(*GROUP, namespace, "exportersets", "pool")[
+            "metadata"]["annotations"]
+        assert k8s_observe.ANNOTATION_CONFIG_SYNCED in annotations
