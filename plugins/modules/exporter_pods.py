@@ -30,7 +30,7 @@ description:
     (token, controller endpoint, CA, drivers) and compares it with its config Secret. One that
     differs is rewritten and its Pod deleted, so the next run starts the exporter afresh on the
     new config; only while no lease holds the Exporter from either side, on a fresh read just
-    before (C(resynced)). A leased one is left exactly as it is and returned in C(waiting): it
+    before (C(resynced)). A leased one is left exactly as it is and returned in C(waiting); it
     is re-synced once its lease ends. Nothing is written without the controller CA
     (I(controller_tls_ca) empty), so a run that could not read it never strips it.
 author:
