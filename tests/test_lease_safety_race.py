@@ -106,7 +106,7 @@ class Recorder:
         while not self.stop.is_set():
             stream = watch.Watch()
             try:
-                for event in stream.stream(func, *args, resource_version=version, timeout_seconds=20):
+                for event in stream.stream(func, *args, resource_version=version, timeout_seconds=5):
                     obj = event["object"]
                     if not isinstance(obj, dict):
                         obj = self.api.sanitize_for_serialization(obj)
@@ -122,6 +122,10 @@ class Recorder:
                 stream.stop()
 
     def close(self):
+        """Stops the watches once each has read what it was sent: a thread
+        ends at its next event or at its watch's 5 s server timeout (the
+        watch resumes from the last resourceVersion seen, so the short
+        timeout loses nothing)."""
         self.stop.set()
         for thread in self.threads:
             thread.join(timeout=30)
