@@ -8,7 +8,13 @@ leases on their own, it serves its gRPC services over TLS and publishes its
 CA, and it plays the ``jmp run`` process of every running exporter Pod (kwok
 runs no containers), which registers with the config the operator wrote.
 
-    scripts/demo [--available 2] [--max 6] [--seconds N]
+    scripts/demo [--available 2] [--max 6] [--seconds N] [--real-node]
+
+With ``--real-node`` (as root; ``scripts/realnode build`` first) the Pods
+run for real on a node of their own (containerd and a kubelet,
+tests/testbed/node.py) from the images the project builds: QEMU boots the
+test guest in each, the exporter sidecar's own ``jmp run`` registers with
+the stand-in over TLS, and the demo prints each guest's console line.
 
 Ctrl-C stops everything it started.
 """
@@ -16,6 +22,8 @@ Ctrl-C stops everything it started.
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import shutil
 import signal
 import subprocess
@@ -50,6 +58,8 @@ def main() -> int:
     parser.add_argument("--max", type=int, default=6, help="maxReplicas of the sample set")
     parser.add_argument("--seconds", type=float, default=0,
                         help="stop by itself after this long (0: run until Ctrl-C)")
+    parser.add_argument("--real-node", action="store_true",
+                        help="run the Pods on a real node (root): QEMU boots the test guest in each")
     args = parser.parse_args()
 
     state = CACHE_DIR / "demo"
@@ -68,11 +78,20 @@ def main() -> int:
     signal.signal(signal.SIGINT, lambda *_: stop.update(now=True))
     signal.signal(signal.SIGTERM, lambda *_: stop.update(now=True))
     operator = None
+    node = images = None
     try:
+        grpc_host = None
+        if args.real_node:
+            node, images = real_node(bed, state)
+            grpc_host = node.ip
         say("starting the Jumpstarter controller stand-in for namespace demo")
-        with bed.api_client() as api, serve_namespace(bed.kubeconfig, NAMESPACE) as standin:
+        with bed.api_client() as api, serve_namespace(bed.kubeconfig, NAMESPACE, grpc_host=grpc_host,
+                                                      pod_exporters=node is None) as standin:
             custom = client.CustomObjectsApi(api)
-            make_class(custom, NAMESPACE)
+            if node is None:
+                make_class(custom, NAMESPACE)
+            else:
+                make_guest_class(custom, node, images)
             make_set(custom, NAMESPACE, minAvailableReplicas=args.available, maxReplicas=args.max,
                      scaleDownCooldown="30s")
             say("starting the operator (provisioner qemu.jumpstarter.dev)")
@@ -101,6 +120,8 @@ def main() -> int:
                     if exporter and key not in reported:
                         reported.add(key)
                         say(f"lease {lease['metadata']['name']} assigned to {exporter}")
+                if node is not None:
+                    show_consoles(bed, reported)
                 status = get_set(custom, NAMESPACE).get("status") or {}
                 line = row(status)
                 if line != last:
@@ -117,7 +138,62 @@ def main() -> int:
         say("stopping")
         if operator is not None:
             operator.stop()
+        if images is not None:
+            images.close()
+        if node is not None:
+            node.down()
         bed.down(remove=True)
+
+
+def real_node(bed, state):
+    """The real node, its images under the provisioner's default names, the
+    node's image cache made as docs/install.md says, and a server of the
+    test guest's kernel and initramfs on the node's address."""
+    from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import pod as k8s_pod
+    from image_servers import ImageServer
+    from testbed.node import RealNode
+
+    say("starting a real node (containerd and a kubelet) with the project's images")
+    node = RealNode(bed, state / "node", name="demo-node", images=("qemu-runtime", "exporter"), aliases={
+        "exporter": k8s_pod.DEFAULT_IMAGES["exporter"]["image"],
+        "qemu-runtime": k8s_pod.DEFAULT_IMAGES["runtime"]["image"]})
+    node.up()
+    cache = Path(k8s_pod.NODE_IMAGE_CACHE)
+    cache.mkdir(parents=True, exist_ok=True)
+    os.chown(cache, k8s_pod.IMAGE_FETCH_UID, k8s_pod.IMAGE_FETCH_UID)
+    return node, ImageServer(state / "images", address=node.ip)
+
+
+def make_guest_class(custom, node, images):
+    """The sample class, booting the test guest (scripts/guest-image) on the real node."""
+    from qemu_vm import GUEST_DIR, guest_parameters
+    from testbed.node import NODE_LABEL, TAINT_KEY
+
+    kernel_url, kernel_digest = images.add("vmlinuz", GUEST_DIR / "vmlinuz")
+    initrd_url, initrd_digest = images.add("initramfs.cpio.gz", GUEST_DIR / "initramfs.cpio.gz")
+    parameters = guest_parameters(kvm=False, kernel={"url": kernel_url, "digest": kernel_digest},
+                                  initrd={"url": initrd_url, "digest": initrd_digest})
+    make_class(custom, NAMESPACE, parameters=parameters, scheduling={
+        "nodeSelector": {NODE_LABEL: "true"},
+        "tolerations": [{"key": TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}]})
+
+
+def show_consoles(bed, reported):
+    """Each running Pod's guest banner, once, read from its serial log."""
+    from qemu_vm import GUEST_BANNER
+
+    listed = bed.kubectl("get", "pods", "-n", NAMESPACE, "-o", "json", check=False).stdout or "{}"
+    running = [(pod["metadata"]["name"], pod["metadata"]["uid"]) for pod in json.loads(listed).get("items", [])
+               if (pod.get("status") or {}).get("phase") == "Running"]
+    for name, uid in running:
+        if (uid, "console") in reported:
+            continue
+        log = bed.kubectl("exec", "-n", NAMESPACE, name, "-c", "qemu", "--", "cat", "/run/jumpstarter/serial.log",
+                          check=False).stdout
+        line = next((text for text in log.splitlines() if GUEST_BANNER.decode() in text), None)
+        if line:
+            reported.add((uid, "console"))
+            say(f"{name}: the guest's console says {line.strip()!r}")
 
 
 if __name__ == "__main__":
