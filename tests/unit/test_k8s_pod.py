@@ -309,7 +309,12 @@ def test_exporter_that_saw_its_lease_end_never_serves_again(tmp_path):
         again.kill()
 
 
-def test_in_place_reuse_keeps_no_lease_end_hook():
+def test_in_place_reuse_ends_the_exporter_only_where_a_fresh_pod_resets_it():
+    """InPlaceReuse: a QEMU instance is reset by a fresh Pod, so its exporter
+    ends with its lease too; a Corellium one keeps its Pod and exporter
+    (its device is made anew behind the same name), so it serves again."""
     exporter_set = {**EXPORTER_SET, "spec": {**EXPORTER_SET["spec"], "recycleStrategy": "InPlaceReuse"}}
-    secret = k8s_pod.config_secret(exporter_set, EXPORTER, "qemu.jumpstarter.dev", PARAMETERS, TOKEN, "")
-    assert "hooks" not in json.loads(secret["stringData"]["rpi4-0.yaml"])
+    qemu = k8s_pod.config_secret(exporter_set, EXPORTER, "qemu.jumpstarter.dev", PARAMETERS, TOKEN, "")
+    assert json.loads(qemu["stringData"]["rpi4-0.yaml"])["hooks"]["afterLease"]["onFailure"] == "exit"
+    corellium = k8s_pod.config_secret(exporter_set, EXPORTER, "corellium.jumpstarter.dev", {}, TOKEN, "")
+    assert "hooks" not in json.loads(corellium["stringData"]["rpi4-0.yaml"])

@@ -134,7 +134,11 @@ def config_secret(exporter_set, exporter, provisioner, parameters, token, tls_ca
         driver_overrides=driver_overrides(provisioner, drivers, parameters, instance_name=instance_name),
         tls_ca=tls_ca,
         exit_on_lease_end=exits,
-        hooks=exporter_config.lease_end_hooks(RUN_DIR) if exits else None,
+        # A qemu.jumpstarter.dev instance is also reset in place by a fresh
+        # Pod (roles/qemu_pod/tasks/reset.yml), so its exporter serves one
+        # lease whatever the strategy: the used VM never takes a second one.
+        hooks=exporter_config.lease_end_hooks(RUN_DIR)
+        if exits or provisioner == constants.PROVISIONER_QEMU else None,
     )
     return {
         "apiVersion": "v1",
