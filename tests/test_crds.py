@@ -455,7 +455,8 @@ EXPORTERS = ("jumpstarter.dev", "v1alpha1")
 def owned(custom, namespace):
     return sorted(e["metadata"]["name"] for e in custom.list_namespaced_custom_object(
         *EXPORTERS, namespace, "exporters")["items"]
-        if any(r.get("kind") == "ExporterSet" for r in e["metadata"].get("ownerReferences") or ()))
+        if any(r.get("kind") == "ExporterSet" and r.get("name") == "pool"
+               for r in e["metadata"].get("ownerReferences") or ()))
 
 
 def test_beside_upstream_the_operator_serves_and_degrades_without_a_fight(upstream_bed, tmp_path):
@@ -465,6 +466,9 @@ def test_beside_upstream_the_operator_serves_and_degrades_without_a_fight(upstre
         core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
         make_class(custom, namespace)
         make_set(custom, namespace, minAvailableReplicas=2, maxReplicas=3)
+        # Upstream's CRD takes a selector that does not select the template (ours refuses it).
+        make_set(custom, namespace, name="loose", board="loose", minAvailableReplicas=0,
+                 selector={"matchLabels": {"board": "elsewhere"}})
         proc = OperatorProcess(str(upstream_bed.kubeconfig), namespace, tmp_path).start()
         try:
             proc.wait_ready()
@@ -479,6 +483,10 @@ def test_beside_upstream_the_operator_serves_and_degrades_without_a_fight(upstre
             vclass = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "virtualtargetclasses",
                                                          "qemu-small")
             assert "status" not in vclass or not vclass["status"]
+
+            loose = wait_for(lambda: condition(get_set(custom, namespace, "loose"), "SelectorOverlap"),
+                             timeout=30, message="the loose set says its selector misses its template")
+            assert (loose["status"], loose["reason"]) == ("True", "SelectorMismatch")
 
             # No fight over what is pruned: the set and the class settle.
             def versions():

@@ -165,3 +165,14 @@ def test_exporters_it_will_not_take_make_the_condition_true_naming_them():
     overlap = next(x for x in result["status"]["conditions"] if x["type"] == adoption.CONDITION_SELECTOR_OVERLAP)
     assert (overlap["status"], overlap["reason"]) == ("True", adoption.REASON_NOT_ADOPTED)
     assert "board-1: not made by a pool" in overlap["message"]
+
+
+def test_a_selector_that_does_not_select_its_own_template_says_so():
+    """The CRD refuses it; on upstream's CRD the set says it instead."""
+    loose = exporter_set()
+    loose["spec"]["selector"] = {"matchLabels": {"board": "rpi5"}}
+    _, result = plan(loose, [])
+    overlap = next(x for x in result["status"]["conditions"] if x["type"] == adoption.CONDITION_SELECTOR_OVERLAP)
+    assert (overlap["status"], overlap["reason"]) == ("True", adoption.REASON_SELECTOR_MISMATCH)
+    assert overlap["message"].startswith("spec.selector (board=rpi5) does not select spec.template.metadata.labels")
+    assert adoption.selector_mismatch(exporter_set()) is None

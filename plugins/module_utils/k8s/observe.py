@@ -236,7 +236,7 @@ def _plan(exporter_set, observed, options, surveys=None):
     plan = backend_refusal.apply_to_plan(plan, exporter_set, refusal, observed["now"])
     plan = adoption.apply_to_plan(plan, exporter_set, observed.get("adopt") or [],
                                   observed.get("selector_overlaps") or [], observed.get("not_adopted") or [],
-                                  observed["now"])
+                                  observed["now"], mismatch=adoption.selector_mismatch(exporter_set))
     return policy.apply_to_plan(plan, exporter_set, observed.get("policy_condition"), observed["now"])
 
 

@@ -24,6 +24,10 @@ is written by ``k8s/apply.py`` (``PlanApplier.adopt``) on a fresh read with
 the same rule and the Exporter's resourceVersion as precondition, and gets a
 Normal ``Adopted`` Event naming the Exporter.
 
+A selector that does not select the set's own template labels (the CRD
+refuses it; upstream's does not) makes the condition True too, reason
+``SelectorMismatch``.
+
 Overlaps: two sets of a namespace whose selectors select each other's
 Exporters are reported on both, with the ``SelectorOverlap`` condition and
 a Warning Event when it turns so (``selectors.template_label_conflicts``
@@ -32,8 +36,7 @@ the selector matches and the set will not adopt, with why.
 """
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import objects as k8s_objects
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import selectors
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import ownership, selectors
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.status import (
     make_condition,
     merge_conditions,
@@ -44,6 +47,7 @@ CONDITION_SELECTOR_OVERLAP = "SelectorOverlap"
 REASON_SELECTOR_OVERLAP = "SelectorOverlap"
 REASON_NOT_ADOPTED = "ExportersNotAdopted"
 REASON_NO_OVERLAP = "NoOverlap"
+REASON_SELECTOR_MISMATCH = "SelectorMismatch"
 REASON_ADOPTED = "Adopted"
 # How many Exporters the condition names before it says "and N more".
 _NAMED_AT_MOST = 10
@@ -61,7 +65,7 @@ def why_not_adoptable(exporter_set, exporter, provisioner, holders=()):
     """
     meta = exporter.get("metadata") or {}
     set_meta = exporter_set["metadata"]
-    owner = k8s_objects.controller_ref(exporter)
+    owner = ownership.controller_ref(exporter)
     if owner is not None:
         return f"controlled by {owner.get('kind')} {owner.get('name')}"
     if meta.get("namespace") and meta.get("namespace") != set_meta.get("namespace"):
@@ -103,9 +107,9 @@ def adoption(exporter_set, exporters, provisioner, lease_view):
         meta = exporter["metadata"]
         if not selectors.selector_matches(selector, meta.get("labels") or {}):
             continue
-        if uid and k8s_objects.controlled_by(exporter, uid):
+        if uid and ownership.controlled_by(exporter, uid):
             continue
-        if k8s_objects.controller_of(exporter, constants.EXPORTER_SET.kind):
+        if ownership.controller_of(exporter, constants.EXPORTER_SET.kind):
             # Another set's: the overlap of the two sets says so (``overlaps``).
             continue
         holders = lease_view.holders(exporter)
@@ -124,9 +128,23 @@ def adoption_patch(exporter_set, exporter):
     resourceVersion as precondition."""
     meta = exporter["metadata"]
     references = [dict(ref) for ref in meta.get("ownerReferences") or () if not ref.get("controller")]
-    references.append(k8s_objects.controller_reference(exporter_set))
+    references.append(ownership.controller_reference(exporter_set))
     return {"metadata": {"resourceVersion": meta["resourceVersion"], "ownerReferences": references,
                          "labels": {constants.LABEL_EXPORTER_SET: exporter_set["metadata"]["name"]}}}
+
+
+def selector_mismatch(exporter_set):
+    """Why the set's non-empty selector does not select its own template's
+    labels, or None. The CRD refuses such a set at admission (CEL); beside
+    upstream's CRD, which has no such rule, the set says so instead."""
+    selector = _selector(exporter_set)
+    if selectors.selector_is_empty(selector):
+        return None
+    labels = selectors.exporter_labels(exporter_set, constants.LABEL_EXPORTER_SET)
+    if selectors.selector_matches(selector, labels):
+        return None
+    return (f"spec.selector ({selectors.selector_to_string(selector)}) does not select "
+            "spec.template.metadata.labels: leases asked with it do not find this set's Exporters")
 
 
 def _overlap_message(overlaps, refused):
@@ -145,7 +163,7 @@ def _condition(status, kind):
     return next((x for x in (status or {}).get("conditions") or () if x.get("type") == kind), {})
 
 
-def apply_to_plan(plan, exporter_set, adopt, overlaps, refused, now):
+def apply_to_plan(plan, exporter_set, adopt, overlaps, refused, now, mismatch=None):
     """``plan`` with the set's adoptions and its ``SelectorOverlap`` condition.
 
     ``adopt`` (from ``adoption``) goes to ``plan["adopt"]`` with one Normal
@@ -170,9 +188,11 @@ def apply_to_plan(plan, exporter_set, adopt, overlaps, refused, now):
     previous_status = exporter_set.get("status") or {}
     was = _condition(previous_status, CONDITION_SELECTOR_OVERLAP)
     update = None
-    if overlaps or refused:
-        reason = REASON_SELECTOR_OVERLAP if overlaps else REASON_NOT_ADOPTED
-        update = make_condition(CONDITION_SELECTOR_OVERLAP, True, reason, _overlap_message(overlaps, refused))
+    if overlaps or refused or mismatch:
+        reason = (REASON_SELECTOR_MISMATCH if mismatch else REASON_SELECTOR_OVERLAP if overlaps
+                  else REASON_NOT_ADOPTED)
+        message = "; ".join(filter(None, (mismatch, _overlap_message(overlaps, refused))))
+        update = make_condition(CONDITION_SELECTOR_OVERLAP, True, reason, message)
         if (was.get("status"), was.get("message")) != ("True", update["message"]):
             plan["events"] = [*(plan.get("events") or []),
                               {"type": "Warning", "reason": reason, "message": update["message"]}]
