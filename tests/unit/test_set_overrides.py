@@ -10,6 +10,7 @@ import copy
 import pytest
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants as c
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import observe as k8s_observe
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.pod import DEFAULT_IMAGES
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.merge import (
     deep_merge,
     merge_images,
@@ -146,7 +147,7 @@ def test_without_a_class_image_the_built_in_one_stands():
     resolved = resolve(corellium_class(), a_set(images={"exporter": {"image": "evil:1"}}))
     assert [v.split(":")[0] for v in resolved["violations"]] == ["spec.images.exporter"]
     assert "exporter" not in resolved["images"]
-    built_in = {"image": "quay.io/jumpstarter-dev/jumpstarter:0.9.0"}
+    built_in = {"image": DEFAULT_IMAGES["exporter"]["image"]}
     assert resolve(corellium_class(), a_set(images={"exporter": built_in}))["violations"] == []
 
 
