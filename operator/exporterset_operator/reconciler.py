@@ -21,7 +21,11 @@ from datetime import UTC, datetime
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import apply as k8s_apply
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import controller_ca, lifecycle
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import (
+    controller_ca,
+    lifecycle,
+    pool_writes,
+)
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import objects as k8s_objects
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import observe as k8s_observe
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import status as k8s_status
@@ -460,9 +464,9 @@ class Reconciler:
         # cache: a set created a moment ago still holds it.
         releasing = class_status.FINALIZER in finalizers and class_status.FINALIZER not in wanted["finalizers"]
         try:
-            class_status.sync(self.api_client, namespace, name,
-                              None if releasing else self.caches["ExporterSet"].list(namespace),
-                              now=self.clock(), vclass=vclass)
+            pool_writes.sync_class(self.api_client, namespace, name,
+                                   None if releasing else self.caches["ExporterSet"].list(namespace),
+                                   now=self.clock(), vclass=vclass)
         except ApiException as exc:
             return Result(error=str(exc), path="class")
         return Result(path="class")
@@ -487,7 +491,7 @@ class Reconciler:
         if not policy.status_differs(esp.get("status"), wanted):
             return Result(path="fastpath")
         try:
-            policy.write_status(self.api_client, esp, wanted)
+            pool_writes.write_policy_status(self.api_client, esp, wanted)
         except ApiException as exc:
             if exc.status == 404:
                 return Result(path="gone")

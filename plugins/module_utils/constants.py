@@ -4,7 +4,7 @@ Every label, annotation, condition type and reason that more than one part
 of the collection reads or writes is spelled here once, and so is where
 each kind lives in the API (group, version, plural). Who owns an object is
 decided by its controller owner reference, read in one place:
-``k8s/objects.py`` (``controller_ref``); the set label is an index for
+``pool/ownership.py`` (``controller_ref``); the set label is an index for
 label selectors, never proof of ownership.
 """
 

@@ -86,6 +86,7 @@ status:
 from datetime import UTC, datetime
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import pool_writes
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.client import (
     k8s_module,
     module_api_client,
@@ -108,7 +109,7 @@ def main():
     name, namespace = module.params["name"], module.params["namespace"]
     api = module_api_client(module)
     if not module.check_mode:
-        result = class_status.sync(api, namespace, name, add_finalizer=module.params["add_finalizer"])
+        result = pool_writes.sync_class(api, namespace, name, add_finalizer=module.params["add_finalizer"])
         module.exit_json(changed=result["changed"], exists=result["exists"], sets=result["sets"],
                          finalizers=result.get("finalizers"), status=result.get("status"))
     custom = client.CustomObjectsApi(api)

@@ -30,7 +30,6 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.cons
     ANNOTATION_DORMANT,
     EXPORTER_SET,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.objects import controller_of
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.exporter_state import (
     exporter_name,
     is_available,
@@ -40,6 +39,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.lease_safety import (
     LeaseView,
 )
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.ownership import controller_of
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.selectors import (
     LabelIndex,
     selector_matches,

@@ -29,7 +29,7 @@ namesake was deleted), began after the Exporter was created.
 """
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.constants import EXPORTER
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import objects as k8s_objects
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import ownership
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.exporter_state import (
     read_exporter,
 )
@@ -92,8 +92,8 @@ def served_by(lease, exporter):
     meta = exporter["metadata"]
     if assigned_exporter(lease) != meta["name"]:
         return False
-    if k8s_objects.controller_ref(lease, EXPORTER.kind):
-        return k8s_objects.controlled_by(lease, meta.get("uid"))
+    if ownership.controller_ref(lease, EXPORTER.kind):
+        return ownership.controlled_by(lease, meta.get("uid"))
     began = (lease.get("status") or {}).get("beginTime") or lease["metadata"].get("creationTimestamp")
     created = meta.get("creationTimestamp")
     if not began or not created:

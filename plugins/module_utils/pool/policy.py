@@ -365,14 +365,3 @@ def desired_status(esp, policies, exporter_sets, now):
 def status_differs(current, wanted):
     """Whether writing ``wanted`` changes ``current``."""
     return {k: v for k, v in (current or {}).items() if k in wanted} != wanted
-
-
-def write_status(api_client, esp, status):
-    """Patch the policy's status, guarded by its resourceVersion (a 409 is
-    raised: the caller looks again once its cache has the newer object)."""
-    from kubernetes import client
-
-    meta = esp["metadata"]
-    client.CustomObjectsApi(api_client).patch_namespaced_custom_object_status(
-        *c.EXPORTER_SET_POLICY.at(meta["namespace"]), meta["name"],
-        {"metadata": {"resourceVersion": meta["resourceVersion"]}, "status": status})

@@ -3,14 +3,8 @@
 import re
 from decimal import Decimal
 
-try:
-    from kubernetes.utils import parse_quantity as _kubernetes_parse_quantity
-except ImportError:  # pragma: no cover - reported by the caller's module
-    _kubernetes_parse_quantity = None
-
-# The API server's grammar. The client library's parser does the arithmetic
-# but also takes what the server refuses ("NaN", "1_000", " 1 "), so a value
-# must match this first.
+# The API server's grammar: a value must match this before it is read (a
+# bare ``Decimal`` would also take "NaN", "1_000" and " 1 ").
 _QUANTITY = re.compile(r"^[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?\d+)?$")
 
 
@@ -27,9 +21,22 @@ def parse_quantity(value):
         return Decimal(str(value))
     if not isinstance(value, str) or not _QUANTITY.match(value.strip()):
         raise ValueError(f"not a quantity: {value!r}")
-    if _kubernetes_parse_quantity is None:
-        raise ValueError("the kubernetes Python client is required to read quantities")
-    return _kubernetes_parse_quantity(value.strip())
+    return _amount(value.strip())
+
+
+# A suffix's power of 1000, or of 1024 when it ends in "i".
+_EXPONENTS = {"n": -3, "u": -2, "m": -1, "k": 1, "K": 1, "M": 2, "G": 3, "T": 4, "P": 5, "E": 6}
+
+
+def _amount(text):
+    """The exact value of a quantity that matches ``_QUANTITY``."""
+    if text.endswith("i"):
+        number, base, suffix = text[:-2], 1024, text[-2]
+    elif text[-1] in _EXPONENTS:
+        number, base, suffix = text[:-1], 1000, text[-1]
+    else:
+        return Decimal(text)  # no suffix, or a decimal exponent (1e3)
+    return Decimal(number) * (base ** Decimal(_EXPONENTS[suffix]))
 
 
 def is_quantity(value):

@@ -1,0 +1,139 @@
+"""The layers of plugins/module_utils, read from the imports.
+
+The sub-packages stand in layers (``LAYERS``), each importing only from
+those below it: pure pool logic (``pool/``) at the bottom, imports nothing
+that talks to the API server (neither ``k8s/`` nor the ``kubernetes``
+client); the provisioners' own code (``qemu/``, ``corellium/``,
+``baremetal/``) above it; ``k8s/``, which reads and writes the API and
+renders what is written, on top. An import upwards is against the layers,
+and so is an import cycle between two sub-packages of one layer: no two
+sub-packages import each other, directly or through others. The top-level
+modules (``constants.py``, ``timeutil.py``, ``exporterset_options.py``) are
+below every layer.
+
+``KNOWN`` lists the imports that break these rules today, each with the
+reason it is still there. The list can only shrink: an import it names that
+is gone fails the test until it is struck from the list, and an import
+against the layers that it does not name fails the test at once.
+"""
+
+import ast
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2] / "plugins" / "module_utils"
+PREFIX = "ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils"
+# Whatever talks to the API server.
+API = ("k8s", "kubernetes")
+# Each sub-package of plugins/module_utils, bottom (0) to top.
+LAYERS = {"pool": 0, "qemu": 1, "corellium": 1, "baremetal": 1, "k8s": 2}
+
+# (importing file, what it imports): the imports against the layers that are
+# still there, and why.
+KNOWN = {
+    # pool/ reading data that lives with a provisioner's rendering.
+    ("pool/set_overrides.py", "k8s.exporter_config"): "QEMU_DRIVER_TYPES lives with the exporter config",
+    ("pool/set_overrides.py", "k8s.pod"): "DEFAULT_IMAGES lives with the Pod rendering",
+    # pool <-> qemu: the image rules are the QEMU image fetcher's.
+    ("pool/parameters.py", "qemu.images"): "the image url rule (url_problem) is the fetcher's",
+    ("pool/phases/failures.py", "qemu.images"): "UNRECOVERABLE_REASONS is the fetcher's",
+    # k8s <-> baremetal: the lab hosts render their exporter config with
+    # k8s.exporter_config, and k8s.observe builds the lab view.
+    ("baremetal/hosts.py", "k8s.exporter_config"): "k8s <-> baremetal cycle: qemu_driver_overrides",
+}
+
+
+def imports(path):
+    """What ``path`` imports from plugins/module_utils (as ``package.module``)
+    and from ``kubernetes`` (as ``kubernetes``), wherever in the file."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module] if node.module != PREFIX else [f"{PREFIX}.{a.name}" for a in node.names]
+            if node.module.startswith(PREFIX + ".") and node.module.count(".") == PREFIX.count(".") + 1:
+                # from ...module_utils.pool import plan: the modules named.
+                names = [f"{node.module}.{a.name}" for a in node.names]
+        else:
+            continue
+        for name in names:
+            if name == "kubernetes" or name.startswith("kubernetes."):
+                found.add("kubernetes")
+            elif name.startswith(PREFIX + "."):
+                found.add(name[len(PREFIX) + 1:])
+    return found
+
+
+def package_of(relative):
+    parts = Path(relative).parts
+    return parts[0] if len(parts) > 1 else None
+
+
+def edges():
+    """(importing file, imported module) for every file under plugins/module_utils."""
+    return {(str(path.relative_to(ROOT)), name)
+            for path in sorted(ROOT.rglob("*.py")) for name in imports(path)}
+
+
+def against_the_layers(all_edges):
+    """The imports of pool/ that reach the API, the imports upwards, and the
+    imports that close a cycle between sub-packages of one layer."""
+    bad = {(f, m) for f, m in all_edges if package_of(f) == "pool" and m.split(".")[0] in API}
+    graph = {}
+    for f, m in all_edges:
+        source, target = package_of(f), m.split(".")[0]
+        if source is None or target == source or target not in LAYERS:
+            continue
+        if LAYERS[target] > LAYERS[source]:
+            bad.add((f, m))
+        elif LAYERS[target] == LAYERS[source]:
+            graph.setdefault(source, set()).add(target)
+    cyclic = {(a, b) for a in graph for b in graph[a] if a in _reachable(graph, b)}
+    bad |= {(f, m) for f, m in all_edges if (package_of(f), m.split(".")[0]) in cyclic}
+    return bad
+
+
+def test_every_sub_package_has_its_layer():
+    packages = {p.name for p in ROOT.iterdir() if p.is_dir() and any(p.glob("*.py"))}
+    assert packages == set(LAYERS), "give each sub-package of plugins/module_utils its place in LAYERS"
+
+
+def _reachable(graph, start):
+    seen, todo = set(), [start]
+    while todo:
+        for nxt in graph.get(todo.pop(), ()):
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return seen
+
+
+def test_pool_logic_reaches_no_api_and_no_sub_packages_import_each_other():
+    bad = against_the_layers(edges())
+    new = sorted(bad - set(KNOWN))
+    assert not new, "imports against the layers (pool/ reaching the API, or an import cycle):\n" + "\n".join(
+        f"  {f} imports {m}" for f, m in new)
+
+
+def test_the_known_exceptions_only_shrink():
+    gone = sorted(set(KNOWN) - against_the_layers(edges()))
+    assert not gone, "no longer against the layers, strike from KNOWN:\n" + "\n".join(
+        f"  {f} imports {m}" for f, m in gone)
+
+
+def test_the_reader_sees_an_api_import_and_a_cycle(tmp_path, monkeypatch):
+    """The checks above can fail: a pool module that imports the client, and
+    two packages that import each other, are found."""
+    for package in ("pool", "k8s", "qemu", "corellium"):
+        (tmp_path / package).mkdir()
+    (tmp_path / "pool" / "a.py").write_text(
+        "def f():\n    from kubernetes import client\n"
+        f"from {PREFIX}.qemu import argv\n")
+    (tmp_path / "qemu" / "argv.py").write_text(f"from {PREFIX}.pool.a import f\nfrom {PREFIX}.corellium import c\n")
+    (tmp_path / "corellium" / "c.py").write_text(f"from {PREFIX}.qemu.argv import g\n")
+    (tmp_path / "k8s" / "b.py").write_text(f"from {PREFIX}.pool import a\n")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    assert against_the_layers(edges()) == {
+        ("pool/a.py", "kubernetes"), ("pool/a.py", "qemu.argv"),
+        ("qemu/argv.py", "corellium.c"), ("corellium/c.py", "qemu.argv")}
