@@ -12,7 +12,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.time
 )
 
 
-@dataclass
+@dataclass(slots=True)
 class NewExporter:
     """An Exporter to create: its name, labels and annotations."""
 
@@ -28,7 +28,7 @@ class NewExporter:
         return cls(entry["name"], entry.get("labels") or {}, entry.get("annotations") or {})
 
 
-@dataclass
+@dataclass(slots=True)
 class Removal:
     """An owned Exporter to delete, and why; the UID keeps a namesake safe.
     A dormant Exporter's removal has no reason."""
@@ -50,7 +50,7 @@ class Removal:
         return cls(entry["name"], entry.get("reason"), entry.get("uid"))
 
 
-@dataclass
+@dataclass(slots=True)
 class Reset:
     """An Exporter whose instance is reset in place, then enabled again."""
 
@@ -75,7 +75,7 @@ def _named(name, uid, **values):
     return entry
 
 
-@dataclass
+@dataclass(slots=True)
 class Event:
     """An Event to write on the set, about one of its Exporters or about the set."""
 
@@ -85,10 +85,9 @@ class Event:
     exporter: str | None = None
 
     def to_dict(self):
-        event = {"type": self.type, "reason": self.reason, "message": self.message}
-        if self.exporter is not None:
-            event["exporter"] = self.exporter
-        return event
+        if self.exporter is None:
+            return {"type": self.type, "reason": self.reason, "message": self.message}
+        return {"type": self.type, "reason": self.reason, "message": self.message, "exporter": self.exporter}
 
     @classmethod
     def from_dict(cls, event):
@@ -102,7 +101,7 @@ _ENTRY_TYPES = {"create": NewExporter, "create_dormant": NewExporter, "delete": 
                 "delete_dormant": Removal, "recycle": Reset, "events": Event}
 
 
-@dataclass
+@dataclass(slots=True)
 class BackendWork:
     """The part of a plan that a provisioner's role carries out: the deletes
     that need the backend first, the resets in place, and their annotations
@@ -125,7 +124,7 @@ class BackendWork:
         }
 
 
-@dataclass
+@dataclass(slots=True)
 class Plan:
     """What one reconcile of a set does (pool/plan.py says in which order).
 
