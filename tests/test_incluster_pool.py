@@ -99,7 +99,10 @@ class Pool:
 
 
 @pytest.fixture(scope="module")
-def pool(testbed, tmp_path_factory):
+def real_node(testbed, tmp_path_factory):
+    """The module's real node, with the project's images under the
+    provisioner's default names, and a server of the guest's files on the
+    node's address."""
     workdir = tmp_path_factory.mktemp("incluster")
     defaults = {"exporter": k8s_pod.DEFAULT_IMAGES["exporter"]["image"],
                 "qemu-runtime": k8s_pod.DEFAULT_IMAGES["runtime"]["image"]}
@@ -113,28 +116,35 @@ def pool(testbed, tmp_path_factory):
     cache = Path(k8s_pod.NODE_IMAGE_CACHE)
     cache.mkdir(parents=True, exist_ok=True)
     os.chown(cache, k8s_pod.IMAGE_FETCH_UID, k8s_pod.IMAGE_FETCH_UID)
-    namespace = namespace_name("incluster-pool")
-    images = ImageServer(workdir / "images", address=node.ip)
+    node.images = ImageServer(workdir / "images", address=node.ip)
     try:
-        with testbed.api_client() as api_client, \
-                serve_namespace(testbed.kubeconfig, namespace, grpc_host=node.ip, pod_exporters=False) as standin:
-            operator = OperatorProcess(str(testbed.kubeconfig), namespace, workdir,
-                                       provisioners=("qemu.jumpstarter.dev",)).start()
-            operator.wait_ready()
-            view = Pool(testbed, node, namespace, standin, operator, api_client, workdir)
-            view.images = images
-            try:
-                yield view
-            finally:
-                operator.stop()
-                print(f"--- operator log ---\n{operator.log_tail(30)}")
-                for what in (("get", "events", "--sort-by=.lastTimestamp"), ("get", "pods", "-o", "wide"),
-                             ("get", "exportersets", "-o", "jsonpath={.items[*].status}")):
-                    print(testbed.kubectl(*what, "-n", namespace, check=False).stdout[-4000:])
-                client.CoreV1Api(api_client).delete_namespace(namespace)
+        yield node
     finally:
-        images.close()
+        node.images.close()
         node.down()
+
+
+@pytest.fixture
+def pool(testbed, real_node, request, tmp_path):
+    """A namespace of the test's own, served by a controller stand-in on the
+    node's address and by the operator."""
+    namespace = namespace_name(request.node.name)
+    with testbed.api_client() as api_client, \
+            serve_namespace(testbed.kubeconfig, namespace, grpc_host=real_node.ip, pod_exporters=False) as standin:
+        operator = OperatorProcess(str(testbed.kubeconfig), namespace, tmp_path,
+                                   provisioners=("qemu.jumpstarter.dev",)).start()
+        operator.wait_ready()
+        view = Pool(testbed, real_node, namespace, standin, operator, api_client, tmp_path)
+        view.images = real_node.images
+        try:
+            yield view
+        finally:
+            operator.stop()
+            if request.session.testsfailed:
+                print(f"--- operator log ---\n{operator.log_tail(30)}")
+                for what in (("get", "events", "--sort-by=.lastTimestamp"), ("get", "pods", "-o", "wide")):
+                    print(testbed.kubectl(*what, "-n", namespace, check=False).stdout[-4000:])
+            client.CoreV1Api(api_client).delete_namespace(namespace)
 
 
 def guest_class(pool, name):
@@ -282,3 +292,38 @@ def test_a_lessee_gets_a_real_qemu_pod_and_its_vm_is_never_offered_again(pool):
     pool.standin.release("second")
     the_set = pool.custom.get_namespaced_custom_object(*GROUP, pool.namespace, "exportersets", "pool")
     print(f"set status: {json.dumps(the_set.get('status'), sort_keys=True)[:400]}")
+
+
+def test_a_killed_qemu_is_reported_on_the_set_and_replaced(pool):
+    """The JEP's Pod crash: QEMU's container is killed (SIGKILL through the
+    node's containerd). It is not started again on the used disk: the Pod
+    fails, the set reports the instance's failure (a ReplicaFailed Event
+    naming it) and a new Exporter with a new Pod replaces it."""
+    guest_class(pool, "guest")
+    make_set(pool.custom, pool.namespace, board=BOARD, virtualTargetClassName="guest",
+             minAvailableReplicas=1, maxReplicas=1)
+    name = wait_for(lambda: next(iter(pool.live_exporters("pool")), None), timeout=60, interval=0.1,
+                    message="the set's Exporter")
+    uid = pool.standin.wait_online(name, timeout=240)["metadata"]["uid"]
+    container = pool.container_status(name, "qemu").container_id.split("//", 1)[1]
+    killed = time.monotonic()
+    pool.node.ctr("tasks", "kill", "--signal", "SIGKILL", container)
+
+    def reported():
+        events = pool.core.list_namespaced_event(pool.namespace).items
+        return [e.message for e in events if e.reason == "ReplicaFailed" and name in (e.message or "")]
+    messages = wait_for(reported, timeout=90, interval=0.5, message="the set reporting the failed instance")
+    print(f"QEMU killed -> reported on the set in {time.monotonic() - killed:.1f} s: {messages}")
+    replacement = wait_for(lambda: next((e for e in pool.live_exporters("pool").values()
+                                         if e["metadata"]["uid"] != uid), None),
+                           timeout=120, interval=0.5, message="a new Exporter replacing the failed one")
+
+    def fresh_pod():
+        try:
+            pod = pool.core.read_namespaced_pod(replacement["metadata"]["name"], pool.namespace)
+        except client.ApiException:
+            return None
+        return pod.metadata.owner_references[0].uid == replacement["metadata"]["uid"] and pod
+    pod = wait_for(fresh_pod, timeout=60, interval=0.5, message="the replacement's Pod")
+    assert pod.spec.node_name == pool.node.name
+    print(f"QEMU killed -> replacement Pod in {time.monotonic() - killed:.1f} s")

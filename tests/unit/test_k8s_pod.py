@@ -318,3 +318,14 @@ def test_in_place_reuse_ends_the_exporter_only_where_a_fresh_pod_resets_it():
     assert json.loads(qemu["stringData"]["rpi4-0.yaml"])["hooks"]["afterLease"]["onFailure"] == "exit"
     corellium = k8s_pod.config_secret(exporter_set, EXPORTER, "corellium.jumpstarter.dev", {}, TOKEN, "")
     assert "hooks" not in json.loads(corellium["stringData"]["rpi4-0.yaml"])
+
+
+def test_a_qemu_that_ends_ends_its_pod():
+    """QEMU is not restarted on the used disk: the Pod ends and the operator
+    replaces it; the exporter sidecar alone restarts, and Corellium's
+    exporter (its only container) too."""
+    spec = render()["spec"]
+    assert spec["restartPolicy"] == "Never"
+    assert next(c for c in spec["initContainers"] if c["name"] == "exporter")["restartPolicy"] == "Always"
+    corellium = k8s_pod.instance_pod(EXPORTER_SET, CLASS, EXPORTER, "corellium.jumpstarter.dev", {}, {})
+    assert corellium["spec"]["restartPolicy"] == "Always"

@@ -307,7 +307,11 @@ def instance_pod(exporter_set, vclass, exporter, provisioner, parameters, images
         containers.append(exporter_container)
 
     spec = {
-        "restartPolicy": "Always",
+        # A QEMU that ends (crashed, killed, OOM) is not started again on the
+        # used disk: the Pod ends, Failed (or Succeeded), so the set reports
+        # the instance's failure and replaces it. The exporter sidecar is
+        # still restarted while the Pod runs (restartPolicy Always of its own).
+        "restartPolicy": "Never" if provisioner == constants.PROVISIONER_QEMU else "Always",
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         # The images' users (exporter and QEMU) are in this group: the
