@@ -10,9 +10,12 @@ controller's private CA, so the connection fails as the real one does) and
 authenticates with the config's ``token``. What follows is what ``jmp run``
 0.9.0 does over gRPC: Register (its drivers as device reports),
 ReportStatus ``Available``, the Status stream; ``LeaseReady`` when the
-stream says it is leased; at lease end, with ``exitOnLeaseEnd``, the process
-exits (Offline while its container restarts), otherwise ``Available``
-again. A Pod that stops running, is deleted, or loses its config Secret
+stream says it is leased; at lease end, with an afterLease hook that
+fails with ``onFailure: exit`` (the one the operator writes for QEMU Pods
+and ExitAndReplace sets), the hook's statuses, Offline and Unregister, and
+the Pod's exporter never serves again; else with ``exitOnLeaseEnd`` the
+process exits (Offline while its container restarts), otherwise
+``Available`` again. A Pod that stops running, is deleted, or loses its config Secret
 ends its exporter: Unregister, as on SIGTERM.
 
 A token the controller refuses (another Exporter's UID, a deleted
@@ -40,6 +43,16 @@ log = logging.getLogger(__name__)
 RESTART_DELAY = 1.0
 MAX_RESTART_DELAY = 10.0
 RPC_TIMEOUT = 10.0
+
+
+# What ``_serve`` returns when the process ended for good with its lease.
+SERVED_ONCE = "served once"
+
+
+def ends_with_its_lease(config: dict) -> bool:
+    """Whether the config's afterLease hook ends the exporter (``onFailure: exit``)."""
+    hook = ((config.get("hooks") or {}).get("afterLease")) or {}
+    return hook.get("onFailure") == "exit"
 
 
 def exporter_command_config(pod) -> tuple[str, str] | None:
@@ -86,6 +99,8 @@ class ExporterProcess:
                 continue
             try:
                 clean = self._serve(config)
+                if clean is SERVED_ONCE:
+                    return
             except grpc.RpcError as exc:
                 # The process exits on an RPC failure; its container restarts.
                 log.debug("exporter of Pod %s: %s: %s", self.pod_name, exc.code().name, exc.details())
@@ -128,6 +143,22 @@ class ExporterProcess:
                     if update.leased and not leased:
                         self._report(stub, metadata, common_pb2.EXPORTER_STATUS_LEASE_READY, "Ready for commands")
                     elif leased and not update.leased:
+                        if ends_with_its_lease(config):
+                            # Its afterLease hook fails with onFailure exit
+                            # (k8s/exporter_config.lease_end_hooks): jmp run
+                            # reports the failure, goes Offline, unregisters
+                            # and exits, and its container, started again,
+                            # never runs it (the guard of k8s/pod.py).
+                            self._report(stub, metadata, common_pb2.EXPORTER_STATUS_AFTER_LEASE_HOOK,
+                                         "Running afterLease hooks")
+                            self._report(stub, metadata, common_pb2.EXPORTER_STATUS_AFTER_LEASE_HOOK_FAILED,
+                                         "afterLease hook failed (on_failure=exit, shutting down)")
+                            self._report(stub, metadata, common_pb2.EXPORTER_STATUS_OFFLINE,
+                                         "Exporter shutting down due to afterLease hook failure")
+                            stub.Unregister(jumpstarter_pb2.UnregisterRequest(reason="Exporter shutdown"),
+                                            metadata=metadata, timeout=RPC_TIMEOUT)
+                            stream.cancel()
+                            return SERVED_ONCE
                         if config.get("exitOnLeaseEnd"):
                             # The process exits with its lease; until its
                             # container has restarted it is offline.
