@@ -15,18 +15,19 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool
 
 from .backends import BackendRuns
 from .informer import Informer, Resource
+from .keys import CLASS_KIND, POLICY_KIND, ClassKey, PolicyKey, SetKey
 from .metrics import Metrics
 from .reconciler import Reconciler
+from .results import ReconcileError, RequeueAfter, TerminalError
 from .workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
 
 SET_LABEL_SELECTOR = constants.LABEL_EXPORTER_SET
-# Work-queue keys: (namespace, name) for an ExporterSet, (namespace, name,
-# CLASS_KEY) for a VirtualTargetClass (its finalizer and status).
-CLASS_KEY = "VirtualTargetClass"
-# (namespace, name, POLICY_KEY): an ExporterSetPolicy (its status).
-POLICY_KEY = constants.EXPORTER_SET_POLICY.kind
+# Work-queue keys are typed (keys.py): SetKey, ClassKey, PolicyKey. The
+# kinds the class and policy keys carry:
+CLASS_KEY = CLASS_KIND
+POLICY_KEY = POLICY_KIND
 
 RESOURCES = (
     *(Resource(gvr.kind, *gvr[:3])
@@ -109,22 +110,22 @@ class Controller:
 
     def _map_set(self, obj, previous):
         meta = obj["metadata"]
-        yield meta["namespace"], meta["name"]
+        yield SetKey(meta["namespace"], meta["name"])
         # The class it names (and the one it named before) counts its sets.
         classes = {(s.get("spec") or {}).get("virtualTargetClassName") for s in (obj, previous or {})}
         for class_name in sorted(c for c in classes if c):
-            yield meta["namespace"], class_name, CLASS_KEY
+            yield ClassKey(meta["namespace"], class_name)
         # A set that comes, goes or changes its selector or template labels:
         # the other sets of its namespace may now collide with it, or no
         # longer (selectors.template_label_conflicts).
         if _claims(obj) != _claims(previous) or meta.get("deletionTimestamp"):
             for exporter_set in self._sets_in(meta["namespace"]):
                 if exporter_set["metadata"]["name"] != meta["name"]:
-                    yield meta["namespace"], exporter_set["metadata"]["name"]
+                    yield SetKey(meta["namespace"], exporter_set["metadata"]["name"])
         # A set that comes or goes: the policies naming it say whether they are in force.
         if previous is None or meta.get("deletionTimestamp"):
             for policy in self._policies_naming(meta["namespace"], {meta["name"]}):
-                yield meta["namespace"], policy, POLICY_KEY
+                yield PolicyKey(meta["namespace"], policy)
 
     def _map_policy(self, obj, previous):
         """The set a policy names (and the one it named before a rename),
@@ -134,11 +135,11 @@ class Controller:
         namespace = meta["namespace"]
         names = {(p.get("spec") or {}).get("exporterSetName") for p in (obj, previous or {})} - {None, ""}
         for name in sorted(names):
-            yield namespace, name
-        yield namespace, meta["name"], POLICY_KEY
+            yield SetKey(namespace, name)
+        yield PolicyKey(namespace, meta["name"])
         for other in self._policies_naming(namespace, names):
             if other != meta["name"]:
-                yield namespace, other, POLICY_KEY
+                yield PolicyKey(namespace, other)
 
     def _policies_naming(self, namespace, set_names):
         return sorted(p["metadata"]["name"] for p in self.caches[POLICY_KEY].list(namespace)
@@ -149,23 +150,23 @@ class Controller:
 
     def _map_class(self, obj, previous):
         meta = obj["metadata"]
-        yield meta["namespace"], meta["name"], CLASS_KEY
+        yield ClassKey(meta["namespace"], meta["name"])
         for exporter_set in self._sets_in(meta["namespace"]):
             if exporter_set["spec"].get("virtualTargetClassName") == meta["name"]:
-                yield meta["namespace"], exporter_set["metadata"]["name"]
+                yield SetKey(meta["namespace"], exporter_set["metadata"]["name"])
 
     def _map_exporter(self, obj, previous):
         meta = obj["metadata"]
         owner = k8s_objects.controller_of(obj, "ExporterSet")
         if owner:
             if self.watch_dependent_resources:
-                yield meta["namespace"], owner
+                yield SetKey(meta["namespace"], owner)
             return
         # Any other Exporter can satisfy a pending lease and so change the
         # demand of the sets whose labels that lease asks for.
         if previous is None or _availability(obj) != _availability(previous):
             for exporter_set in self._sets_in(meta["namespace"]):
-                yield meta["namespace"], exporter_set["metadata"]["name"]
+                yield SetKey(meta["namespace"], exporter_set["metadata"]["name"])
 
     def _map_lease(self, obj, previous):
         meta = obj["metadata"]
@@ -173,13 +174,13 @@ class Controller:
         for exporter_set in self._sets_in(meta["namespace"]):
             labels = ((exporter_set["spec"].get("template") or {}).get("metadata") or {}).get("labels") or {}
             if selector_matches(selector, labels):
-                yield meta["namespace"], exporter_set["metadata"]["name"]
+                yield SetKey(meta["namespace"], exporter_set["metadata"]["name"])
 
     def _map_labelled(self, obj, previous):
         meta = obj["metadata"]
         owner = (meta.get("labels") or {}).get(constants.LABEL_EXPORTER_SET)
         if owner and self.watch_dependent_resources:
-            yield meta["namespace"], owner
+            yield SetKey(meta["namespace"], owner)
 
     # -- running -----------------------------------------------------------------
     def start_informers(self) -> None:
@@ -213,7 +214,7 @@ class Controller:
         if self.stuck_reconcile_timeout:
             with self._in_flight_lock:
                 in_flight = sorted(self._in_flight.items())
-            # A set's key is (namespace, name), a class's (namespace, name, CLASS_KEY).
+            # Every key (keys.py) begins with the namespace and the name.
             # A backend run counts as a reconcile under way: one stuck past the
             # bound makes the process unhealthy too.
             in_flight += sorted((thread, (key, started))
@@ -255,13 +256,13 @@ class Controller:
         while not self._stop.wait(self.resync_period):
             for exporter_set in self.caches["ExporterSet"].list():
                 meta = exporter_set["metadata"]
-                self.queue.add((meta["namespace"], meta["name"]))
+                self.queue.add(SetKey(meta["namespace"], meta["name"]))
             for vclass in self.caches["VirtualTargetClass"].list():
                 meta = vclass["metadata"]
-                self.queue.add((meta["namespace"], meta["name"], CLASS_KEY))
+                self.queue.add(ClassKey(meta["namespace"], meta["name"]))
             for policy in self.caches[POLICY_KEY].list():
                 meta = policy["metadata"]
-                self.queue.add((meta["namespace"], meta["name"], POLICY_KEY))
+                self.queue.add(PolicyKey(meta["namespace"], meta["name"]))
 
     def _work(self) -> None:
         worker = threading.current_thread().name
@@ -276,24 +277,28 @@ class Controller:
             try:
                 result = self.reconciler.reconcile(key)
                 path = result.path
-                if result.error:
-                    delay = self.queue.add_rate_limited(key)
-                    log.warning(
-                        "reconcile failed",
-                        extra={"namespace": key[0], "exporterset": key[1],
-                               "error": result.error[:500], "retry_in": round(delay, 2)},
-                    )
-                else:
-                    self.queue.forget(key)
-                    if result.requeue_after:
-                        self.queue.add_after(key, result.requeue_after)
+                self.queue.forget(key)
+                if result.requeue_after:
+                    self.queue.add_after(key, result.requeue_after)
+            except RequeueAfter as exc:
+                path = exc.path
+                self.queue.forget(key)
+                self.queue.add_after(key, exc.delay)
+            except TerminalError as exc:
+                # Not retried: the object's next change (or the resync) brings it back.
+                path = exc.path
+                self.queue.forget(key)
+                log.warning("reconcile failed terminally",
+                            extra={"namespace": key[0], "exporterset": key[1], "error": str(exc)[:500]})
             except Exception as exc:  # the loop must survive anything a reconcile does
                 delay = self.queue.add_rate_limited(key)
-                log.exception(
-                    "reconcile raised",
-                    extra={"namespace": key[0], "exporterset": key[1], "error": str(exc)[:500],
-                           "retry_in": round(delay, 2)},
-                )
+                extra = {"namespace": key[0], "exporterset": key[1], "error": str(exc)[:500],
+                         "retry_in": round(delay, 2)}
+                if isinstance(exc, ReconcileError):  # what failed is known
+                    path = exc.path
+                    log.warning("reconcile failed", extra=extra)
+                else:
+                    log.exception("reconcile raised", extra=extra)
             finally:
                 elapsed = time.monotonic() - started
                 self.metrics.reconcile_duration.labels(path).observe(elapsed)

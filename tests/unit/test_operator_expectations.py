@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from exporterset_operator.reconciler import Expectations
+from exporterset_operator.expectations import Expectations
 from exporterset_operator.runner import _applied
 
 KEY = ("ns", "pool")

@@ -8,8 +8,8 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
-from exporterset_operator import reconciler
-from exporterset_operator.reconciler import Expectations
+from exporterset_operator import expectations as expectations_module
+from exporterset_operator.expectations import Expectations
 
 KEY = ("ns", "pool")
 OTHER = ("ns", "other")
@@ -18,7 +18,7 @@ OTHER = ("ns", "other")
 @pytest.fixture
 def clock(monkeypatch):
     now = SimpleNamespace(value=1000.0)
-    monkeypatch.setattr(reconciler, "time", SimpleNamespace(monotonic=lambda: now.value))
+    monkeypatch.setattr(expectations_module, "time", SimpleNamespace(monotonic=lambda: now.value))
     return now
 
 
@@ -86,7 +86,7 @@ def test_a_new_expectation_replaces_the_one_before():
 def test_an_expectation_never_met_is_given_up_after_its_ttl(clock):
     expectations = Expectations()
     expectations.expect(KEY, ["pool-0"], ["pool-1"])
-    clock.value += reconciler.EXPECTATION_TTL
+    clock.value += expectations_module.EXPECTATION_TTL
     assert not expectations.satisfied(KEY, {"pool-1"}, {"pool-1"})
     clock.value += 0.001
     assert expectations.satisfied(KEY, {"pool-1"}, {"pool-1"})
@@ -98,7 +98,7 @@ def test_an_expectation_never_met_is_given_up_after_its_ttl(clock):
 def test_the_ttl_counts_from_the_latest_expect(clock):
     expectations = Expectations()
     expectations.expect(KEY, ["pool-0"], [])
-    clock.value += reconciler.EXPECTATION_TTL - 1
+    clock.value += expectations_module.EXPECTATION_TTL - 1
     expectations.expect(KEY, ["pool-0"], [])
     clock.value += 2
     assert not expectations.satisfied(KEY, set(), set())

@@ -1,0 +1,512 @@
+"""The ExporterSet reconciler: one reconcile of one set, observed from the
+cache, planned, acted on; and the body of the set's backend runs.
+
+Two speeds. The plan comes from the collection's pool logic, computed here
+in process, and its pool part (Exporters created, enabled, disabled,
+deleted where their instance goes with them; annotations, the set's status
+and Events) is written at once, with the module's own code, in
+milliseconds. Whatever needs the provisioner's backends (instances made,
+reset or removed, hosts probed, a set torn down) is handed to the backend
+lane (``backends.BackendRuns``), which runs the reconcile playbook through
+ansible-runner off the pool loop: one run per set at a time, batched,
+bounded across sets. When nothing is asked, nothing runs (fast path).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from datetime import UTC, datetime
+
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import apply as k8s_apply
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import (
+    controller_ca,
+    lifecycle,
+)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import objects as k8s_objects
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import observe as k8s_observe
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import status as k8s_status
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import class_status, pool_index
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.selectors import (
+    selector_matches,
+)
+from kubernetes.client.rest import ApiException
+
+from .expectations import Expectations
+from .keys import SetKey, typed
+from .metrics import Metrics
+from .results import ReconcileError, RequeueAfter, Result, TerminalError
+from .runner import PlaybookRunner
+from .workqueue import ExponentialBackoff
+
+log = logging.getLogger(__name__)
+
+FINALIZER = lifecycle.FINALIZER
+OBSERVED_KINDS = ("VirtualTargetClass", "ExporterSet", "Exporter", "Lease", "Pod", "ExporterSetPolicy")
+# How long a backend run waits for new Exporters' credentials, so that one
+# run makes the backends of a whole burst. It waits on the Exporter cache's
+# events; BATCH_POLL bounds each wait only on caches that deliver none.
+BATCH_WINDOW = 1.0
+BATCH_POLL = 0.05
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class BackendLaneState:
+    """What the pool loop and the backend lane's threads share about each
+    set's runs, under one lock: when a failed set may run again (its backoff
+    grows with each failure in a row and a success resets it), the message
+    of its last failure, and the Exporters a run is at work on (the pool part
+    leaves them be)."""
+
+    def __init__(self, backoff: ExponentialBackoff | None = None) -> None:
+        self.backoff = backoff or ExponentialBackoff(base=1.0, cap=300.0)
+        self._lock = threading.Lock()
+        self._retry_at: dict[SetKey, float] = {}
+        self._failure: dict[SetKey, str] = {}
+        self._acting: dict[SetKey, set[str]] = {}
+
+    def wait_before_run(self, key: SetKey) -> float:
+        """Seconds before ``key`` may run again (<= 0: now)."""
+        with self._lock:
+            return self._retry_at.get(key, 0.0) - time.monotonic()
+
+    def ended(self, key: SetKey, ok: bool, message: str = "") -> None:
+        with self._lock:
+            if ok:
+                self.backoff.forget(key)
+                self._retry_at.pop(key, None)
+                self._failure.pop(key, None)
+            else:
+                self._retry_at[key] = time.monotonic() + self.backoff.when(key)
+                self._failure[key] = message
+
+    def failed(self, key: SetKey) -> bool:
+        with self._lock:
+            return key in self._failure
+
+    def clear_failure(self, key: SetKey) -> None:
+        with self._lock:
+            self._failure.pop(key, None)
+
+    def failures(self) -> dict[SetKey, str]:
+        with self._lock:
+            return dict(self._failure)
+
+    def acting(self, key: SetKey) -> set[str]:
+        with self._lock:
+            return set(self._acting.get(key, ()))
+
+    def act(self, key: SetKey, names: set[str]) -> None:
+        with self._lock:
+            self._acting[key] = set(names)
+
+    def rest(self, key: SetKey) -> None:
+        with self._lock:
+            self._acting.pop(key, None)
+
+
+class SetReconciler:
+    def __init__(
+        self,
+        caches,
+        api_client,
+        runner: PlaybookRunner,
+        metrics: Metrics,
+        provisioners: set[str],
+        playbook: str = "playbooks/reconcile.yml",
+        plan_options: dict | None = None,
+        clock=utcnow,
+        watch=None,
+    ):
+        self.caches = caches
+        self.api_client = api_client
+        self.runner = runner
+        self.metrics = metrics
+        self.provisioners = provisioners
+        self.playbook = playbook
+        self.plan_options = dict(plan_options or {})
+        self.clock = clock
+        self.expectations = Expectations()
+        # What the planner read from each set's pool, kept while its objects
+        # are unchanged: the operator plans the same pools again and again.
+        self.surveys = pool_index.SurveyCache()
+        # The watches.yaml entry (watches.Watch), when there is one: what runs
+        # (its playbook or role), the vars every run gets, the finalizer,
+        # manageStatus, snakeCaseParameters and the selector.
+        self.watch = watch
+        if watch is not None:
+            self.playbook = watch.runnable()
+        self.finalizer = watch.finalizer.name if watch is not None and watch.finalizer else (
+            None if watch is not None else FINALIZER)
+        self.manage_status = watch.manage_status if watch is not None else True
+        # The backend lane (backends.BackendRuns); without one (a reconciler
+        # used on its own) backend work runs inline.
+        self.backends = None
+        # What the pool loop and the backend lane share about each set's runs.
+        self.lane = BackendLaneState()
+        self.backend_backoff = self.lane.backoff
+        # A backend run waiting for credentials wakes on the Exporter
+        # cache's events (a counter, so that none is missed between a look
+        # and the wait) instead of polling it.
+        self._exporter_events = 0
+        self._exporters_changed = threading.Condition()
+        exporters = caches.get("Exporter") if hasattr(caches, "get") else None
+        self._woken_by_events = hasattr(exporters, "handlers")
+        if self._woken_by_events:
+            exporters.handlers.append(self._exporter_event)
+
+    @property
+    def _backend_failure(self) -> dict[SetKey, str]:
+        """The message of each set's last failed backend run (a copy)."""
+        return self.lane.failures()
+
+    def _exporter_event(self, event_type, obj, previous) -> None:
+        with self._exporters_changed:
+            self._exporter_events += 1
+            self._exporters_changed.notify_all()
+
+    def _variables(self, exporter_set, observed, plan, teardown=False) -> dict:
+        """Extra vars of a run: the entry's vars (the finalizer's too on
+        teardown), then the set as the SDK passes it."""
+        variables = k8s_observe.playbook_variables(exporter_set, observed, plan, teardown=teardown)
+        if self.watch is None:
+            return variables
+        if not self.watch.snake_case_parameters:
+            for snake in k8s_objects.snake_case_spec(exporter_set.get("spec") or {}):
+                variables.pop(snake, None)
+            variables.update(exporter_set.get("spec") or {})
+        extra = self.watch.finalizer_vars() if teardown else self.watch.vars
+        # manageStatus false: the run's exporterset_apply leaves the outcome
+        # conditions to the playbook, as the operator itself does.
+        return {**extra, **variables, "exporterset_manage_status": self.manage_status}
+
+    # -- observation -------------------------------------------------------
+    def observe(self, exporter_set: dict) -> dict:
+        """Everything the plan needs, from the informer caches."""
+        namespace = exporter_set["metadata"]["namespace"]
+        objects = {kind: self.caches[kind].list(namespace) for kind in OBSERVED_KINDS}
+        return k8s_observe.observe(exporter_set, objects, self.clock())
+
+    # -- reconcile -----------------------------------------------------------
+    def reconcile_set(self, key: SetKey) -> Result:
+        namespace, name = key
+        exporter_set = self.caches["ExporterSet"].get(namespace, name)
+        if exporter_set is None:
+            self.runner.forget(key)
+            self.metrics.forget_set(namespace, name)
+            self.expectations.forget(key)
+            return Result(path="gone")
+        observed = self.observe(exporter_set)
+        vclass = observed["class"]
+        provisioner = k8s_observe.provisioner_of(observed)
+        if vclass is not None and provisioner not in self.provisioners:
+            if class_status.known_provisioner(provisioner):
+                return Result(path="skipped")  # another operator's
+            # Unknown to the collection (a typo): every operator reports it,
+            # the same status and Event, and touches nothing else.
+            return self._report_unusable(exporter_set, observed)
+        if self.watch is not None and self.watch.selector and not selector_matches(
+                self.watch.selector, exporter_set["metadata"].get("labels") or {}):
+            return Result(path="skipped")
+
+        if lifecycle.deleting(exporter_set):
+            return self._teardown(key, exporter_set, observed)
+        if lifecycle.needs_finalizer(exporter_set, vclass, self.finalizer):
+            lifecycle.add_finalizer(self.api_client, exporter_set, self.finalizer)
+
+        # A terminating Exporter counts as gone: the plan skips it, and an
+        # orphaning delete keeps it until the garbage collector is done.
+        owned_names = {e["metadata"]["name"] for e in observed["owned"] if not e["metadata"].get("deletionTimestamp")}
+        versions = {e["metadata"]["name"]: e["metadata"].get("resourceVersion") for e in observed["owned"]}
+        if not self.expectations.satisfied(key, owned_names, set(observed["taken_names"]), versions):
+            return Result(requeue_after=1.0, path="waiting")
+
+        # The controller CA is a GET by name, made only when backends are to be
+        # made; an unavailable one requeues the set (it is not watched).
+        plan = k8s_observe.plan_for(
+            exporter_set, observed, self.plan_options,
+            read_controller_ca=lambda: controller_ca.read_controller_ca(self.api_client, namespace, vclass),
+            surveys=self.surveys,
+        )
+        self.metrics.observe_set(namespace, name, plan["status"], len(observed["pending"]))
+        busy = self._backends_busy(key)
+        pool_plan, backend_plan = k8s_observe.split_plan(
+            plan, exporter_set, provisioner, self.lane.acting(key) if busy else ())
+        needs_backends = bool(backend_plan or k8s_observe.unprovisioned(observed)
+                              or k8s_observe.probe_playbook(observed))
+        requeue = plan.get("requeue_after")
+        if needs_backends and not busy:
+            wait = self._ask_backends(key)
+            if wait:
+                requeue = min(requeue or wait, wait)
+        elif not needs_backends and not busy:
+            self.lane.clear_failure(key)
+        # The outcome (the SDK's Successful) is written once nothing is left
+        # to do for the set's backends; a failed run's Failure stays until then.
+        settled = not (needs_backends or busy or self.lane.failed(key))
+        # A paused set (pool/policy.py) writes nothing once it says so, not
+        # even the outcome of a newer generation.
+        outcome_due = (self.manage_status and settled and not plan.get("paused")
+                       and _outcome_missing(exporter_set))
+        if pool_plan["changed"] or outcome_due:
+            # Creating, enabling or disabling Exporters touches no backend (a
+            # new Exporter gets its backend once its credential exists), so it
+            # is applied here, in milliseconds, with the module's own code.
+            try:
+                applied = self._apply_in_process(exporter_set, pool_plan, provisioner,
+                                                 write_outcome=self.manage_status and settled)
+            except (k8s_apply.ApplyError, ApiException) as exc:
+                self._report_failure(exporter_set, plan, str(exc))
+                raise ReconcileError(str(exc), path="inprocess") from exc
+            self._count_actions(key, pool_plan)
+            # A pass that starts before the cache shows these writes would
+            # plan them again (a disable twice, its Event twice): it waits.
+            written = applied.get("versions") or {}
+            patched = {name: (versions[name], written[name]) for name in applied.get("patched") or ()
+                       if name in versions and written.get(name) not in (None, versions[name])}
+            if applied["created"] or applied["deleted"] or patched:
+                self.expectations.expect(key, applied["created"], applied["deleted"], patched)
+            return Result(requeue_after=requeue, path="inprocess")
+        return Result(requeue_after=requeue, path="fastpath")
+
+    # -- the backend lane ---------------------------------------------------------
+    def _backends_busy(self, key) -> bool:
+        return self.backends is not None and self.backends.busy(key)
+
+    def _ask_backends(self, key) -> float | None:
+        """Hand ``key`` to the backend lane; the seconds to wait first when
+        its last run failed (the set is looked at again then)."""
+        wait = self.lane.wait_before_run(key)
+        if wait > 0:
+            return wait
+        if self.backends is None:
+            self.run_backends(key)
+        else:
+            self.backends.submit(key)
+        return None
+
+    def _backend_done(self, key, ok: bool, message: str = "", duration: float = 0.0) -> None:
+        extra = {"namespace": key[0], "exporterset": key[1], "seconds": round(duration, 2)}
+        if ok:
+            log.info("backend run succeeded", extra=extra)
+        else:
+            log.warning("backend run failed", extra={**extra, "error": message[:500]})
+        self.lane.ended(key, ok, message)
+
+    def run_backends(self, key) -> None:
+        """One backend run of a set (on a backend lane thread): plan afresh
+        from the caches and run the reconcile playbook once for every backend
+        the set needs now: instances made, reset or removed, hosts probed, or
+        the set's teardown."""
+        key = typed(key)
+        if not isinstance(key, SetKey):
+            return
+        namespace, _ = key
+        # Batched: Exporters just created get their credential from the
+        # Jumpstarter controller within moments; a run waits for them (at
+        # most BATCH_WINDOW, woken by the Exporter cache's events) so that
+        # one run makes every backend of a burst.
+        deadline = time.monotonic() + BATCH_WINDOW
+        while True:
+            with self._exporters_changed:
+                seen = self._exporter_events
+            exporter_set = self.caches["ExporterSet"].get(*key)
+            if exporter_set is None:
+                return
+            observed = self.observe(exporter_set)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not _awaiting_credentials(observed):
+                break
+            with self._exporters_changed:
+                self._exporters_changed.wait_for(
+                    lambda seen=seen: self._exporter_events != seen,
+                    remaining if self._woken_by_events else min(remaining, BATCH_POLL))
+        if lifecycle.deleting(exporter_set):
+            self._run_teardown(key, exporter_set, observed)
+            return
+        vclass = observed["class"]
+        plan = k8s_observe.plan_for(
+            exporter_set, observed, self.plan_options,
+            read_controller_ca=lambda: controller_ca.read_controller_ca(self.api_client, namespace, vclass),
+            surveys=self.surveys,
+        )
+        _, backend_plan = k8s_observe.split_plan(plan, exporter_set, k8s_observe.provisioner_of(observed))
+        unprovisioned = k8s_observe.unprovisioned(observed)
+        if backend_plan or unprovisioned:
+            self.lane.act(key, {e["name"] for e in (backend_plan or {}).get("delete", [])
+                                + (backend_plan or {}).get("recycle", [])} | set(unprovisioned))
+            try:
+                self._run_playbook(key, exporter_set, observed, backend_plan or {}, plan)
+            finally:
+                self.lane.rest(key)
+            return
+        probe = k8s_observe.probe_playbook(observed)
+        if probe:
+            self._run_probe(key, exporter_set, observed, plan, probe)
+
+    def _apply_in_process(self, exporter_set: dict, plan: dict, provisioner: str,
+                          write_outcome: bool | None = None) -> dict:
+        """The plan's Exporter, annotation, status and Event writes, without a playbook.
+
+        Returns what was written (``created`` and ``deleted`` Exporter names).
+        """
+        if write_outcome is None:
+            write_outcome = self.manage_status
+        applier = k8s_apply.PlanApplier(self.api_client, exporter_set, write_outcome=write_outcome)
+        applier.apply_plan(plan, provisioner or "")
+        return {**applier.result, "versions": dict(applier.versions)}
+
+    def _run_playbook(self, key, exporter_set, observed, backend_plan, plan) -> None:
+        """The reconcile playbook with the backends' part of the plan."""
+        variables = self._variables(exporter_set, observed, backend_plan)
+        result = self.runner.run(self.playbook, key, variables)
+        self.metrics.playbook_runs.labels("successful" if result.ok else "failed").inc()
+        if result.applied is not None:
+            # What the run's writes really were: a name that met a 409 or a
+            # blocking Secret was not deleted and is not waited for.
+            created, deleted = result.applied["created"], result.applied["deleted"]
+        else:
+            created = []
+            deleted = [d["name"] for d in backend_plan.get("delete") or []]
+        self._count_actions(key, backend_plan)
+        self._backend_done(key, result.ok, result.message, result.duration)
+        if not result.ok:
+            self._report_failure(exporter_set, plan, result.message)
+            return
+        if created or deleted:
+            self.expectations.expect(key, created, deleted)
+
+    def _run_probe(self, key, exporter_set, observed, plan, playbook) -> None:
+        """Refresh the backends' report (it comes back as a watch event).
+
+        Bounded by the report's age: a steady pool costs one probe per
+        interval, whatever else happens to the set.
+        """
+        variables = self._variables(exporter_set, observed, plan)
+        result = self.runner.run(playbook, key, variables)
+        self.metrics.playbook_runs.labels("successful" if result.ok else "failed").inc()
+        self._backend_done(key, result.ok, result.message, result.duration)
+        if not result.ok:
+            self._report_failure(exporter_set, plan, result.message)
+
+    def _count_actions(self, key, plan: dict) -> None:
+        namespace, name = key
+        created = plan.get("create") or []
+        if created:
+            self.metrics.scale_ups.labels(namespace, name).inc(len(created))
+        deletes = plan.get("delete") or []
+        scale_down = [d for d in deletes if d.get("reason") == constants.DELETE_SCALE_DOWN]
+        if scale_down:
+            self.metrics.scale_downs.labels(namespace, name).inc(len(scale_down))
+        failed = [d for d in deletes if d.get("reason") in (constants.DELETE_FAILED, constants.DELETE_STARTUP_TIMEOUT)]
+        if failed:
+            self.metrics.failures.labels(namespace, name).inc(len(failed))
+
+    def _report_failure(self, exporter_set: dict, plan: dict, message: str) -> None:
+        meta = exporter_set["metadata"]
+        try:
+            if self.manage_status:
+                k8s_status.write_status(
+                    self.api_client, meta["namespace"], meta["name"], plan["status"],
+                    outcome=lifecycle.outcome(exporter_set, message),
+                )
+            k8s_status.emit_events(self.api_client, exporter_set, [lifecycle.failure_event(exporter_set, message)])
+        except ApiException as exc:
+            log.warning("could not report failure", extra={"error": str(exc)[:300]})
+
+    def _report_unusable(self, exporter_set: dict, observed: dict) -> Result:
+        """Status and Events of a set whose class cannot be used (its plan
+        creates nothing); no finalizer, no playbook. Raises TerminalError
+        once they are written."""
+        plan = k8s_observe.plan_for(exporter_set, observed, self.plan_options, surveys=self.surveys)
+        if plan.get("changed"):
+            try:
+                self._apply_in_process(exporter_set, plan, "")
+            except (k8s_apply.ApplyError, ApiException) as exc:
+                raise ReconcileError(str(exc), path="unusable") from exc
+        # Said in the status; nothing more until the set or its class changes.
+        raise TerminalError(
+            f"VirtualTargetClass {(exporter_set.get('spec') or {}).get('virtualTargetClassName')}: "
+            f"spec.provisioner {k8s_observe.provisioner_of(observed)!r} is not one the collection knows",
+            path="unusable")
+
+    # -- finalizer (k8s/lifecycle.py decides, for every runner of a set) -------
+    def _teardown(self, key, exporter_set: dict, observed: dict) -> Result:
+        """A set being deleted: its backends and Exporters go (on the backend
+        lane), then its finalizer."""
+        if not lifecycle.tears_down(exporter_set, self.finalizer):
+            return Result(path="skipped")
+        # Exporters already going (an orphaning delete waits for the garbage
+        # collector) need nothing more from the teardown.
+        remaining = lifecycle.teardown_remaining(observed)
+        if remaining:
+            if not self.expectations.satisfied(key, set(remaining)):
+                return Result(requeue_after=1.0, path="waiting")
+            if not lifecycle.teardown_actionable(observed):
+                # Only leased Exporters are left: nothing runs until a lease
+                # ends (its Lease or Exporter event brings the set back).
+                try:
+                    lifecycle.write_waiting_for_leases(self.api_client, exporter_set,
+                                                       lifecycle.teardown_leased(observed), self.clock())
+                except ApiException as exc:
+                    raise ReconcileError(str(exc), path="teardown") from exc
+                return Result(path="teardown")
+            if not self._backends_busy(key):
+                wait = self._ask_backends(key)
+                if wait:
+                    # The last teardown run failed: the next waits its backoff.
+                    raise RequeueAfter(wait, path="teardown")
+            return Result(path="teardown")
+        lifecycle.remove_finalizer(self.api_client, exporter_set, self.finalizer)
+        self.runner.forget(key)
+        self.lane.clear_failure(key)
+        return Result(path="teardown")
+
+    def _run_teardown(self, key, exporter_set: dict, observed: dict) -> None:
+        """The teardown run: the finalizer's playbook (or the entry's, with
+        the finalizer's vars) releases every backend and deletes or detaches
+        the Exporters."""
+        if not lifecycle.tears_down(exporter_set, self.finalizer) or not lifecycle.teardown_actionable(observed):
+            return
+        remaining = [e for e in observed["owned"] if not e["metadata"].get("deletionTimestamp")]
+        variables = self._variables(exporter_set, observed, {}, teardown=True)
+        teardown = self.watch.finalizer_runnable() if self.watch is not None else self.playbook
+        result = self.runner.run(teardown, key, variables)
+        self.metrics.playbook_runs.labels("successful" if result.ok else "failed").inc()
+        self._backend_done(key, result.ok, result.message, result.duration)
+        if not result.ok:
+            k8s_status.emit_events(self.api_client, exporter_set,
+                                   [lifecycle.failure_event(exporter_set, result.message)])
+            return
+        # The cache shows the deletions shortly; the pool loop waits for them
+        # (a run that deleted nothing, having held or only disabled, waits for none).
+        deleted = ((result.applied or {}).get("deleted") if result.applied is not None
+                   else [e["metadata"]["name"] for e in remaining])
+        self.expectations.expect(key, [], deleted)
+
+
+def _awaiting_credentials(observed: dict) -> bool:
+    """Whether an Exporter of the set that will want a backend still waits
+    for the credential the Jumpstarter controller issues."""
+    return any(
+        not e["metadata"].get("deletionTimestamp")
+        and constants.ANNOTATION_DORMANT not in (e["metadata"].get("annotations") or {})
+        and (e.get("spec") or {}).get("enabled", True)
+        and not ((e.get("status") or {}).get("credential") or {}).get("name")
+        for e in observed["owned"])
+
+
+def _outcome_missing(exporter_set: dict) -> bool:
+    """Whether the set's status lacks the SDK's Successful=True for its
+    current generation."""
+    generation = exporter_set["metadata"].get("generation", 0)
+    for condition in (exporter_set.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Successful":
+            return not (condition.get("status") == "True"
+                        and condition.get("observedGeneration", generation) == generation)
+    return True
