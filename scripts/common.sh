@@ -15,5 +15,8 @@ link_collection() {
     mkdir -p "$(dirname "$target")"
     ln -sfn "$PROJECT_ROOT" "$target"
     export ANSIBLE_COLLECTIONS_PATH="$COLLECTIONS_DIR"
-    export PYTHONPATH="$COLLECTIONS_DIR:$PROJECT_ROOT/operator${PYTHONPATH:+:$PYTHONPATH}"
+    # The operator and the exporter-side driver come from this checkout too:
+    # the Python environment is shared by every checkout of the machine, and
+    # its editable installs point at the one that built it.
+    export PYTHONPATH="$COLLECTIONS_DIR:$PROJECT_ROOT/operator:$PROJECT_ROOT/drivers/jumpstarter-driver-virtual-qemu${PYTHONPATH:+:$PYTHONPATH}"
 }
