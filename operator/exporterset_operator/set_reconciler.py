@@ -47,7 +47,9 @@ FINALIZER = lifecycle.FINALIZER
 OBSERVED_KINDS = ("VirtualTargetClass", "ExporterSet", "Exporter", "Lease", "Pod", "ExporterSetPolicy")
 # How long a backend run waits for new Exporters' credentials, so that one
 # run makes the backends of a whole burst. It waits on the Exporter cache's
-# events; BATCH_POLL bounds each wait only on caches that deliver none.
+# events in the set's namespace and looks at most once per BATCH_POLL, so a
+# busy namespace's events are taken together (a cache that delivers no
+# events is looked at every BATCH_POLL).
 BATCH_WINDOW = 1.0
 BATCH_POLL = 0.05
 
@@ -151,9 +153,9 @@ class SetReconciler:
         self.lane = BackendLaneState()
         self.backend_backoff = self.lane.backoff
         # A backend run waiting for credentials wakes on the Exporter
-        # cache's events (a counter, so that none is missed between a look
-        # and the wait) instead of polling it.
-        self._exporter_events = 0
+        # cache's events (a counter per namespace, so that none is missed
+        # between a look and the wait) instead of polling it.
+        self._exporter_events: dict[str, int] = {}
         self._exporters_changed = threading.Condition()
         exporters = caches.get("Exporter") if hasattr(caches, "get") else None
         self._woken_by_events = hasattr(exporters, "handlers")
@@ -166,8 +168,9 @@ class SetReconciler:
         return self.lane.failures()
 
     def _exporter_event(self, event_type, obj, previous) -> None:
+        namespace = (obj.get("metadata") or {}).get("namespace") or ""
         with self._exporters_changed:
-            self._exporter_events += 1
+            self._exporter_events[namespace] = self._exporter_events.get(namespace, 0) + 1
             self._exporters_changed.notify_all()
 
     def _variables(self, exporter_set, observed, plan, teardown=False) -> dict:
@@ -314,7 +317,8 @@ class SetReconciler:
         deadline = time.monotonic() + BATCH_WINDOW
         while True:
             with self._exporters_changed:
-                seen = self._exporter_events
+                seen = self._exporter_events.get(namespace, 0)
+            looked = time.monotonic()
             exporter_set = self.caches["ExporterSet"].get(*key)
             if exporter_set is None:
                 return
@@ -324,8 +328,11 @@ class SetReconciler:
                 break
             with self._exporters_changed:
                 self._exporters_changed.wait_for(
-                    lambda seen=seen: self._exporter_events != seen,
+                    lambda seen=seen: self._exporter_events.get(namespace, 0) != seen,
                     remaining if self._woken_by_events else min(remaining, BATCH_POLL))
+            pace = min(looked + BATCH_POLL, deadline) - time.monotonic()
+            if pace > 0:
+                time.sleep(pace)  # a burst's events are taken together
         if lifecycle.deleting(exporter_set):
             self._run_teardown(key, exporter_set, observed)
             return
