@@ -253,3 +253,26 @@ def test_qemu_overrides_reach_an_unnamed_qemu_driver():
     assert list(config["export"]) == ["qemu"]
     assert config["export"]["qemu"]["type"] == VIRTUAL_QEMU_DRIVER_TYPE
     assert config["export"]["qemu"]["config"]["run_dir"] == "/run/jve"
+
+
+def test_the_jeps_serial_driver_is_the_console_of_the_qemu_driver(tmp_path):
+    """The JEP's template (Qemu, TcpNetwork on port 22, QemuSerial) as written:
+    no driver package has QemuSerial, so its entry becomes a ref to the
+    virtual QEMU driver's console, and jumpstarter's own model loads it."""
+    drivers = [
+        {"name": "qemu", "type": "jumpstarter_driver_qemu.driver.Qemu"},
+        {"name": "tcp", "type": "jumpstarter_driver_network.driver.TcpNetwork", "config": {"port": 22}},
+        {"name": "serial", "type": "jumpstarter_driver_serial.driver.QemuSerial"},
+    ]
+    overrides = qemu_driver_overrides(drivers, str(tmp_path))
+    assert overrides["serial"] == {"ref": "qemu.console"}
+    export = render(drivers, driver_overrides=overrides)["export"]
+    assert export["serial"] == {"ref": "qemu.console"}
+    assert export["qemu"]["type"] == VIRTUAL_QEMU_DRIVER_TYPE
+    loaded = ExporterConfigV1Alpha1.model_validate(render(drivers, driver_overrides=overrides))
+    assert loaded.export["serial"].root.ref == "qemu.console"
+    # Unnamed, as the seed revision lists them: the derived names are used.
+    unnamed = [{key: value for key, value in d.items() if key != "name"} for d in drivers]
+    assert qemu_driver_overrides(unnamed, "/r")["qemuserial"] == {"ref": "qemu.console"}
+    # Without a QEMU driver there is no console to point at (set_overrides refuses it).
+    assert qemu_driver_overrides(drivers[1:], "/r") == {}

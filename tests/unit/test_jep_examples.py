@@ -73,6 +73,7 @@ SEED = seed_examples()
 SEED_CLASSES = {e["metadata"]["name"]: e for e in SEED if e["kind"] == "VirtualTargetClass"}
 SEED_SETS = [e for e in SEED if e["kind"] == "ExporterSet"]
 QEMU_POWER = "jumpstarter_driver_power.driver.QemuPower"
+QEMU_SERIAL = "jumpstarter_driver_serial.driver.QemuSerial"
 
 
 def test_every_seed_example_is_copied_as_the_jep_writes_it():
@@ -106,9 +107,10 @@ def test_seed_class_parameters_are_valid(vclass):
 @pytest.mark.parametrize("exporter_set", SEED_SETS, ids=[s["_example"] for s in SEED_SETS])
 def test_seed_sets_resolve_or_are_refused_naming_the_supported_driver_types(exporter_set):
     """The seed's driver types: TcpNetwork and QemuSerial are among the QEMU
-    classes' default types; QemuPower is no driver package's class and is
-    refused by the class's allowlist, the message naming the supported types
-    and what to write instead."""
+    classes' default types (QemuSerial as the console of a QEMU driver the
+    template lists); QemuPower is no driver package's class and is refused by
+    the class's allowlist, the message naming the supported types and what to
+    write instead."""
     vclass = SEED_CLASSES.get(exporter_set["spec"]["virtualTargetClassName"])
     if vclass is None:
         # android-pixel7 is not given by the JEP: the set says ClassNotFound.
@@ -117,11 +119,18 @@ def test_seed_sets_resolve_or_are_refused_naming_the_supported_driver_types(expo
     resolved = resolve(vclass, exporter_set)
     assert validate_parameters(vclass["spec"]["provisioner"], resolved["parameters"])["errors"] == []
     drivers = exporter_set["spec"]["template"]["spec"]["drivers"]
-    refused = [i for i, d in enumerate(drivers) if d.get("type") == QEMU_POWER]
+    # QemuSerial is the QEMU driver's console; the seed's sets list QemuPower
+    # instead of a QEMU driver, so there is no console to point it at.
+    has_qemu = any(d.get("type") == "jumpstarter_driver_qemu.driver.Qemu" for d in drivers)
+    refused = [i for i, d in enumerate(drivers)
+               if d.get("type") == QEMU_POWER or (d.get("type") == QEMU_SERIAL and not has_qemu)]
     assert [v.split(":", 1)[0] for v in resolved["violations"]] == [
         f"spec.template.spec.drivers[{i}].type" for i in refused]
     assert resolved["reason"] == "NotAllowedByClass"
-    for violation in resolved["violations"]:
+    for index, violation in zip(refused, resolved["violations"]):
+        if drivers[index]["type"] == QEMU_SERIAL:
+            assert "add an entry of type jumpstarter_driver_qemu.driver.Qemu" in violation
+            continue
         for supported in ("jumpstarter_driver_qemu.driver.Qemu", "jumpstarter_driver_network.driver.TcpNetwork",
                           "jumpstarter_driver_serial.driver.QemuSerial"):
             assert supported in violation.split("supported types: ", 1)[1]

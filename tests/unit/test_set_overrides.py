@@ -426,6 +426,14 @@ def test_the_default_driver_types_are_the_provisioners_and_the_jeps():
            "jumpstarter_driver_virtual_qemu.driver.VirtualQemu"]
     assert resolve(qemu_class(), with_drivers(*jep))["violations"] == []
     assert resolve(lab_class(), with_drivers(*jep))["violations"] == []
+    # QemuSerial is the QEMU driver's console: without a QEMU driver, refused by name.
+    serial_alone = with_drivers("jumpstarter_driver_network.driver.TcpNetwork",
+                                "jumpstarter_driver_serial.driver.QemuSerial")
+    for cls in (qemu_class(), lab_class()):
+        resolved = resolve(cls, serial_alone)
+        assert fields_of(resolved) == ["spec.template.spec.drivers[1].type"]
+        assert "the template lists none: add an entry of type jumpstarter_driver_qemu.driver.Qemu" in \
+            resolved["violations"][0]
     corellium = "jumpstarter_driver_corellium.driver.Corellium"
     assert resolve(corellium_class(), with_drivers(corellium))["violations"] == []
     assert fields_of(resolve(corellium_class(), with_drivers(QEMU_DRIVER))) == [

@@ -33,6 +33,11 @@ VIRTUAL_QEMU_DRIVER_TYPE = "jumpstarter_driver_virtual_qemu.driver.VirtualQemu"
 # upstream Qemu driver would start a QEMU of its own, so an entry of its type
 # is replaced by the virtual QEMU driver.
 QEMU_DRIVER_TYPES = ("jumpstarter_driver_qemu.driver.Qemu", VIRTUAL_QEMU_DRIVER_TYPE)
+# JEP-0014's examples list a serial driver beside the Qemu driver; no driver
+# package has this class. It stands for the VM's serial console, which the
+# virtual QEMU driver has as its ``console`` child: the entry becomes a ref
+# to it.
+QEMU_SERIAL_DRIVER_TYPE = "jumpstarter_driver_serial.driver.QemuSerial"
 
 
 # Written in the instance's run directory by the exporter once its lease has
@@ -182,8 +187,15 @@ def qemu_driver_overrides(drivers, run_dir):
         "serial_log": SERIAL_LOG,
         "disk_node": DISK_NODE,
     }
-    return {
+    named = [driver for driver in named_drivers(drivers) if isinstance(driver, dict) and driver.get("name")]
+    overrides = {
         driver["name"]: {"type": VIRTUAL_QEMU_DRIVER_TYPE, "config": dict(config)}
-        for driver in named_drivers(drivers)
-        if isinstance(driver, dict) and driver.get("name") and driver.get("type") in QEMU_DRIVER_TYPES
+        for driver in named if driver.get("type") in QEMU_DRIVER_TYPES
     }
+    if overrides:
+        # The serial console of the first QEMU driver (set_overrides refuses
+        # a serial entry in a template that has none).
+        console = next(iter(overrides)) + ".console"
+        overrides.update({driver["name"]: {"ref": console}
+                          for driver in named if driver.get("type") == QEMU_SERIAL_DRIVER_TYPE})
+    return overrides

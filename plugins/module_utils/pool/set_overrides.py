@@ -67,6 +67,7 @@ import copy
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.exporter_config import (
     QEMU_DRIVER_TYPES,
+    QEMU_SERIAL_DRIVER_TYPE,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.pod import (
     DEFAULT_IMAGES,
@@ -130,10 +131,12 @@ PATH_PARAMETERS = {provisioner: _PATHS for provisioner in _QEMU_PROVISIONERS}
 # of the instance; exporter_config.qemu_driver_overrides), and for QEMU
 # targets the network and serial drivers JEP-0014's examples give
 # (TcpNetwork connects to a host and port, never to a file or a socket on the
-# host; a class that wants none of it names its own list).
+# host; QemuSerial becomes a ref to the QEMU driver's console, so it needs a
+# QEMU driver in the template; a class that wants none of it names its own
+# list).
 QEMU_COMPANION_DRIVER_TYPES = (
     "jumpstarter_driver_network.driver.TcpNetwork",
-    "jumpstarter_driver_serial.driver.QemuSerial",
+    QEMU_SERIAL_DRIVER_TYPE,
 )
 CORELLIUM_DRIVER_TYPE = "jumpstarter_driver_corellium.driver.Corellium"
 DEFAULT_DRIVER_TYPES = {
@@ -371,8 +374,15 @@ def _driver_violations(virtual_target_class, exporter_set, allowed):
     source = ("named by the class's annotation" if DRIVERS_FIELD in allowed
               else f"{provisioner}'s defaults; {DRIVERS_FIELD} in the class's annotation names others")
     violations = []
+    has_qemu = any(isinstance(driver, dict) and driver.get("type") in QEMU_DRIVER_TYPES for driver in drivers)
     for index, driver in enumerate(drivers):
         kind = driver.get("type") if isinstance(driver, dict) else None
+        if kind == QEMU_SERIAL_DRIVER_TYPE and kind in types and not has_qemu:
+            violations.append(
+                f"spec.template.spec.drivers[{index}].type: {_show(kind)} is the serial console of the "
+                f"instance's QEMU driver, and the template lists none: add an entry of type "
+                f"{QEMU_DRIVER_TYPES[0]}")
+            continue
         if kind is None or kind in types:
             continue
         hint = JEP_DRIVER_HINTS.get(kind)
