@@ -5,10 +5,13 @@ import os
 
 import pytest
 import yaml
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import pod as k8s_pod
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.exporter_config import (
     VIRTUAL_QEMU_DRIVER_TYPE,
     exits_on_lease_end,
+    guest_port_forwards,
     named_drivers,
+    network_driver_overrides,
     qemu_driver_overrides,
     render_exporter_config,
 )
@@ -276,3 +279,55 @@ def test_the_jeps_serial_driver_is_the_console_of_the_qemu_driver(tmp_path):
     assert qemu_driver_overrides(unnamed, "/r")["qemuserial"] == {"ref": "qemu.console"}
     # Without a QEMU driver there is no console to point at (set_overrides refuses it).
     assert qemu_driver_overrides(drivers[1:], "/r") == {}
+
+
+def test_a_host_less_tcp_network_is_pointed_at_the_forward_to_the_guests_port():
+    """JEP-0014's ``TcpNetwork`` with ``port: 22`` alone reaches the guest through QEMU's forward."""
+    assert guest_port_forwards(JEP_DRIVERS) == {22000: 22}
+    overrides = network_driver_overrides(JEP_DRIVERS)
+    assert overrides == {"tcpnetwork": {"config": {"host": "127.0.0.1", "port": 22000}}}
+    loaded = ExporterConfigV1Alpha1.model_validate(render(named_drivers(JEP_DRIVERS[:2]),
+                                                          driver_overrides=overrides))
+    tcp = loaded.export["tcpnetwork"].instantiate()
+    assert (tcp.host, tcp.port) == ("127.0.0.1", 22000)
+
+
+def test_an_explicit_host_is_kept_and_other_guest_ports_get_forwards_of_their_own():
+    drivers = [*TEMPLATE_DRIVERS,
+               {"name": "web", "type": "jumpstarter_driver_network.driver.TcpNetwork", "config": {"port": 8080}},
+               {"name": "ssh", "type": "jumpstarter_driver_network.driver.TcpNetwork", "config": {"port": 22}}]
+    assert guest_port_forwards(drivers) == {22000: 22, 22001: 8080}
+    # "tcp" names its host (the template's value, kept as it is).
+    assert network_driver_overrides(drivers) == {
+        "web": {"config": {"host": "127.0.0.1", "port": 22001}},
+        "ssh": {"config": {"host": "127.0.0.1", "port": 22000}},
+    }
+    # The guest's SSH port is forwarded whatever the template lists.
+    assert guest_port_forwards([]) == {22000: 22}
+
+
+@pytest.mark.parametrize("port", [None, "22", 0, 65536, True])
+def test_a_host_less_tcp_network_needs_a_guest_port(port):
+    drivers = [JEP_DRIVERS[0], {"type": "jumpstarter_driver_network.driver.TcpNetwork", "config": {"port": port}}]
+    with pytest.raises(ValueError, match=r"^drivers\[1\]\.config\.port: .* not "):
+        guest_port_forwards(drivers)
+
+
+def test_the_pods_qemu_forwards_the_port_its_exporter_config_names():
+    """The config Secret's TcpNetwork and the QEMU container's forward meet on the Pod's loopback."""
+    exporter_set = {"metadata": {"name": "rpi4", "namespace": "lab", "uid": "set-uid"},
+                    "spec": {"template": {"spec": {"drivers": JEP_DRIVERS}}}}
+    exporter = {"metadata": {"name": "rpi4-0", "namespace": "lab", "uid": "exporter-uid"},
+                "status": {"endpoint": "grpc.test:443"}}
+    parameters = {"arch": "x86_64", "resources": {"cpu": 1, "memory": "1Gi"}}
+    secret = k8s_pod.config_secret(exporter_set, exporter, "qemu.jumpstarter.dev", parameters, TOKEN, "")
+    tcp = yaml.safe_load(secret["stringData"]["rpi4-0.yaml"])["export"]["tcpnetwork"]
+    assert tcp == {"type": "jumpstarter_driver_network.driver.TcpNetwork",
+                   "config": {"host": "127.0.0.1", "port": 22000}}
+    pod = k8s_pod.instance_pod(exporter_set, {"spec": {}}, exporter, "qemu.jumpstarter.dev", parameters, {})
+    command = next(c for c in pod["spec"]["containers"] if c["name"] == "qemu")["command"]
+    netdev = command[command.index("-netdev") + 1]
+    assert f"hostfwd=tcp:127.0.0.1:{tcp['config']['port']}-:22" in netdev.split(",")
+    # Corellium has no QEMU: the entry stays the template's.
+    corellium = k8s_pod.config_secret(exporter_set, exporter, "corellium.jumpstarter.dev", {}, TOKEN, "")
+    assert yaml.safe_load(corellium["stringData"]["rpi4-0.yaml"])["export"]["tcpnetwork"]["config"] == {"port": 22}

@@ -250,3 +250,23 @@ def test_overlay_on_fetched_base_image_keeps_its_size():
         "qemu-img", "create", "-q", "-f", "qcow2", "-b", "/run/vt/pool-a-0/disk.base",
         "-F", "qcow2", "/run/vt/pool-a-0/disk.qcow2",
     ]
+
+
+def test_no_forwards_no_nic():
+    """Without forwards the guest has no NIC (``-nodefaults`` adds none): the bare-metal command line."""
+    argv = qemu_argv(MINIMAL, run_dir=RUN_DIR, name="pool-a-0")
+    assert "-netdev" not in argv and not any("virtio-net" in item for item in argv)
+    assert qemu_argv(MINIMAL, run_dir=RUN_DIR, name="pool-a-0", port_forwards={}) == argv
+
+
+def test_forwards_give_an_isolated_user_mode_nic_listening_on_loopback():
+    argv = qemu_argv(MINIMAL, run_dir=RUN_DIR, name="pool-a-0", port_forwards={22001: 8080, 22000: 22})
+    assert only(argv, "-netdev") == ("user,id=net0,restrict=on,hostfwd=tcp:127.0.0.1:22000-:22,"
+                                     "hostfwd=tcp:127.0.0.1:22001-:8080")
+    assert "virtio-net-pci,netdev=net0,romfile=" in option(argv, "-device")
+
+
+@pytest.mark.parametrize("forwards", [{22000: 0}, {22000: 70000}, {"22000": 22}, {22000: True}, {0: 22}])
+def test_bad_forward_ports_are_refused(forwards):
+    with pytest.raises(ValueError, match=r"port_forwards\[.*a TCP port is an integer from 1 to 65535"):
+        qemu_argv(MINIMAL, run_dir=RUN_DIR, name="pool-a-0", port_forwards=forwards)

@@ -38,6 +38,15 @@ QEMU_DRIVER_TYPES = ("jumpstarter_driver_qemu.driver.Qemu", VIRTUAL_QEMU_DRIVER_
 # virtual QEMU driver has as its ``console`` child: the entry becomes a ref
 # to it.
 QEMU_SERIAL_DRIVER_TYPE = "jumpstarter_driver_serial.driver.QemuSerial"
+# JEP-0014's template reaches the guest's SSH with a TcpNetwork entry that
+# names a port and no host. In a qemu.jumpstarter.dev Pod QEMU forwards a
+# local port of the Pod to each such guest port (``guest_port_forwards``),
+# and the entry is pointed at it (``network_driver_overrides``).
+TCP_NETWORK_DRIVER_TYPE = "jumpstarter_driver_network.driver.TcpNetwork"
+GUEST_SSH_PORT = 22
+# The first local port a guest port is forwarded to; the next ones follow.
+FORWARD_BASE_PORT = 22000
+FORWARD_HOST = "127.0.0.1"
 
 
 # Written in the instance's run directory by the exporter once its lease has
@@ -199,3 +208,42 @@ def qemu_driver_overrides(drivers, run_dir):
         overrides.update({driver["name"]: {"ref": console}
                           for driver in named if driver.get("type") == QEMU_SERIAL_DRIVER_TYPE})
     return overrides
+
+
+def _guest_network_entries(drivers):
+    """``(index, name, guest port)`` of each TcpNetwork entry that names no host."""
+    entries = []
+    for index, driver in enumerate(named_drivers(drivers)):
+        if not isinstance(driver, dict) or driver.get("type") != TCP_NETWORK_DRIVER_TYPE:
+            continue
+        config = driver.get("config") or {}
+        if not isinstance(config, dict) or config.get("host"):
+            continue
+        port = config.get("port")
+        if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+            raise ValueError(f"drivers[{index}].config.port: a TcpNetwork entry without a host reaches "
+                             f"this port of the guest: an integer from 1 to 65535, not {port!r}")
+        entries.append((index, driver.get("name"), port))
+    return entries
+
+
+def guest_port_forwards(drivers):
+    """Local port -> guest port: what QEMU forwards in the instance's Pod.
+
+    The guest's SSH port always, and each port a TcpNetwork entry without a
+    host names; local ports from ``FORWARD_BASE_PORT`` up, in the order of
+    the guest ports, so the same template always gives the same map.
+    """
+    ports = sorted({GUEST_SSH_PORT} | {port for _, _, port in _guest_network_entries(drivers)})
+    return {FORWARD_BASE_PORT + offset: port for offset, port in enumerate(ports)}
+
+
+def network_driver_overrides(drivers):
+    """Each TcpNetwork entry without a host, pointed at its forward to the guest.
+
+    An entry that names a host is the template's own and is kept as it is:
+    it reaches whatever the Pod reaches (docs/security.md).
+    """
+    local = {guest: local for local, guest in guest_port_forwards(drivers).items()}
+    return {name: {"config": {"host": FORWARD_HOST, "port": local[port]}}
+            for _, name, port in _guest_network_entries(drivers) if isinstance(name, str) and name}

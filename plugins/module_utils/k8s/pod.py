@@ -99,6 +99,9 @@ def driver_overrides(provisioner, drivers, parameters, instance_name=None):
         # The exporter sidecar drives the runtime container's QEMU through
         # the sockets in the shared run directory.
         overrides.update(exporter_config.qemu_driver_overrides(drivers, RUN_DIR))
+        # TcpNetwork entries without a host reach the guest through QEMU's
+        # forwards on the Pod's loopback (``instance_pod``).
+        overrides.update(exporter_config.network_driver_overrides(drivers))
     for driver in exporter_config.named_drivers(drivers):
         if driver.get("type") == CORELLIUM_DRIVER_TYPE:
             device = parameters.get("device") or {}
@@ -218,6 +221,7 @@ def both_node_affinities(first, second):
 def instance_pod(exporter_set, vclass, exporter, provisioner, parameters, images, accel=None):
     """The Pod of one instance."""
     name = exporter["metadata"]["name"]
+    drivers = ((exporter_set["spec"].get("template") or {}).get("spec") or {}).get("drivers") or []
     class_spec = vclass.get("spec") or {}
     scheduling = class_spec.get("scheduling") or {}
     # An ImageSpec is taken whole (JEP-0014 "Image Overrides"); the built-in
@@ -294,7 +298,8 @@ def instance_pod(exporter_set, vclass, exporter, provisioner, parameters, images
             "qemu",
             images["runtime"],
             {
-                "command": qemu_argv.qemu_argv(parameters, run_dir=RUN_DIR, name=name, accel=accel),
+                "command": qemu_argv.qemu_argv(parameters, run_dir=RUN_DIR, name=name, accel=accel,
+                                               port_forwards=exporter_config.guest_port_forwards(drivers)),
                 "volumeMounts": runtime_mounts,
             },
         )

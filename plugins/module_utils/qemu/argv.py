@@ -19,6 +19,14 @@ server):
   by ``url`` are expected once fetched (``runtime_files`` lists them);
   images given by ``path`` are used where they are.
 
+The guest's network, when the caller asks for port forwards (the Pod
+provisioner does): one virtio NIC on QEMU's user-mode network (slirp: no
+privilege, no device on the host), isolated (``restrict=on``: the guest
+reaches nothing outside; the forwards still work), and each forward a TCP
+listener on 127.0.0.1 of the Pod's network namespace that carries a
+connection to a port of the guest. The exporter sidecar shares that
+namespace; nothing outside the Pod reaches 127.0.0.1.
+
 Pure: no I/O, standard library and the collection's quantity parser only.
 """
 
@@ -58,6 +66,11 @@ _ARCH = {
 # "max" enables every feature the accelerator can emulate; under KVM the
 # host CPU is passed through.
 _CPU_MODEL = {ACCEL_KVM: "host", ACCEL_TCG: "max"}
+# The guest's address on QEMU's user-mode network (its built-in DHCP hands
+# out this one first; a guest without DHCP sets it itself).
+GUEST_ADDRESS = "10.0.2.15"
+NETDEV_ID = "net0"
+
 # Backing images are qcow2 unless ``disk.format`` says otherwise.
 DEFAULT_BACKING_FORMAT = "qcow2"
 _MIB = 2**20
@@ -152,11 +165,39 @@ def effective_accel(parameters, accel):
     return ACCEL_KVM if wants_kvm(parameters) and accel == ACCEL_KVM else ACCEL_TCG
 
 
-def qemu_argv(parameters, *, run_dir, name, accel=None):
+def _checked_port(value, where):
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
+        raise ValueError(f"{where}: a TCP port is an integer from 1 to 65535, not {value!r}")
+    return value
+
+
+def network_argv(port_forwards):
+    """``-netdev``/``-device`` for a user-mode NIC with these forwards.
+
+    ``port_forwards`` maps a local port (on 127.0.0.1 where QEMU runs) to a
+    port of the guest. Empty or None: no NIC at all (nothing is added).
+    """
+    if not port_forwards:
+        return []
+    netdev = f"user,id={NETDEV_ID},restrict=on"
+    for local_port, guest_port in sorted(port_forwards.items()):
+        local_port = _checked_port(local_port, f"port_forwards[{local_port!r}]")
+        guest_port = _checked_port(guest_port, f"port_forwards[{local_port!r}]")
+        netdev += f",hostfwd=tcp:127.0.0.1:{local_port}-:{guest_port}"
+    # romfile= (none): the NIC needs no boot ROM, which a runtime image
+    # need not carry.
+    return ["-netdev", netdev, "-device", f"virtio-net-pci,netdev={NETDEV_ID},romfile="]
+
+
+def qemu_argv(parameters, *, run_dir, name, accel=None, port_forwards=None):
     """Complete QEMU command line (a list; element 0 is the binary).
 
     ``accel`` is what the caller knows about the host: ``"kvm"`` when KVM has
     been seen working there, anything else (or None) when not.
+    ``port_forwards`` (local port -> guest port) gives the guest a user-mode
+    NIC with those forwards (``network_argv``); without it the guest has no
+    NIC. The bare-metal provisioner gives none: its lab hosts run several
+    instances side by side, where a fixed local port would clash.
     """
     arch = arch_of(parameters)
     profile = _ARCH[arch]
@@ -196,6 +237,7 @@ def qemu_argv(parameters, *, run_dir, name, accel=None):
             "-blockdev", f"driver=qcow2,node-name={DISK_NODE},file.driver=file,file.filename={disk}",
             "-device", f"virtio-blk-pci,drive={DISK_NODE},share-rw=on",
         ]
+    argv += network_argv(port_forwards)
     kernel = image_path(parameters, "kernel", run_dir)
     if kernel:
         argv += ["-kernel", kernel]
