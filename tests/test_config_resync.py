@@ -6,7 +6,7 @@ is rewritten into its config Secret and its Pod deleted, so the next run
 starts the exporter afresh on it; an unchanged one is left alone; a leased
 one (from either side) is left exactly as it is until its lease ends, then
 re-synced. The pure side (which instances run, when a sync is due) is in
-tests/unit/test_config_sync.py.
+tests/unit/plugins/module_utils/k8s/test_config_sync.py.
 """
 
 from __future__ import annotations

@@ -386,7 +386,7 @@ def test_affinity_is_kept_by_ours_and_pruned_upstream(ours, upstream):
 def test_node_affinity_as_the_jep_writes_it_is_kept_by_ours(ours, upstream):
     """JEP-0014's common fields give scheduling.nodeAffinity beside
     nodeSelector; ours keeps it (the Pod gets it as affinity.nodeAffinity,
-    tests/unit/test_k8s_pod.py), upstream prunes it."""
+    tests/unit/plugins/module_utils/k8s/test_k8s_pod.py), upstream prunes it."""
     scheduling = {"nodeSelector": {"kubernetes.io/arch": "arm64"},
                   "nodeAffinity": AFFINITY["nodeAffinity"], "affinity": AFFINITY}
     kind, spec = virtual_target_class(scheduling=scheduling)
@@ -427,7 +427,7 @@ JEP_EXAMPLES = jep_examples()
 def test_jep_examples_are_accepted_as_written(ours, upstream, example):
     """Every VirtualTargetClass and ExporterSet of JEP-0014, by server-side
     dry-run, by our CRDs and upstream's alike (their parameters are checked by
-    tests/unit/test_jep_examples.py)."""
+    tests/unit/plugins/module_utils/pool/test_jep_examples.py)."""
     name = example["metadata"]["name"]
     ours_accepted, ours_spec = dry_run_create(ours, example["kind"], example["spec"], name)
     upstream_accepted, upstream_spec = dry_run_create(upstream, example["kind"], example["spec"], name)

@@ -11,7 +11,7 @@ qemu operator running:
 - the set whose class the JEP does not give says ``ClassNotFound``.
 
 The parameters side of every example, without a bed, is in
-tests/unit/test_jep_examples.py.
+tests/unit/plugins/module_utils/pool/test_jep_examples.py.
 """
 
 from __future__ import annotations

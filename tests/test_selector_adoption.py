@@ -13,7 +13,7 @@
 
 The admission side (the CEL rules that refuse a selector that does not
 select the template's labels) is in tests/test_crds.py; the pure rules in
-tests/unit/test_adoption.py.
+tests/unit/plugins/module_utils/pool/test_adoption.py.
 """
 
 from __future__ import annotations

@@ -127,7 +127,7 @@ def test_seed_sets_resolve_or_are_refused_naming_the_supported_driver_types(expo
     assert [v.split(":", 1)[0] for v in resolved["violations"]] == [
         f"spec.template.spec.drivers[{i}].type" for i in refused]
     assert resolved["reason"] == "NotAllowedByClass"
-    for index, violation in zip(refused, resolved["violations"]):
+    for index, violation in zip(refused, resolved["violations"], strict=True):
         if drivers[index]["type"] == QEMU_SERIAL:
             assert "add an entry of type jumpstarter_driver_qemu.driver.Qemu" in violation
             continue

@@ -14,7 +14,8 @@ from exporterset_operator.metrics import Metrics
 from exporterset_operator.runner import PlaybookRunner
 from exporterset_operator.watches import DEFAULT_FINALIZER, SERVED, Role, WatchesError, load_watches
 
-ROOT = Path(__file__).resolve().parents[2]
+# The checkout: this file is tests/unit/operator/exporterset_operator/ of it.
+ROOT = Path(__file__).resolve().parents[4]
 GVK = {"group": SERVED[0], "version": SERVED[1], "kind": SERVED[2]}
 
 

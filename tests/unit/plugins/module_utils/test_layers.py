@@ -21,7 +21,8 @@ import ast
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2] / "plugins" / "module_utils"
+# tests/unit/plugins/module_utils/ mirrors the directory it reads.
+ROOT = Path(__file__).resolve().parents[4] / "plugins" / "module_utils"
 PREFIX = "ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils"
 # Whatever talks to the API server.
 API = ("k8s", "kubernetes")
