@@ -230,7 +230,7 @@ def test_lifecycle_through_every_state(corellium_fake, default_project):
     client.set_state(created["id"], "on")
     client.wait_for_state(created["id"], ["on"], 5, 0.01)
     # Long enough that the next read sees it rebooting on a busy machine too.
-    corellium_fake.delays.reboot = 2
+    corellium_fake.delays.reboot = 0.5
     client.reboot(created["id"])
     assert client.get_instance(created["id"])["state"] == "rebooting"
     client.wait_for_state(created["id"], ["on"], 5, 0.01)
