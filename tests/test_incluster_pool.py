@@ -9,7 +9,9 @@ the guest's kernel and initramfs from a server on the node's address, QEMU
 (TCG) boots them in the runtime container, and the exporter sidecar's own
 ``jmp run`` registers with the controller using the config Secret the
 operator wrote. A lessee with jumpstarter's own client (what ``jmp`` runs)
-leases by label, powers the VM off and on and reads its console.
+leases by label, powers the VM off and on, reads its console and reads the
+line the guest's port 22 writes, through the exporter's ``TcpNetwork``
+driver (JEP-0014's entry, ``port: 22`` and no host) and QEMU's forward.
 
 Select with ``-m realnode`` (root; ``scripts/realnode build`` installs what
 it needs).
@@ -42,14 +44,22 @@ pytestmark = [pytest.mark.realnode, pytest.mark.testbed]
 
 BOARD = "incluster-x86"
 USER = "incluster-user"
+# JEP-0014's template: the VM and its SSH port, by port alone.
+DRIVERS = [
+    {"name": "qemu", "type": "jumpstarter_driver_qemu.driver.Qemu"},
+    {"name": "ssh", "type": "jumpstarter_driver_network.driver.TcpNetwork", "config": {"port": 22}},
+]
+# What the test guest's port 22 writes to each connection (scripts/guest-image).
+PORT22_BANNER = "SSH-2.0-jumpstarter-guest"
 # The lessee, with jumpstarter's client library as `jmp` uses it: a lease by
-# label, the VM's power and console through the exporter of the Pod, then it
+# label, the VM's power and console and the guest's port 22 through the
+# exporter of the Pod, then it
 # waits for the test's go-ahead, so the test decides when the lease ends
 # (released on the way out).
 LESSEE = """
 import os, sys, time
 from jumpstarter.config.client import ClientConfigV1Alpha1
-config, selector, banner, done, go = sys.argv[1:6]
+config, selector, banner, port22, done, go = sys.argv[1:7]
 config = ClientConfigV1Alpha1.from_file(config)
 with config.lease(selector=selector) as lease:
     with lease.connect() as client:
@@ -61,6 +71,13 @@ with config.lease(selector=selector) as lease:
             console.sendline("echo answer-$((40 + 2))")
             console.expect("answer-42", timeout=60)
         print("lessee: power and console ok", flush=True)
+        with client.ssh.stream() as stream:
+            line = b""
+            while b"\\n" not in line:
+                line += stream.receive()
+        print(f"lessee: port 22 of the guest says {line.decode().strip()!r}", flush=True)
+        if line.decode().strip() != port22:
+            sys.exit(f"lessee: port 22 answered {line!r}, not {port22!r}")
         open(done, "w").close()
         deadline = time.monotonic() + 300
         while not os.path.exists(go) and time.monotonic() < deadline:
@@ -208,7 +225,8 @@ def test_a_lessee_gets_a_real_qemu_pod_and_its_vm_is_never_offered_again(pool):
     guest_class(pool, "guest")
     created = time.monotonic()
     make_set(pool.custom, pool.namespace, board=BOARD, virtualTargetClassName="guest",
-             minAvailableReplicas=1, maxReplicas=1)
+             minAvailableReplicas=1, maxReplicas=1,
+             template={"metadata": {"labels": {"board": BOARD, "virtual": "true"}}, "spec": {"drivers": DRIVERS}})
     config = make_client(pool, USER)
 
     used = wait_for(lambda: next(iter(pool.live_exporters("pool")), None), timeout=60, interval=0.1,
@@ -232,7 +250,8 @@ def test_a_lessee_gets_a_real_qemu_pod_and_its_vm_is_never_offered_again(pool):
     env = {**os.environ, "HOME": str(pool.workdir), "JMP_CLIENT_CONFIG_HOME": str(pool.workdir), "NO_COLOR": "1"}
     leased_at = time.monotonic()
     lessee = subprocess.Popen(
-        [sys.executable, str(script), str(config), f"board={BOARD}", GUEST_BANNER.decode(), str(done), str(go)],
+        [sys.executable, str(script), str(config), f"board={BOARD}", GUEST_BANNER.decode(), PORT22_BANNER,
+         str(done), str(go)],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     output = []
     reader = threading.Thread(target=lambda: output.extend(lessee.stdout), daemon=True)
@@ -245,6 +264,7 @@ def test_a_lessee_gets_a_real_qemu_pod_and_its_vm_is_never_offered_again(pool):
         wait_for(lambda: done.exists() or lessee.poll() is not None, timeout=240, interval=0.2,
                  message="the lessee's power and console steps")
         assert done.exists(), "".join(output)
+        assert f"port 22 of the guest says {PORT22_BANNER!r}" in "".join(output), "".join(output)
         print(f"warm lease: lessee started -> lease Ready in {ready:.1f} s")
 
         # A second lessee waits; the operator stops; the first lease ends.
