@@ -19,12 +19,18 @@ def serves_class(vclass: dict, provisioners: set[str]) -> bool:
     return provisioner in provisioners or not class_status.known_provisioner(provisioner)
 
 
-class ClassReconciler:
+class CachedKindReconciler:
+    """What the class and policy reconcilers read and write with: the
+    informer caches, the API client, the provisioners served, the clock."""
+
     def __init__(self, caches, api_client, provisioners: set[str], clock):
         self.caches = caches
         self.api_client = api_client
         self.provisioners = provisioners
         self.clock = clock
+
+
+class ClassReconciler(CachedKindReconciler):
 
     def reconcile(self, key: ClassKey) -> Result:
         namespace, name = key.namespace, key.name

@@ -9,17 +9,12 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import policy
 from kubernetes.client.rest import ApiException
 
-from .class_reconciler import serves_class
+from .class_reconciler import CachedKindReconciler, serves_class
 from .keys import PolicyKey
 from .results import ReconcileError, Result
 
 
-class PolicyReconciler:
-    def __init__(self, caches, api_client, provisioners: set[str], clock):
-        self.caches = caches
-        self.api_client = api_client
-        self.provisioners = provisioners
-        self.clock = clock
+class PolicyReconciler(CachedKindReconciler):
 
     def reconcile(self, key: PolicyKey) -> Result:
         namespace, name = key.namespace, key.name
