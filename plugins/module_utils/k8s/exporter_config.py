@@ -227,6 +227,16 @@ def _guest_network_entries(drivers):
     return entries
 
 
+def guest_network_violations(drivers):
+    """The template's TcpNetwork entries without a host whose port is not a
+    guest port, as messages naming the field (empty when all are)."""
+    try:
+        _guest_network_entries(drivers)
+    except ValueError as exc:
+        return [f"spec.template.spec.{exc}"]
+    return []
+
+
 def guest_port_forwards(drivers):
     """Local port -> guest port: what QEMU forwards in the instance's Pod.
 

@@ -68,6 +68,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils impo
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.exporter_config import (
     QEMU_DRIVER_TYPES,
     QEMU_SERIAL_DRIVER_TYPE,
+    guest_network_violations,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.pod import (
     DEFAULT_IMAGES,
@@ -390,6 +391,9 @@ def _driver_violations(virtual_target_class, exporter_set, allowed):
             f"spec.template.spec.drivers[{index}].type: {_show(kind)} is not a driver type the "
             f"class allows ({_DRIVERS_WHY}); supported types: {shown} ({source})"
             + (f"; {hint}" if hint else ""))
+    if provisioner == constants.PROVISIONER_QEMU:
+        # A TcpNetwork without a host is forwarded to the guest in the Pod.
+        violations += guest_network_violations(drivers)
     return violations
 
 

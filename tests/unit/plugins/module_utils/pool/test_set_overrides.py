@@ -342,6 +342,9 @@ def with_drivers(*types, **kwargs):
     the_set = a_set(**kwargs)
     the_set["spec"]["template"]["spec"]["drivers"] = [
         {"name": f"d{index}", "type": kind} for index, kind in enumerate(types)]
+    for driver in the_set["spec"]["template"]["spec"]["drivers"]:
+        if driver["type"] == "jumpstarter_driver_network.driver.TcpNetwork":
+            driver["config"] = {"port": 22}  # as JEP-0014 writes it: the guest's port
     return the_set
 
 
@@ -593,3 +596,24 @@ def test_resolve_keeps_a_lab_set_within_the_classs_policy(disk_path, binary, wor
     assert all(h["slots"] <= (3 if "slots" in allow else 2) for h in merged["hosts"])
     untouched = merged == deep_merge(klass["spec"]["parameters"], parameters)
     assert untouched == (resolved["violations"] == [])
+
+
+@pytest.mark.parametrize("port", ["22", 0, 70000, None, True])
+def test_a_hostless_tcp_network_needs_a_guest_port_in_a_pod_class(port):
+    """In a Pod class a TcpNetwork without a host is forwarded to that port of
+    the guest: a port that is none is refused naming the field, before any
+    backend run renders it."""
+    the_set = with_drivers(QEMU_DRIVER, "jumpstarter_driver_network.driver.TcpNetwork")
+    the_set["spec"]["template"]["spec"]["drivers"][1]["config"] = {"port": port}
+    resolved = resolve(qemu_class(), the_set)
+    assert fields_of(resolved) == ["spec.template.spec.drivers[1].config.port"]
+    assert "an integer from 1 to 65535" in resolved["violations"][0]
+    assert resolved["reason"] == "NotAllowedByClass"
+    # With a host it is the template's own connection, and a lab host's
+    # exporter forwards nothing: neither is checked here.
+    the_set["spec"]["template"]["spec"]["drivers"][1]["config"] = {"host": "10.0.0.1", "port": 22}
+    assert resolve(qemu_class(), the_set)["violations"] == []
+    the_set["spec"]["template"]["spec"]["drivers"][1]["config"] = {"port": port}
+    assert resolve(lab_class(), the_set)["violations"] == []
+    the_set["spec"]["template"]["spec"]["drivers"][1]["config"] = {"port": 22}
+    assert resolve(qemu_class(), the_set)["violations"] == []
