@@ -195,9 +195,7 @@ class PodManager(ClusterModule):
             self.p["parameters"], self.p["images"], accel=accel,
         )
         existing = self._read("Secret", secret["metadata"]["name"])
-        if existing is not None and not self._made_for_namesake(existing, name):
-            # Someone else's Secret of that name: never overwritten with the token.
-            self.result["waiting"].append(name)
+        if self._someone_elses(existing, name):
             return
         self.result["created"].append(name)
         if self.module.check_mode:
@@ -233,8 +231,7 @@ class PodManager(ClusterModule):
             self.p["controller_tls_ca"],
         )
         existing = self._read("Secret", secret["metadata"]["name"])
-        if existing is not None and not self._made_for_namesake(existing, name):
-            self.result["waiting"].append(name)
+        if self._someone_elses(existing, name):
             return
         if existing is not None and _secret_text(existing) == secret["stringData"]:
             return
@@ -256,6 +253,15 @@ class PodManager(ClusterModule):
         except ApiException as exc:
             if exc.status not in (404, 409):
                 self._api_error(f"re-syncing the config of {self.namespace}/{name}", exc)
+
+    def _someone_elses(self, secret, name):
+        """Whether ``secret`` (read by the name of Exporter ``name``'s config)
+        is someone else's: never overwritten with the token; the Exporter
+        waits."""
+        if secret is None or self._made_for_namesake(secret, name):
+            return False
+        self.result["waiting"].append(name)
+        return True
 
     @staticmethod
     def _made_for_namesake(obj, name):
