@@ -243,7 +243,37 @@ def pytest_sessionfinish(session, exitstatus):
 _phases: dict[str, float] = {}
 # Seconds per test file (setup, call and teardown of its tests), for tests/split.py.
 _files: dict[str, float] = {}
+# Per test file: CPU seconds of this process and of the children it reaped
+# (playbook runs, operators, beds, guests once stopped), and core-seconds the
+# machine stood idle while the file's tests ran (waits no process filled).
+_files_cpu: dict[str, float] = {}
+_files_idle: dict[str, float] = {}
 _started = 0.0
+
+
+def _cpu_seconds() -> float:
+    times = os.times()
+    return times.user + times.system + times.children_user + times.children_system
+
+
+def _idle_seconds() -> float:
+    """Idle core-seconds of the whole machine since boot (/proc/stat)."""
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+        return (int(fields[4]) + int(fields[5])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    cpu, idle = _cpu_seconds(), _idle_seconds()
+    try:
+        return (yield)
+    finally:
+        name = item.path.name
+        _files_cpu[name] = _files_cpu.get(name, 0.0) + _cpu_seconds() - cpu
+        _files_idle[name] = _files_idle.get(name, 0.0) + _idle_seconds() - idle
 
 
 def pytest_addoption(parser):
@@ -289,7 +319,10 @@ def _profile(config) -> dict:
         "test_body_seconds": round(phases["call"], 1),
         "fixture_teardown_seconds": round(phases["teardown"], 1),
         "outside_tests_seconds": round(wall - phases["setup"] - phases["call"] - phases["teardown"], 1),
+        "cpu_seconds": round(_cpu_seconds(), 1),
         "files": {name: round(seconds, 1) for name, seconds in sorted(_files.items())},
+        "files_cpu_seconds": {name: round(seconds, 1) for name, seconds in sorted(_files_cpu.items())},
+        "files_machine_idle_seconds": {name: round(seconds, 1) for name, seconds in sorted(_files_idle.items())},
     }
 
 
@@ -308,6 +341,11 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     write(f"  outside tests      {profile['outside_tests_seconds']:8.1f} s (start, collection, the end)")
     write(f"  bed start-up       {profile['bed_startup_seconds']:8.1f} s ({profile['beds_started']} beds; "
           "part of the setup or bodies above)")
+    write(f"  CPU                {profile['cpu_seconds']:8.1f} s (this process and the children it reaped)")
+    heavy = sorted(profile["files_cpu_seconds"].items(), key=lambda entry: -entry[1])[:10]
+    write("  most CPU: " + ", ".join(f"{name} {seconds:.0f} s" for name, seconds in heavy))
+    idle = sorted(profile["files_machine_idle_seconds"].items(), key=lambda entry: -entry[1])[:10]
+    write("  machine idle while running: " + ", ".join(f"{name} {seconds:.0f} s" for name, seconds in idle))
     path = config.getoption("profile_json")
     if path:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
