@@ -8,8 +8,8 @@ import json
 import sys
 from pathlib import Path
 
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import provisioners
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.parameters import (
-    PROVISIONER_SCHEMAS,
     describe_parameters,
 )
 
@@ -64,7 +64,7 @@ def _description(row) -> str:
 
 def render() -> str:
     parts = [PREAMBLE]
-    for provisioner in sorted(PROVISIONER_SCHEMAS):
+    for provisioner in provisioners.names():
         parts.append(f"\n## `{provisioner}`\n\n")
         parts.append("| parameter | type | required | default | description |\n")
         parts.append("| --- | --- | --- | --- | --- |\n")

@@ -17,6 +17,12 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils impo
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.merge import (
     deep_merge,
 )
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu_common import (
+    QEMU_DRIVER_TYPES,
+    QEMU_SERIAL_DRIVER_TYPE,
+    TCP_NETWORK_DRIVER_TYPE,
+    VIRTUAL_QEMU_DRIVER_TYPE,
+)
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu.argv import (
     DISK_NODE,
     QMP_SOCKET,
@@ -26,23 +32,12 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu
 
 API_VERSION = "jumpstarter.dev/v1alpha1"
 KIND = "ExporterConfig"
-# The driver the QEMU provisioners give the lessee: it drives the VM the
-# provisioner runs (drivers/jumpstarter-driver-virtual-qemu).
-VIRTUAL_QEMU_DRIVER_TYPE = "jumpstarter_driver_virtual_qemu.driver.VirtualQemu"
-# Template driver types that stand for "the VM of this instance". The
-# upstream Qemu driver would start a QEMU of its own, so an entry of its type
-# is replaced by the virtual QEMU driver.
-QEMU_DRIVER_TYPES = ("jumpstarter_driver_qemu.driver.Qemu", VIRTUAL_QEMU_DRIVER_TYPE)
-# JEP-0014's examples list a serial driver beside the Qemu driver; no driver
-# package has this class. It stands for the VM's serial console, which the
-# virtual QEMU driver has as its ``console`` child: the entry becomes a ref
-# to it.
-QEMU_SERIAL_DRIVER_TYPE = "jumpstarter_driver_serial.driver.QemuSerial"
+# The driver types (VirtualQemu, the template's QEMU types, QemuSerial,
+# TcpNetwork) are the QEMU provisioners' (provisioners/qemu_common.py).
 # JEP-0014's template reaches the guest's SSH with a TcpNetwork entry that
 # names a port and no host. In a qemu.jumpstarter.dev Pod QEMU forwards a
 # local port of the Pod to each such guest port (``guest_port_forwards``),
 # and the entry is pointed at it (``network_driver_overrides``).
-TCP_NETWORK_DRIVER_TYPE = "jumpstarter_driver_network.driver.TcpNetwork"
 GUEST_SSH_PORT = 22
 # The first local port a guest port is forwarded to; the next ones follow.
 FORWARD_BASE_PORT = 22000

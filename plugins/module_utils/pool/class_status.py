@@ -29,8 +29,8 @@ client.
 
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants as c
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import provisioners
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.parameters import (
-    PROVISIONER_SCHEMAS,
     unknown_provisioner_message,
     validate_parameters,
 )
@@ -46,7 +46,7 @@ REASON_VALID = "Valid"
 
 
 def known_provisioner(provisioner):
-    return provisioner in PROVISIONER_SCHEMAS
+    return provisioners.known(provisioner)
 
 
 def sets_using(vclass, exporter_sets):

@@ -20,7 +20,7 @@ What is refused:
   allowlist, a set may only pick among them (a subset; ``arch`` is its own),
   with each host's connection (``address``, ``port``, ``user``) as the class
   has it.
-* **Paths, binaries and work directories** (``PATH_PARAMETERS``): files,
+* **Paths, binaries and work directories** (``Provisioner.path_parameters``): files,
   programs and directories on the machine that runs QEMU. Any file the
   runtime's user may read would become guest-readable, any program would run
   as that user, on a lab host shared by every tenant.
@@ -28,7 +28,7 @@ What is refused:
   runs each driver of the template where the instance runs; a
   ``UnixNetwork`` pointed at the instance's QMP socket would be a shell on
   the lab host. The default allowlist is the provisioner's own
-  (``DEFAULT_DRIVER_TYPES``).
+  (``Provisioner.default_driver_types``).
 * **More resources than the class gives**: a set's ``resources.cpu``,
   ``resources.memory``, ``resources.storage`` and each host's ``slots`` may
   not be above the class's value, or above a higher ceiling the class names.
@@ -65,9 +65,8 @@ Pure: no I/O.
 import copy
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import provisioners
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.exporter_config import (
-    QEMU_DRIVER_TYPES,
-    QEMU_SERIAL_DRIVER_TYPE,
     guest_network_violations,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.pod import (
@@ -77,11 +76,13 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool
     deep_merge,
     merge_images,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.parameters import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu_common import (
     DEFAULT_CPU,
     DEFAULT_MEMORY,
+    QEMU_DRIVER_TYPES,
+    QEMU_SERIAL_DRIVER_TYPE,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.quantity import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.quantity import (
     parse_quantity,
 )
 
@@ -89,62 +90,11 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool
 # a credential redirect.
 REASON_NOT_ALLOWED_BY_CLASS = "NotAllowedByClass"
 
-# Parameter paths (under spec.parameters) that receive or direct a class
-# credential, per provisioner, and what the credential does there.
-CREDENTIAL_PARAMETERS = {
-    constants.PROVISIONER_CORELLIUM: {
-        ("api", "host"): "the class's API token is sent there",
-        ("api", "projectId"): "the class's API token creates, resets and deletes instances "
-                              "by name in that project",
-    },
-}
-# Image roles whose container receives a class credential, per provisioner.
-CREDENTIAL_IMAGES = {
-    constants.PROVISIONER_CORELLIUM: {
-        "exporter": "the exporter container receives the class's API token",
-    },
-}
-# Lab hosts: each receives the class's SSH key (and the exporters' tokens).
-CREDENTIAL_HOSTS = {
-    constants.PROVISIONER_QEMU_BAREMETAL: "it is reached with the class's SSH key and "
-                                          "receives the exporters' tokens",
-}
+# What each provisioner says a set may not change (its credential
+# parameters, images and hosts, its path parameters, its default driver
+# types) is the provisioner's: ``provisioners.get(name).credential_parameters``
+# and so on (provisioners/base.py).
 HOST_CONNECTION_FIELDS = ("address", "port", "user")
-
-_QEMU_PROVISIONERS = (constants.PROVISIONER_QEMU, constants.PROVISIONER_QEMU_BAREMETAL)
-_GUEST_READS = "a file on the machine that runs QEMU, read as its user, reaches the guest"
-# Parameters that name a file, a program or a directory where the instance
-# runs (qemu/argv.py, baremetal_targets): set by the class only, for both
-# QEMU provisioners, whether or not the provisioner's schema lists them.
-_PATHS = {
-    ("disk", "path"): _GUEST_READS,
-    ("kernel", "path"): _GUEST_READS,
-    ("initrd", "path"): _GUEST_READS,
-    ("firmware", "path"): _GUEST_READS,
-    ("disk", "format"): "how QEMU reads the backing file: raw reads any file as it is",
-    ("runtime", "binary"): "the program that runs as the runtime's user on the host",
-    ("workDir",): "where every instance's state and tokens are written on the host",
-}
-PATH_PARAMETERS = {provisioner: _PATHS for provisioner in _QEMU_PROVISIONERS}
-
-# The driver types a set may use when its class names none: those the
-# provisioner renders itself (a QEMU driver becomes the virtual QEMU driver
-# of the instance; exporter_config.qemu_driver_overrides), and for QEMU
-# targets the network and serial drivers JEP-0014's examples give
-# (TcpNetwork connects to a host and port, never to a file or a socket on the
-# host; QemuSerial becomes a ref to the QEMU driver's console, so it needs a
-# QEMU driver in the template; a class that wants none of it names its own
-# list).
-QEMU_COMPANION_DRIVER_TYPES = (
-    "jumpstarter_driver_network.driver.TcpNetwork",
-    QEMU_SERIAL_DRIVER_TYPE,
-)
-CORELLIUM_DRIVER_TYPE = "jumpstarter_driver_corellium.driver.Corellium"
-DEFAULT_DRIVER_TYPES = {
-    constants.PROVISIONER_QEMU: QEMU_DRIVER_TYPES + QEMU_COMPANION_DRIVER_TYPES,
-    constants.PROVISIONER_QEMU_BAREMETAL: QEMU_DRIVER_TYPES + QEMU_COMPANION_DRIVER_TYPES,
-    constants.PROVISIONER_CORELLIUM: (CORELLIUM_DRIVER_TYPE,),
-}
 DRIVERS_FIELD = "drivers"
 _DRIVERS_WHY = "the exporter imports and runs it where the instance runs"
 # What to write instead of a driver type JEP-0014's seed examples name that no
@@ -156,30 +106,31 @@ JEP_DRIVER_HINTS = {
         "{ref: <that driver's name>.power}"),
 }
 
-# Resource ceilings: parameter path, what a missing value means (the
-# schema's default; None: nothing, so any value raises it), annotation key.
+# Resource ceilings of the provisioners that have them
+# (``Provisioner.has_resource_ceilings``): parameter path, what a missing
+# value means (the schema's default; None: nothing, so any value raises it),
+# annotation key.
 RESOURCE_CEILINGS = {
     ("resources", "cpu"): (DEFAULT_CPU, "max.resources.cpu"),
     ("resources", "memory"): (DEFAULT_MEMORY, "max.resources.memory"),
     ("resources", "storage"): (None, "max.resources.storage"),
 }
 SLOTS_CEILING = "max.slots"
-# Where the class's value is the ceiling unless the class names a higher one.
-CEILING_BY_DEFAULT = (constants.PROVISIONER_QEMU_BAREMETAL,)
 
 _MISSING = object()
 
 
 def allowable_fields(provisioner):
     """The keys the class's allowlist annotation accepts for ``provisioner``."""
-    fields = ["parameters." + ".".join(path) for path in CREDENTIAL_PARAMETERS.get(provisioner, {})]
-    fields += ["parameters." + ".".join(path) for path in PATH_PARAMETERS.get(provisioner, {})]
-    fields += ["images." + role for role in CREDENTIAL_IMAGES.get(provisioner, {})]
-    if provisioner in DEFAULT_DRIVER_TYPES:
+    own = provisioners.get(provisioner)
+    fields = ["parameters." + ".".join(path) for path in own.credential_parameters]
+    fields += ["parameters." + ".".join(path) for path in own.path_parameters]
+    fields += ["images." + role for role in own.credential_images]
+    if own.default_driver_types:
         fields.append(DRIVERS_FIELD)
-    if provisioner in _QEMU_PROVISIONERS:
+    if own.has_resource_ceilings:
         fields += [key for _, key in RESOURCE_CEILINGS.values()]
-    if provisioner in CREDENTIAL_HOSTS:
+    if own.credential_hosts is not None:
         fields.append(SLOTS_CEILING)
     return fields
 
@@ -224,7 +175,7 @@ def driver_types(virtual_target_class, allowed=None):
     if DRIVERS_FIELD in allowed:
         return set(allowed[DRIVERS_FIELD])
     provisioner = ((virtual_target_class or {}).get("spec") or {}).get("provisioner")
-    return set(DEFAULT_DRIVER_TYPES.get(provisioner, ()))
+    return set(provisioners.get(provisioner).default_driver_types)
 
 
 def resolve(virtual_target_class, exporter_set):
@@ -239,17 +190,16 @@ def resolve(virtual_target_class, exporter_set):
     """
     class_spec = (virtual_target_class or {}).get("spec") or {}
     set_spec = (exporter_set or {}).get("spec") or {}
-    provisioner = class_spec.get("provisioner")
+    own = provisioners.get(class_spec.get("provisioner"))
     class_parameters = class_spec.get("parameters") or {}
     parameters = deep_merge(class_parameters, set_spec.get("parameters"))
     images = merge_images(class_spec.get("images"), set_spec.get("images"))
     allowed, warnings = read_allowlist(virtual_target_class)
     redirects, refusals = [], []
 
-    _class_only(CREDENTIAL_PARAMETERS.get(provisioner, {}), class_parameters, parameters,
-                allowed, redirects)
+    _class_only(own.credential_parameters, class_parameters, parameters, allowed, redirects)
 
-    for role, why in CREDENTIAL_IMAGES.get(provisioner, {}).items():
+    for role, why in own.credential_images.items():
         field = "images." + role
         # What the Pod would run: an ImageSpec is taken whole, the built-in
         # default stands in for a role nobody set (k8s_pod.instance_pod).
@@ -265,7 +215,7 @@ def resolve(virtual_target_class, exporter_set):
         else:
             images.pop(role, None)
 
-    why = CREDENTIAL_HOSTS.get(provisioner)
+    why = own.credential_hosts
     if why is not None:
         host_violations = _host_violations(class_parameters.get("hosts"), parameters.get("hosts"),
                                            why)
@@ -273,11 +223,10 @@ def resolve(virtual_target_class, exporter_set):
             redirects.extend(host_violations)
             _put(parameters, ("hosts",), _get(class_parameters, ("hosts",)))
 
-    _class_only(PATH_PARAMETERS.get(provisioner, {}), class_parameters, parameters, allowed,
-                refusals)
-    if provisioner in _QEMU_PROVISIONERS:
-        _resource_ceilings(provisioner, class_parameters, parameters, allowed, refusals)
-    if provisioner in CREDENTIAL_HOSTS:
+    _class_only(own.path_parameters, class_parameters, parameters, allowed, refusals)
+    if own.has_resource_ceilings:
+        _resource_ceilings(own.ceiling_by_default, class_parameters, parameters, allowed, refusals)
+    if own.credential_hosts is not None:
         _slot_ceilings(class_parameters.get("hosts"), parameters, allowed, refusals)
     refusals.extend(_driver_violations(virtual_target_class, exporter_set, allowed))
 
@@ -298,13 +247,13 @@ def _class_only(fields, class_parameters, parameters, allowed, violations):
         _put(parameters, path, wanted)
 
 
-def _resource_ceilings(provisioner, class_parameters, parameters, allowed, violations):
+def _resource_ceilings(by_default, class_parameters, parameters, allowed, violations):
     """CPU, memory and storage no higher than the class's value or the ceiling it names.
 
     A missing value is the schema's default (1 CPU, 1Gi; no storage), so a
-    set cannot raise one by dropping the class's value either.
+    set cannot raise one by dropping the class's value either. ``by_default``:
+    the class's own value is a ceiling too (``Provisioner.ceiling_by_default``).
     """
-    by_default = provisioner in CEILING_BY_DEFAULT
     for path, (default, key) in RESOURCE_CEILINGS.items():
         class_value = _get(class_parameters, path)
         class_given = default if class_value in (_MISSING, None) else class_value
@@ -391,7 +340,7 @@ def _driver_violations(virtual_target_class, exporter_set, allowed):
             f"spec.template.spec.drivers[{index}].type: {_show(kind)} is not a driver type the "
             f"class allows ({_DRIVERS_WHY}); supported types: {shown} ({source})"
             + (f"; {hint}" if hint else ""))
-    if provisioner == constants.PROVISIONER_QEMU:
+    if provisioners.get(provisioner).forwards_guest_ports:
         # A TcpNetwork without a host is forwarded to the guest in the Pod.
         violations += guest_network_violations(drivers)
     return violations

@@ -30,11 +30,11 @@ namespace; nothing outside the Pod reaches 127.0.0.1.
 Pure: no I/O, standard library and the collection's quantity parser only.
 """
 
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.parameters import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu_common import (
     guest_arch,
     guest_memory,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.quantity import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.quantity import (
     parse_quantity,
     quantity_to_bytes,
 )

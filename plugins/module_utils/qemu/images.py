@@ -5,7 +5,7 @@ the lab host, and the ``images`` init container of a ``qemu.jumpstarter.dev``
 Pod runs this same file as a script (``python3 -c <this file> ...``). It
 therefore uses the standard library only and imports nothing from the
 collection at module level (``class_max_bytes``, which only the operator
-calls, reads a quantity with ``pool.quantity``).
+calls, reads a quantity with the top-level ``quantity``).
 
 Images land in a cache keyed by digest (``<cache>/sha256/<hex>``), shared by
 every instance on the host or node. A download goes to a temporary name in
@@ -145,7 +145,7 @@ def class_max_bytes(virtual_target_class):
     text = annotations.get(ANNOTATION_MAX_SIZE)
     if text is None or text == "":
         return DEFAULT_MAX_BYTES
-    from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.quantity import (
+    from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.quantity import (
         parse_quantity,
     )
     try:

@@ -3,7 +3,9 @@
 The sub-packages stand in layers (``LAYERS``), each importing only from
 those below it: pure pool logic (``pool/``) at the bottom, imports nothing
 that talks to the API server (neither ``k8s/`` nor the ``kubernetes``
-client); the provisioners' own code (``qemu/``, ``corellium/``,
+client); beside it the provisioners' declarations (``provisioners/``: their
+schemas, facts and policy, which the pool reads and which import nothing of
+the pool); the provisioners' own code (``qemu/``, ``corellium/``,
 ``baremetal/``) above it; ``k8s/``, which reads and writes the API and
 renders what is written, on top. An import upwards is against the layers,
 and so is an import cycle between two sub-packages of one layer: no two
@@ -27,13 +29,13 @@ PREFIX = "ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils
 # Whatever talks to the API server.
 API = ("k8s", "kubernetes")
 # Each sub-package of plugins/module_utils, bottom (0) to top.
-LAYERS = {"pool": 0, "qemu": 1, "corellium": 1, "baremetal": 1, "k8s": 2}
+LAYERS = {"pool": 0, "provisioners": 0, "qemu": 1, "corellium": 1, "baremetal": 1, "k8s": 2}
 
 # (importing file, what it imports): the imports against the layers that are
 # still there, and why.
 KNOWN = {
     # pool/ reading data that lives with a provisioner's rendering.
-    ("pool/set_overrides.py", "k8s.exporter_config"): "QEMU_DRIVER_TYPES lives with the exporter config",
+    ("pool/set_overrides.py", "k8s.exporter_config"): "guest_network_violations lives with the forwards it checks",
     ("pool/set_overrides.py", "k8s.pod"): "DEFAULT_IMAGES lives with the Pod rendering",
     # pool <-> qemu: the image rules are the QEMU image fetcher's.
     ("pool/parameters.py", "qemu.images"): "the image url rule (url_problem) is the fetcher's",

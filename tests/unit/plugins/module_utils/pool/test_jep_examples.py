@@ -5,10 +5,12 @@ server's side, a server-side dry-run of each example, is in
 tests/test_crds.py.)"""
 
 import pytest
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import provisioners
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.parameters import (
-    PROVISIONER_SCHEMAS,
-    guest_arch,
     validate_parameters,
+)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu_common import (
+    guest_arch,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.set_overrides import (
     resolve,
@@ -33,7 +35,7 @@ SETS = [e for e in EXAMPLES if e["kind"] == "ExporterSet"]
 
 def test_the_jep_gives_examples_of_every_provisioner():
     require_jep()
-    assert {c["spec"]["provisioner"] for c in CLASSES} == set(PROVISIONER_SCHEMAS)
+    assert {c["spec"]["provisioner"] for c in CLASSES} == set(provisioners.names())
     assert len(SETS) >= 4
 
 

@@ -1,12 +1,14 @@
 import pytest
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import provisioners
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.parameters import (
-    DEFAULT_MEMORY,
-    PROVISIONER_SCHEMAS,
     describe_parameters,
-    guest_arch,
-    guest_memory,
     json_schema,
     validate_parameters,
+)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu_common import (
+    DEFAULT_MEMORY,
+    guest_arch,
+    guest_memory,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu import argv as qemu_argv
 
@@ -128,7 +130,7 @@ def test_board_is_free_form():
     assert validate_parameters(BAREMETAL, parameters)["warnings"] == []
 
 
-@pytest.mark.parametrize("provisioner", sorted(PROVISIONER_SCHEMAS))
+@pytest.mark.parametrize("provisioner", provisioners.names())
 def test_describe_parameters_rows(provisioner):
     rows = describe_parameters(provisioner)
     assert rows and len({row["path"] for row in rows}) == len(rows)
@@ -186,17 +188,17 @@ def test_resources_default_when_absent():
     assert argv[argv.index("-m") + 1].startswith("1024")
 
 
-@pytest.mark.parametrize("provisioner", sorted(PROVISIONER_SCHEMAS))
+@pytest.mark.parametrize("provisioner", provisioners.names())
 def test_each_schema_is_json_schema(provisioner):
     import jsonschema
 
-    schema = json_schema(PROVISIONER_SCHEMAS[provisioner])
+    schema = json_schema(provisioners.get(provisioner).schema)
     jsonschema.Draft202012Validator.check_schema(schema)
     assert schema["type"] == "object" and schema["properties"]
 
 
 def test_the_json_schema_carries_bounds_formats_and_our_keywords():
-    schema = json_schema(PROVISIONER_SCHEMAS[BAREMETAL])
+    schema = json_schema(provisioners.get(BAREMETAL).schema)
     host = schema["properties"]["hosts"]["items"]
     assert host["required"] == ["name", "slots"]
     assert host["properties"]["port"] == {"description": "SSH port.", "type": "integer",

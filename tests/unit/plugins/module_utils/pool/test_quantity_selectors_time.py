@@ -2,7 +2,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 
 import pytest
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.quantity import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.quantity import (
     is_quantity,
     parse_quantity,
     quantity_to_bytes,

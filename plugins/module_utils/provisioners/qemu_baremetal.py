@@ -1,0 +1,92 @@
+"""``qemu-baremetal.jumpstarter.dev``: QEMU and ``jmp run`` as services on
+the class's lab hosts, reached over SSH (baremetal/, roles/qemu_baremetal).
+
+The class's hosts are the allowlist of where its SSH key goes; a set may pick
+among them and ask for no more resources or slots than the class gives.
+"""
+
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners import (
+    qemu_common,
+)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.base import (
+    Field,
+    Provisioner,
+)
+
+RECONNECT_TIMEOUT_BOUNDS = (1.0, 3600.0)
+
+_HOST = Field(
+    "object",
+    "A lab server that runs instances.",
+    properties={
+        "name": Field("string", "DNS name or IP of the host; unique.", required=True,
+                      format="hostname"),
+        "address": Field("string", "What SSH connects to.", default="the host name",
+                         format="hostname"),
+        "port": Field("integer", "SSH port.", default=22, minimum=1, maximum=65535),
+        "user": Field("string", "SSH user.", default="jumpstarter"),
+        "arch": Field("string", "Host architecture.", enum=tuple(qemu_common.MACHINE_TYPES_BY_ARCH)),
+        "slots": Field("integer", "Concurrent instances on this host. An ExporterSet may not "
+                       "give more than the class (or the class's max.slots ceiling).",
+                       required=True, minimum=1),
+    },
+)
+
+PROPERTIES = dict(
+    qemu_common.QEMU_PROPERTIES,
+    hosts=Field("list", "Lab servers; at least one.", required=True, items=_HOST),
+    runtime=Field(
+        "object",
+        "QEMU on the hosts.",
+        properties={
+            "binary": Field("string", "Absolute path of qemu-system-*." + qemu_common.CLASS_ONLY,
+                            format="absolute-path"),
+            "kvm": Field("boolean", "Use KVM on the hosts."),
+        },
+    ),
+    board=Field("map", "Free-form board profile passed to the runtime."),
+    reconnectTimeout=Field(
+        "duration",
+        "How long an instance may stay offline before it is replaced (1s..1h).",
+        default="5m",
+        minimum=RECONNECT_TIMEOUT_BOUNDS[0],
+        maximum=RECONNECT_TIMEOUT_BOUNDS[1],
+    ),
+    workDir=Field(
+        "string",
+        "Directory on the hosts for instance state." + qemu_common.CLASS_ONLY,
+        default="/var/lib/jumpstarter-virtual",
+        format="absolute-path",
+    ),
+)
+
+
+def _host_names_unique(parameters, errors):
+    hosts = parameters.get("hosts")
+    seen = set()
+    for index, host in enumerate(hosts if isinstance(hosts, list) else ()):
+        name = host.get("name") if isinstance(host, dict) else None
+        if not isinstance(name, str):
+            continue
+        if name in seen:
+            errors.append(f"{qemu_common.ROOT}.hosts[{index}].name: duplicate host {name!r}")
+        seen.add(name)
+
+
+class QemuBaremetal(Provisioner):
+    name = constants.PROVISIONER_QEMU_BAREMETAL
+    role = "jumpstarter.virtual_exporters.qemu_baremetal"
+    schema = Field("object", "qemu-baremetal.jumpstarter.dev parameters.", properties=PROPERTIES)
+    cross_field_rules = qemu_common.QEMU_RULES + (_host_names_unique,)
+
+    runs_on_lab_hosts = True
+    probe_playbook = "playbooks/baremetal_probe.yml"
+
+    renders_qemu_drivers = True
+
+    credential_hosts = "it is reached with the class's SSH key and receives the exporters' tokens"
+    path_parameters = qemu_common.PATH_PARAMETERS
+    default_driver_types = qemu_common.DEFAULT_DRIVER_TYPES
+    has_resource_ceilings = True
+    ceiling_by_default = True

@@ -1,0 +1,214 @@
+"""What the two QEMU provisioners share: their parameters, driver types and
+rules (``qemu_pod`` runs QEMU in a Pod, ``qemu_baremetal`` on lab hosts).
+
+``guest_arch`` and ``guest_memory`` read merged parameters the way the
+command line (``qemu/argv.py``) and the lab hosts need them.
+"""
+
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.base import (
+    Field,
+)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.quantity import (
+    parse_quantity,
+)
+
+ROOT = "parameters"
+MACHINE_TYPES_BY_ARCH = {"x86_64": ("q35", "pc"), "aarch64": ("virt",)}
+DEFAULT_ARCH = "x86_64"
+MIN_MEMORY_BYTES = 64 * 2**20
+DEFAULT_MEMORY = "1Gi"
+DEFAULT_CPU = 1
+
+# The driver the QEMU provisioners give the lessee: it drives the VM the
+# provisioner runs (drivers/jumpstarter-driver-virtual-qemu).
+VIRTUAL_QEMU_DRIVER_TYPE = "jumpstarter_driver_virtual_qemu.driver.VirtualQemu"
+# Template driver types that stand for "the VM of this instance". The
+# upstream Qemu driver would start a QEMU of its own, so an entry of its type
+# is replaced by the virtual QEMU driver.
+QEMU_DRIVER_TYPES = ("jumpstarter_driver_qemu.driver.Qemu", VIRTUAL_QEMU_DRIVER_TYPE)
+# JEP-0014's examples list a serial driver beside the Qemu driver; no driver
+# package has this class. It stands for the VM's serial console, which the
+# virtual QEMU driver has as its ``console`` child: the entry becomes a ref
+# to it.
+QEMU_SERIAL_DRIVER_TYPE = "jumpstarter_driver_serial.driver.QemuSerial"
+# JEP-0014's template reaches the guest's SSH with a TcpNetwork entry that
+# names a port and no host (k8s/exporter_config.py points it at the guest).
+TCP_NETWORK_DRIVER_TYPE = "jumpstarter_driver_network.driver.TcpNetwork"
+# The driver types a set may use when its class names none: those the
+# provisioner renders itself (a QEMU driver becomes the virtual QEMU driver
+# of the instance), and the network and serial drivers JEP-0014's examples
+# give (TcpNetwork connects to a host and port, never to a file or a socket
+# on the host; QemuSerial becomes a ref to the QEMU driver's console, so it
+# needs a QEMU driver in the template; a class that wants none of it names
+# its own list).
+QEMU_COMPANION_DRIVER_TYPES = (TCP_NETWORK_DRIVER_TYPE, QEMU_SERIAL_DRIVER_TYPE)
+DEFAULT_DRIVER_TYPES = QEMU_DRIVER_TYPES + QEMU_COMPANION_DRIVER_TYPES
+
+_GUEST_READS = "a file on the machine that runs QEMU, read as its user, reaches the guest"
+# Parameters that name a file, a program or a directory where the instance
+# runs (qemu/argv.py, baremetal_targets): set by the class only, for both
+# QEMU provisioners, whether or not the provisioner's schema lists them.
+PATH_PARAMETERS = {
+    ("disk", "path"): _GUEST_READS,
+    ("kernel", "path"): _GUEST_READS,
+    ("initrd", "path"): _GUEST_READS,
+    ("firmware", "path"): _GUEST_READS,
+    ("disk", "format"): "how QEMU reads the backing file: raw reads any file as it is",
+    ("runtime", "binary"): "the program that runs as the runtime's user on the host",
+    ("workDir",): "where every instance's state and tokens are written on the host",
+}
+
+_IMAGE_URL = Field(
+    "string",
+    "Where the image is fetched from before boot: http(s)://... or an OCI artifact "
+    "(oci://registry/repository:tag, or registry/repository:tag); cached per host or node "
+    "by digest. No other scheme (file://, ftp://...) is accepted.",
+    format="image-url",
+)
+_IMAGE_DIGEST = Field(
+    "string",
+    "sha256:<64 hex digits> of the image; required with url, checked before boot "
+    "(a mismatch boots nothing and is a ReplicaFailure).",
+)
+_IMAGE_PLAIN_HTTP = Field(
+    "boolean", "Talk to the OCI registry of url over plain HTTP (the digest still guards "
+    "the content).", default=False,
+)
+
+
+CLASS_ONLY = " Set by the class only: an ExporterSet may not change it (docs/security.md)."
+
+
+def _image_ref(description, **more):
+    return Field(
+        "object",
+        description + " Give `url` (OCI or HTTP reference) or `path` (file on the runtime).",
+        properties={
+            "url": _IMAGE_URL,
+            "path": Field("string", "Local file path of the image." + CLASS_ONLY,
+                          format="absolute-path"),
+            "digest": _IMAGE_DIGEST,
+            "plainHTTP": _IMAGE_PLAIN_HTTP,
+            **more,
+        },
+    )
+
+
+QEMU_PROPERTIES = {
+    "arch": Field(
+        "string",
+        "Guest architecture. Without it, the machine type decides (virt: aarch64, q35 or pc: "
+        "x86_64), then the hosts' arch when they all give the same one (qemu-baremetal), "
+        "then x86_64.",
+        default="from machineType, else x86_64",
+        enum=tuple(MACHINE_TYPES_BY_ARCH),
+    ),
+    "machineType": Field(
+        "string",
+        "QEMU machine type; q35 or pc for x86_64, virt for aarch64 (default: q35 or virt, "
+        "after the arch).",
+        enum=("q35", "pc", "virt"),
+    ),
+    "cpuModel": Field("string", "QEMU -cpu model, e.g. max or host."),
+    "firmware": Field(
+        "object",
+        "Firmware blob loaded at boot.",
+        properties={
+            "url": _IMAGE_URL,
+            "path": Field("string", "Local file path of the firmware." + CLASS_ONLY,
+                          format="absolute-path"),
+            "digest": _IMAGE_DIGEST,
+            "plainHTTP": _IMAGE_PLAIN_HTTP,
+        },
+    ),
+    "kernel": _image_ref("Kernel for direct boot."),
+    "initrd": _image_ref("Initial ramdisk for direct boot."),
+    "disk": _image_ref(
+        "Baseline disk image (lessees may flash their own).",
+        format=Field("string", "Format of the baseline image, under the instance's qcow2 "
+                     "overlay." + CLASS_ONLY, default="qcow2", enum=("qcow2", "raw")),
+    ),
+    "kernelArgs": Field("string", "Kernel command line for direct boot."),
+    "resources": Field(
+        "object",
+        "Resources of one virtual target. On qemu-baremetal an ExporterSet may not ask for "
+        "more than the class gives (or the class's max.resources.* ceiling); on "
+        "qemu.jumpstarter.dev only above a ceiling the class names.",
+        properties={
+            "cpu": Field("cpu", "Virtual CPUs (integer >= 1, or a quantity such as 2).",
+                         default=DEFAULT_CPU),
+            "memory": Field("quantity", "Guest memory, at least 64Mi.", default=DEFAULT_MEMORY),
+            "storage": Field("quantity", "Size of the writable disk."),
+        },
+    ),
+    "kvm": Field("boolean", "Use KVM acceleration; false means TCG emulation.", default=False),
+    "bootTimeout": Field("duration", "How long the guest may take to boot."),
+}
+
+
+def guest_arch(parameters):
+    """The guest architecture of merged QEMU parameters.
+
+    ``arch`` when given; else the one the machine type belongs to (virt:
+    aarch64, q35 or pc: x86_64); else the arch every lab host that gives one
+    agrees on (qemu-baremetal); else x86_64. An unknown value is returned as
+    it is, for the caller to report.
+    """
+    arch = parameters.get("arch")
+    if arch:
+        return arch
+    machine = parameters.get("machineType")
+    for candidate, machines in MACHINE_TYPES_BY_ARCH.items():
+        if machine in machines:
+            return candidate
+    hosts = parameters.get("hosts")
+    host_arches = {
+        host.get("arch") for host in (hosts if isinstance(hosts, list) else ())
+        if isinstance(host, dict) and host.get("arch") in MACHINE_TYPES_BY_ARCH
+    }
+    if len(host_arches) == 1:
+        return host_arches.pop()
+    return DEFAULT_ARCH
+
+
+def guest_memory(parameters):
+    """``resources.memory`` of merged QEMU parameters, or the default (1Gi)."""
+    resources = parameters.get("resources")
+    memory = resources.get("memory") if isinstance(resources, dict) else None
+    return DEFAULT_MEMORY if memory is None else memory
+
+
+# Cross-field rules run even when single fields failed, so that one pass
+# lists every problem; each rule skips values whose type is already reported.
+
+
+def _machine_type_fits_arch(parameters, errors):
+    arch = guest_arch(parameters)
+    machine = parameters.get("machineType")
+    if arch not in MACHINE_TYPES_BY_ARCH or machine not in QEMU_PROPERTIES["machineType"].enum:
+        return
+    if machine not in MACHINE_TYPES_BY_ARCH[arch]:
+        allowed = ", ".join(MACHINE_TYPES_BY_ARCH[arch])
+        errors.append(f"{ROOT}.machineType: {machine!r} does not fit arch {arch} (use {allowed})")
+
+
+def _memory_at_least_minimum(parameters, errors):
+    resources = parameters.get("resources")
+    memory = resources.get("memory") if isinstance(resources, dict) else None
+    try:
+        too_small = parse_quantity(memory) < MIN_MEMORY_BYTES
+    except ValueError:
+        return
+    if too_small:
+        shown = f'"{memory}"' if isinstance(memory, str) else repr(memory)
+        errors.append(f"{ROOT}.resources.memory: {shown} is below the minimum 64Mi")
+
+
+def _image_refs_name_a_source(parameters, errors):
+    for name in ("kernel", "initrd", "disk"):
+        ref = parameters.get(name)
+        if isinstance(ref, dict) and not ref.get("url") and not ref.get("path"):
+            errors.append(f"{ROOT}.{name}: needs url or path")
+
+
+QEMU_RULES = (_machine_type_fits_arch, _memory_at_least_minimum, _image_refs_name_a_source)
