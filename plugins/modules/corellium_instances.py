@@ -191,7 +191,9 @@ from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.corellium import client as corellium_client  # noqa: E402
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.corellium import identity  # noqa: E402
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.corellium import steps as corellium_steps  # noqa: E402
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import pod as k8s_pod  # noqa: E402
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners import (  # noqa: E402
+    corellium as corellium_provisioner,
+)
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import backend_refusal  # noqa: E402
 
 ABSENT = corellium_client.ABSENT
@@ -230,7 +232,7 @@ class PoolInstances:
             "message": f"Corellium API {self.params['api_host']} rejected the token of "
                        f"VirtualTargetClass {meta.get('name', '?')} (Secret "
                        f"{meta.get('namespace', '?')}/{secret}, key "
-                       f"{k8s_pod.DEFAULT_CREDENTIALS_KEY}): {error.message}",
+                       f"{corellium_provisioner.CREDENTIALS_KEY}): {error.message}",
         }
 
     # -- run -------------------------------------------------------------------

@@ -30,7 +30,7 @@ the way (``credentials``): the name counts as taken for this reconcile.
 
 from datetime import UTC, datetime
 
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants, provisioners
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import core as k8s_core
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import credentials, lifecycle
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import objects as k8s_objects
@@ -234,7 +234,7 @@ class PlanApplier:
                                              credentials.credential_secret_name(exporter))
             if secret is not None and credentials.issued_to(secret, exporter):
                 owned.append(("Secret", secret))
-            if provisioner in constants.POD_PROVISIONERS:
+            if provisioners.get(provisioner).has_pods:
                 for kind, object_name in (("Pod", name), ("Secret", k8s_pod.config_secret_name(name))):
                     found = self.core.read(kind, self.namespace, object_name, missing_ok=True)
                     if found is not None and k8s_objects.controlled_by(found, uid):

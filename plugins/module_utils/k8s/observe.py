@@ -9,7 +9,7 @@ a reconcile that is about to make backends needs it, so ``plan_for`` calls
 the reader it is given then, and no backend is made without it.
 """
 
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants, provisioners
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.baremetal import (
     pool as baremetal_pool,
 )
@@ -31,9 +31,6 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.plan import scale_plan
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.timeutil import parse_time
 
-# Provisioners whose hosts are probed by a playbook of their own when their
-# last report is old (the reconcile playbook runs only when there is work).
-PROBE_PLAYBOOKS = {constants.PROVISIONER_QEMU_BAREMETAL: "playbooks/baremetal_probe.yml"}
 # The playbook that re-syncs the config Secrets of a Pod-backed set's running
 # instances (token, endpoint, CA, drivers) when nothing else ran the
 # provisioner for CONFIG_SYNC_SECONDS; it notes the time on the set.
@@ -87,7 +84,7 @@ def observe(exporter_set, namespace_objects, now):
     set_policy, policy_condition = policy.policy_for(
         exporter_set, namespace_objects.get(constants.EXPORTER_SET_POLICY.kind) or ())
     lab = None
-    if ((vclass or {}).get("spec") or {}).get("provisioner") == constants.PROVISIONER_QEMU_BAREMETAL:
+    if provisioners.get(((vclass or {}).get("spec") or {}).get("provisioner")).runs_on_lab_hosts:
         placed = [e for e in exporters if _labels(e).get(constants.LABEL_HOST)]
         lab = baremetal_pool.LabView(exporter_set, vclass, owned, placed, now,
                                      parameters=resolved["parameters"])
@@ -159,14 +156,14 @@ def _makes_backends(observed, plan):
     place, or running ones whose config is to be re-synced."""
     if paused(observed):
         return False
-    resets_pods = plan.get("recycle") and provisioner_of(observed) == constants.PROVISIONER_QEMU
+    resets_pods = plan.get("recycle") and provisioners.get(provisioner_of(observed)).resets_with_fresh_pod
     return bool(resets_pods or _credentialed_without_backend(observed) or config_sync_due(observed))
 
 
 def running_exporters(observed):
     """The enabled Exporters of a Pod-backed set whose own Pod exists: the
     instances whose config a run re-syncs (``exporter_pods`` ``synced``)."""
-    if provisioner_of(observed) not in constants.POD_PROVISIONERS:
+    if not provisioners.get(provisioner_of(observed)).has_pods:
         return []
     uids = {e["metadata"]["name"]: e["metadata"].get("uid") for e in observed["owned"]}
     with_pods = {
@@ -240,20 +237,18 @@ def _plan(exporter_set, observed, options, surveys=None):
     return policy.apply_to_plan(plan, exporter_set, observed.get("policy_condition"), observed["now"])
 
 
-# Provisioners whose instance is its Pod and config Secret, which the applier
-# deletes with the Exporter (k8s_apply.PlanApplier.delete); any other
-# provisioner's instance is removed by its role before its Exporter goes.
-REMOVED_WITH_EXPORTER = (constants.PROVISIONER_QEMU,)
-
-
 def split_plan(plan, exporter_set, provisioner, acting=()):
     """The pool's part of ``plan`` and the backends' part (``Plan.split``), as dicts.
 
     The pool's part is written at once; the backends' part (None when there
     is none) goes to the reconcile playbook. Exporters in ``acting`` (a
-    backend run is at work on them) are left out of the pool's part.
+    backend run is at work on them) are left out of the pool's part. A
+    provisioner whose instance is its Pod and config Secret has them deleted
+    with the Exporter (k8s_apply.PlanApplier.delete); any other provisioner's
+    instance is removed by its role before its Exporter goes.
     """
-    pool, backend = Plan.from_dict(plan, exporter_set).split(provisioner in REMOVED_WITH_EXPORTER, acting)
+    removed_with_exporter = provisioners.get(provisioner).removed_with_exporter
+    pool, backend = Plan.from_dict(plan, exporter_set).split(removed_with_exporter, acting)
     return pool.to_dict(), backend.to_dict() if backend is not None else None
 
 
@@ -290,7 +285,7 @@ def _credentialed_without_backend(observed):
         return []
     if observed.get("lab") is not None:
         return observed["lab"].unprovisioned()
-    if provisioner_of(observed) not in constants.POD_PROVISIONERS:
+    if not provisioners.get(provisioner_of(observed)).has_pods:
         return []
     if backend_refusal.holds(observed.get("refusal"), observed["now"]):
         return []
@@ -313,10 +308,15 @@ def _credentialed_without_backend(observed):
 
 
 def probe_playbook(observed):
-    """The playbook that probes the set's backends when they are due, else None."""
+    """The playbook that probes the set's backends when they are due, else None.
+
+    A provisioner whose hosts report on themselves has them probed by a
+    playbook of its own when their last report is old (the reconcile
+    playbook runs only when there is work).
+    """
     lab = observed.get("lab")
     if lab is not None and not paused(observed) and lab.probe_due():
-        return PROBE_PLAYBOOKS[constants.PROVISIONER_QEMU_BAREMETAL]
+        return provisioners.get(provisioner_of(observed)).probe_playbook
     if config_sync_due(observed):
         return CONFIG_SYNC_PLAYBOOK
     return None

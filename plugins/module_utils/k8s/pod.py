@@ -15,13 +15,16 @@ containers mount read-only.
 reaches the cloud device over the API, with the API token coming only from
 an environment variable that refers to the class's Secret.
 
+Which of these a Pod is, and what the provisioner adds to the exporter's
+environment and drivers, the provisioner says (``provisioners.get``).
+
 Pure: no I/O. The ExporterConfig (with the exporter's token) goes only into
 the config Secret.
 """
 
 import json
 
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants, provisioners
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.corellium import (
     identity as corellium_identity,
 )
@@ -36,7 +39,6 @@ CA_DIR = "/etc/jumpstarter/ca"
 # The node's image cache (keyed by digest) and where the containers see it.
 NODE_IMAGE_CACHE = "/var/lib/jumpstarter-virtual/image-cache"
 IMAGE_CACHE_DIR = "/var/cache/jumpstarter-images"
-CORELLIUM_DRIVER_TYPE = "jumpstarter_driver_corellium.driver.Corellium"
 # The images the project builds (scripts/images, from images/*/Containerfile):
 # the exporter (jumpstarter 0.9.0 with the collection's VirtualQemu driver)
 # and the QEMU runtime, named as a local build names them and tagged with the
@@ -56,9 +58,6 @@ IMAGE_FETCH_IMAGE = {"image": DEFAULT_IMAGES["exporter"]["image"], "imagePullPol
 IMAGE_FETCH_UID = 1001
 # The group of the users the project's images run as (images/, scripts/images).
 POD_FS_GROUP = 1000
-CORELLIUM_TOKEN_ENV = "CORELLIUM_API_TOKEN"
-CORELLIUM_HOST_ENV = "CORELLIUM_API_HOST"
-DEFAULT_CREDENTIALS_KEY = "token"
 
 _RESTRICTED = {
     "allowPrivilegeEscalation": False,
@@ -94,26 +93,16 @@ def driver_overrides(provisioner, drivers, parameters, instance_name=None):
     provisioner names each instance after its Exporter's name, namespace and
     UID (``corellium.identity``).
     """
+    own = provisioners.get(provisioner)
     overrides = {}
-    if provisioner == constants.PROVISIONER_QEMU:
+    if own.runs_qemu_in_pod:
         # The exporter sidecar drives the runtime container's QEMU through
         # the sockets in the shared run directory.
         overrides.update(exporter_config.qemu_driver_overrides(drivers, RUN_DIR))
         # TcpNetwork entries without a host reach the guest through QEMU's
         # forwards on the Pod's loopback (``instance_pod``).
         overrides.update(exporter_config.network_driver_overrides(drivers))
-    for driver in exporter_config.named_drivers(drivers):
-        if driver.get("type") == CORELLIUM_DRIVER_TYPE:
-            device = parameters.get("device") or {}
-            config = {
-                "project_id": (parameters.get("api") or {}).get("projectId"),
-                "device_name": instance_name,
-                "device_flavor": device.get("flavor"),
-                "device_os": device.get("os"),
-                "device_build": device.get("build"),
-                "console_name": parameters.get("console"),
-            }
-            overrides[driver["name"]] = {"config": {k: v for k, v in config.items() if v is not None}}
+    overrides.update(own.driver_overrides(exporter_config.named_drivers(drivers), parameters, instance_name))
     return overrides
 
 
@@ -124,8 +113,9 @@ def config_secret(exporter_set, exporter, provisioner, parameters, token, tls_ca
     """
     name = exporter["metadata"]["name"]
     drivers = ((exporter_set["spec"].get("template") or {}).get("spec") or {}).get("drivers") or []
+    own = provisioners.get(provisioner)
     instance_name = name
-    if provisioner == constants.PROVISIONER_CORELLIUM:
+    if own.instance_named_by_identity:
         instance_name = corellium_identity.exporter_instance_name(exporter)
     exits = exporter_config.exits_on_lease_end(exporter_set)
     rendered = exporter_config.render_exporter_config(
@@ -141,7 +131,7 @@ def config_secret(exporter_set, exporter, provisioner, parameters, token, tls_ca
         # Pod (roles/qemu_pod/tasks/reset.yml), so its exporter serves one
         # lease whatever the strategy: the used VM never takes a second one.
         hooks=exporter_config.lease_end_hooks(RUN_DIR)
-        if exits or provisioner == constants.PROVISIONER_QEMU else None,
+        if exits or own.runs_qemu_in_pod else None,
     )
     return {
         "apiVersion": "v1",
@@ -242,15 +232,8 @@ def instance_pod(exporter_set, vclass, exporter, provisioner, parameters, images
         )
         exporter_mounts.append({"name": "ca-bundle", "mountPath": CA_DIR, "readOnly": True})
         exporter_env.append({"name": "SSL_CERT_FILE", "value": f"{CA_DIR}/{key}"})
-    if provisioner == constants.PROVISIONER_CORELLIUM:
-        secret_ref = class_spec.get("credentialsSecretRef") or {}
-        exporter_env.append({"name": CORELLIUM_HOST_ENV, "value": (parameters.get("api") or {}).get("host", "")})
-        exporter_env.append(
-            {
-                "name": CORELLIUM_TOKEN_ENV,
-                "valueFrom": {"secretKeyRef": {"name": secret_ref.get("name", ""), "key": DEFAULT_CREDENTIALS_KEY}},
-            }
-        )
+    own = provisioners.get(provisioner)
+    exporter_env.extend(own.exporter_env(class_spec, parameters))
     exporter_container = _container(
         "exporter",
         images["exporter"],
@@ -262,7 +245,7 @@ def instance_pod(exporter_set, vclass, exporter, provisioner, parameters, images
     )
     init_containers = []
     containers = []
-    if provisioner == constants.PROVISIONER_QEMU:
+    if own.runs_qemu_in_pod:
         runtime_mounts = [run_mount]
         files = qemu_argv.runtime_files(parameters, RUN_DIR)
         if files:
@@ -316,7 +299,7 @@ def instance_pod(exporter_set, vclass, exporter, provisioner, parameters, images
         # used disk: the Pod ends, Failed (or Succeeded), so the set reports
         # the instance's failure and replaces it. The exporter sidecar is
         # still restarted while the Pod runs (restartPolicy Always of its own).
-        "restartPolicy": "Never" if provisioner == constants.PROVISIONER_QEMU else "Always",
+        "restartPolicy": "Never" if own.runs_qemu_in_pod else "Always",
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         # The images' users (exporter and QEMU) are in this group: the
