@@ -20,8 +20,11 @@ against the layers that it does not name fails the test at once.
 """
 
 import ast
+import re
 import sys
 from pathlib import Path
+
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import provisioners
 
 # tests/unit/plugins/module_utils/ mirrors the directory it reads.
 ROOT = Path(__file__).resolve().parents[4] / "plugins" / "module_utils"
@@ -44,6 +47,13 @@ KNOWN = {
     # k8s.exporter_config, and k8s.observe builds the lab view.
     ("baremetal/hosts.py", "k8s.exporter_config"): "k8s <-> baremetal cycle: qemu_driver_overrides",
 }
+
+
+# The core: it asks the provisioner of a class (``provisioners.get``) what it
+# needs, and never names one.
+CORE = ("k8s", "pool")
+# A provisioner constant (constants.PROVISIONER_QEMU, POD_PROVISIONERS, ...).
+_PROVISIONER_CONSTANT = re.compile(r"^PROVISIONER_|_PROVISIONERS$")
 
 
 def imports(path):
@@ -140,3 +150,63 @@ def test_the_reader_sees_an_api_import_and_a_cycle(tmp_path, monkeypatch):
     assert against_the_layers(edges()) == {
         ("pool/a.py", "kubernetes"), ("pool/a.py", "qemu.argv"),
         ("qemu/argv.py", "corellium.c"), ("corellium/c.py", "qemu.argv")}
+
+
+def provisioner_names(path):
+    """Where ``path`` names a provisioner: a ``PROVISIONER_*`` (or
+    ``*_PROVISIONERS``) constant, used or imported, or a provisioner's
+    string itself. A file of the core that does dispatches on the name."""
+    strings = set(provisioners.names())
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Name):
+            names = [node.id]
+        elif isinstance(node, ast.Attribute):
+            names = [node.attr]
+        elif isinstance(node, ast.ImportFrom):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.Constant) and node.value in strings:
+            found.append((node.lineno, repr(node.value)))
+            continue
+        else:
+            continue
+        found += [(node.lineno, name) for name in names if _PROVISIONER_CONSTANT.search(name)]
+    return sorted(set(found))
+
+
+def named_provisioners():
+    """(file, line, what) for each place a module of the core names a provisioner."""
+    return [(str(path.relative_to(ROOT)), line, what)
+            for package in CORE for path in sorted((ROOT / package).rglob("*.py"))
+            for line, what in provisioner_names(path)]
+
+
+def test_the_core_names_no_provisioner():
+    found = named_provisioners()
+    assert not found, ("the core names a provisioner; ask provisioners.get(name) and add what it "
+                       "needs to the Provisioner interface (provisioners/base.py) instead:\n"
+                       + "\n".join(f"  {f}:{line}: {what}" for f, line, what in found))
+
+
+def test_the_provisioner_check_sees_each_way_of_naming_one(tmp_path, monkeypatch):
+    """The check above can fail: a comparison with a constant, a membership
+    test, an import of one, a provisioner's string, in k8s/ or pool/; the
+    provisioners' own code may name them."""
+    for package in ("pool", "k8s", "provisioners"):
+        (tmp_path / package).mkdir()
+    (tmp_path / "pool" / "a.py").write_text(
+        f"from {PREFIX} import constants\n"
+        "def f(p):\n"
+        "    if p == constants.PROVISIONER_QEMU:\n"
+        "        return 1\n"
+        "    return p in constants.POD_PROVISIONERS\n")
+    (tmp_path / "k8s" / "b.py").write_text(
+        f"from {PREFIX}.constants import PROVISIONER_CORELLIUM\n"
+        "def g(p):\n"
+        "    return p != 'qemu-baremetal.jumpstarter.dev'\n")
+    (tmp_path / "provisioners" / "c.py").write_text(
+        f"from {PREFIX} import constants\nname = constants.PROVISIONER_QEMU\n")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    assert named_provisioners() == [
+        ("k8s/b.py", 1, "PROVISIONER_CORELLIUM"), ("k8s/b.py", 3, "'qemu-baremetal.jumpstarter.dev'"),
+        ("pool/a.py", 3, "PROVISIONER_QEMU"), ("pool/a.py", 5, "POD_PROVISIONERS")]
