@@ -1,0 +1,119 @@
+"""The registry of provisioners (plugins/module_utils/provisioners/): what
+each one says of itself agrees with the roles and playbooks it names, an
+unknown name gets a provisioner that makes nothing, and a provisioner added
+to the registry alone is used by the core (validation, the set's policy,
+the Pod) without a line of the core changing."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import provisioners
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import pod as k8s_pod
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import (
+    class_status,
+    set_overrides,
+)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.parameters import (
+    validate_parameters,
+)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.base import (
+    Field,
+    Provisioner,
+)
+
+REPO = Path(__file__).resolve().parents[5]
+ENTRY_POINTS = ("provision", "remove", "reset", "retain")
+
+
+def test_each_provisioner_is_registered_under_its_own_name():
+    assert provisioners.names() == [
+        "corellium.jumpstarter.dev", "qemu-baremetal.jumpstarter.dev", "qemu.jumpstarter.dev"]
+    for name in provisioners.names():
+        own = provisioners.get(name)
+        assert own.name == name and provisioners.known(name)
+        assert isinstance(own.schema, Field) and own.schema.type == "object"
+
+
+@pytest.mark.parametrize("name", ["", "kubevirt.jumpstarter.dev", None, 7, {"a": 1}])
+def test_an_unknown_name_gets_a_provisioner_that_makes_nothing(name):
+    own = provisioners.get(name)
+    assert own is provisioners.UNKNOWN and not provisioners.known(name)
+    assert own.schema is None and not own.has_pods and not own.runs_on_lab_hosts
+    assert own.default_driver_types == () and own.probe_playbook is None
+    assert validate_parameters(name, {})["errors"] == [
+        f'spec.provisioner: unknown provisioner "{name}"; known: ' + ", ".join(provisioners.names())]
+
+
+def test_the_reconcile_role_runs_the_role_each_provisioner_names():
+    """roles/reconcile/vars/main.yml maps the provisioner string to its role
+    for the playbook; it says what the registry says, and each role has the
+    entry points the reconcile calls."""
+    roles = yaml.safe_load((REPO / "roles/reconcile/vars/main.yml").read_text())["reconcile_provisioner_roles"]
+    assert roles == {name: provisioners.get(name).role for name in provisioners.names()}
+    for name in provisioners.names():
+        role = REPO / "roles" / provisioners.get(name).role.rsplit(".", 1)[1]
+        assert {p.stem for p in (role / "tasks").glob("*.yml")} >= set(ENTRY_POINTS), role
+
+
+def test_the_facts_of_each_provisioner_hold_together():
+    for name in provisioners.names():
+        own = provisioners.get(name)
+        if own.removed_with_exporter or own.resets_with_fresh_pod or own.runs_qemu_in_pod:
+            assert own.has_pods, name
+        if own.runs_on_lab_hosts:
+            assert (REPO / own.probe_playbook).is_file(), name
+        assert own.has_pods != own.runs_on_lab_hosts, name
+        assert own.default_driver_types, name
+
+
+class _Board(Provisioner):
+    """A fourth provisioner, as a new package would declare it."""
+
+    name = "board.example.com"
+    role = "example.boards.board"
+    schema = Field("object", "board parameters.", properties={
+        "serial": Field("string", "The board's serial number.", required=True)})
+    has_pods = True
+    default_driver_types = ("example_driver_board.driver.Board",)
+    credential_parameters = {("serial",): "the class's token opens that board"}
+
+    def exporter_env(self, class_spec, parameters):
+        return [{"name": "BOARD_SERIAL", "value": parameters.get("serial", "")}]
+
+    def driver_overrides(self, drivers, parameters, instance_name):
+        return {d["name"]: {"config": {"serial": parameters.get("serial")}}
+                for d in drivers if d.get("type") == self.default_driver_types[0]}
+
+
+def test_a_fourth_provisioner_is_one_registration(monkeypatch):
+    monkeypatch.setitem(provisioners.REGISTRY, _Board.name, _Board())
+    vclass = {"metadata": {"name": "boards", "namespace": "ns"},
+              "spec": {"provisioner": _Board.name, "parameters": {"serial": "A1"}}}
+    exporter_set = {
+        "metadata": {"name": "pool", "namespace": "ns", "uid": "set-uid"},
+        "spec": {"parameters": {"serial": "B2"}, "template": {"spec": {"drivers": [
+            {"name": "board", "type": "example_driver_board.driver.Board"},
+            {"name": "power", "type": "jumpstarter_driver_power.driver.MockPower"}]}}}}
+    exporter = {"metadata": {"name": "pool-0", "namespace": "ns", "uid": "exp-uid"},
+                "status": {"endpoint": "grpc.example:443"}}
+
+    assert class_status.known_provisioner(_Board.name)
+    assert validate_parameters(_Board.name, {})["errors"] == ["parameters.serial: required"]
+    assert set_overrides.allowable_fields(_Board.name) == ["parameters.serial", "drivers"]
+    resolved = set_overrides.resolve(vclass, exporter_set)
+    assert resolved["parameters"] == {"serial": "A1"}
+    assert resolved["violations"] == [
+        "spec.parameters.serial: set by the class only (the class's token opens that board)",
+        "spec.template.spec.drivers[1].type: 'jumpstarter_driver_power.driver.MockPower' is not a "
+        "driver type the class allows (the exporter imports and runs it where the instance runs); "
+        "supported types: example_driver_board.driver.Board (board.example.com's defaults; drivers "
+        "in the class's annotation names others)"]
+
+    pod = k8s_pod.instance_pod(exporter_set, vclass, exporter, _Board.name, {"serial": "A1"}, {})
+    assert pod["spec"]["restartPolicy"] == "Always"
+    assert [c["name"] for c in pod["spec"]["containers"]] == ["exporter"]
+    assert {"name": "BOARD_SERIAL", "value": "A1"} in pod["spec"]["containers"][0]["env"]
+    secret = k8s_pod.config_secret(exporter_set, exporter, _Board.name, {"serial": "A1"}, "token", "")
+    config = yaml.safe_load(secret["stringData"]["pool-0.yaml"])
+    assert config["export"]["board"]["config"] == {"serial": "A1"}
