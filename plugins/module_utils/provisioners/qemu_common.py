@@ -79,19 +79,25 @@ _IMAGE_PLAIN_HTTP = Field(
 CLASS_ONLY = " Set by the class only: an ExporterSet may not change it (docs/security.md)."
 
 
-def _image_ref(description, **more):
+def _file_ref(description, what, **more):
+    """A file QEMU reads: fetched from ``url`` (checked by ``digest``) or a ``path``."""
     return Field(
         "object",
-        description + " Give `url` (OCI or HTTP reference) or `path` (file on the runtime).",
+        description,
         properties={
             "url": _IMAGE_URL,
-            "path": Field("string", "Local file path of the image." + CLASS_ONLY,
+            "path": Field("string", f"Local file path of the {what}." + CLASS_ONLY,
                           format="absolute-path"),
             "digest": _IMAGE_DIGEST,
             "plainHTTP": _IMAGE_PLAIN_HTTP,
             **more,
         },
     )
+
+
+def _image_ref(description, **more):
+    return _file_ref(description + " Give `url` (OCI or HTTP reference) or `path` (file on the runtime).",
+                     "image", **more)
 
 
 QEMU_PROPERTIES = {
@@ -110,17 +116,7 @@ QEMU_PROPERTIES = {
         enum=("q35", "pc", "virt"),
     ),
     "cpuModel": Field("string", "QEMU -cpu model, e.g. max or host."),
-    "firmware": Field(
-        "object",
-        "Firmware blob loaded at boot.",
-        properties={
-            "url": _IMAGE_URL,
-            "path": Field("string", "Local file path of the firmware." + CLASS_ONLY,
-                          format="absolute-path"),
-            "digest": _IMAGE_DIGEST,
-            "plainHTTP": _IMAGE_PLAIN_HTTP,
-        },
-    ),
+    "firmware": _file_ref("Firmware blob loaded at boot.", "firmware"),
     "kernel": _image_ref("Kernel for direct boot."),
     "initrd": _image_ref("Initial ramdisk for direct boot."),
     "disk": _image_ref(
