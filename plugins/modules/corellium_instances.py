@@ -191,10 +191,10 @@ from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.corellium import client as corellium_client  # noqa: E402
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.corellium import identity  # noqa: E402
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.corellium import steps as corellium_steps  # noqa: E402
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import backend_refusal  # noqa: E402
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners import (  # noqa: E402
     corellium as corellium_provisioner,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import backend_refusal  # noqa: E402
 
 ABSENT = corellium_client.ABSENT
 

@@ -21,10 +21,10 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils impo
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.base import (
     Field,
 )
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu import images as image_fetch
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.quantity import (
     parse_quantity,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu import images as image_fetch
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.timeutil import (
     parse_duration,
 )

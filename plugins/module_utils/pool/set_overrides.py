@@ -64,8 +64,7 @@ Pure: no I/O.
 
 import copy
 
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import provisioners
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants, provisioners
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.exporter_config import (
     guest_network_violations,
 )

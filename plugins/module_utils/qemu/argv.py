@@ -86,7 +86,7 @@ def _option_value(value):
 
 
 def arch_of(parameters):
-    """The guest arch (``parameters.guest_arch``: given, or inferred from the machine type)."""
+    """The guest arch (``provisioners.qemu_common.guest_arch``: given, or inferred from the machine type)."""
     arch = guest_arch(parameters)
     if arch not in _ARCH:
         raise ValueError(f"parameters.arch: unsupported architecture {arch!r}")

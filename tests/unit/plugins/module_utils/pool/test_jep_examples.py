@@ -9,11 +9,11 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils impo
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.parameters import (
     validate_parameters,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu_common import (
-    guest_arch,
-)
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.set_overrides import (
     resolve,
+)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu_common import (
+    guest_arch,
 )
 from jep_examples import (
     API_VERSION,
