@@ -14,14 +14,20 @@ from __future__ import annotations
 import base64
 import json
 import subprocess
+import time
 from pathlib import Path
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants as c
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import config_sync
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import observe as k8s_observe
 from ansible_play import BIN, ansible_env, run_tasks
+from exporterset_operator import config_inputs
+from exporterset_operator.informer import Informer
+from jumpstarter_standin import pytest_plugin as standin_plugin
 from jumpstarter_standin import wait_for
+from jumpstarter_standin.tokens import subject_of
 from kubernetes import client
-from pool_helpers import GROUP, make_class, make_set
+from pool_helpers import GROUP, make_class, make_set, settle_pool
 
 ROOT = Path(__file__).resolve().parents[1]
 FQCN = "jumpstarter.virtual_exporters"
@@ -121,3 +127,146 @@ def test_a_changed_config_is_rewritten_and_restarted_only_while_unleased(testbed
         annotations = custom.get_namespaced_custom_object(*GROUP, namespace, "exportersets", "pool")[
             "metadata"]["annotations"]
         assert k8s_observe.ANNOTATION_CONFIG_SYNCED in annotations
+
+
+def _rendered(core, namespace, name):
+    """(token, tls.ca, resourceVersion) of the config Secret of Exporter ``name``."""
+    secret = core.read_namespaced_secret(f"{name}-config", namespace)
+    config = json.loads(base64.b64decode(secret.data[f"{name}.yaml"]).decode())
+    return config["token"], (config.get("tls") or {}).get("ca"), secret.metadata.resource_version
+
+
+def _pod_uid(core, namespace, name):
+    pods = [p for p in core.list_namespaced_pod(namespace).items
+            if p.metadata.name == name and not p.metadata.deletion_timestamp]
+    return pods[0].metadata.uid if pods else None
+
+
+def test_the_operator_resyncs_a_new_token_or_ca_on_the_pass_that_sees_it_never_a_leased_one(
+        api, namespace, standin, operator):
+    """The operator watches the config's inputs: a rotated token and a new
+    controller CA reach the running instances within seconds (not on the
+    five-minute fallback), by a rewritten config Secret and a new Pod; the
+    leased instance keeps its config and its Pod."""
+    custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
+    make_class(custom, namespace)
+    make_set(custom, namespace)
+    proc = operator()
+    settle_pool(standin, 2, custom, namespace)
+    standin.create_lease("lease-a", {"board": "qemu-x86"})
+    leased = standin.wait_assigned("lease-a")
+    settle_pool(standin, 2, custom, namespace, leasedReplicas=1, replicas=3)
+    names = sorted(e["metadata"]["name"] for e in standin.exporters())
+    free = [n for n in names if n != leased]
+
+    def quiet():
+        """Every instance has its Pod and no backend run is queued or in flight:
+        a run of the reconcile playbook re-syncs too, and none is left to."""
+        return all(_pod_uid(core, namespace, name) for name in names) and not proc.metric(
+            "jumpstarter_exporterset_backend_runs")
+
+    wait_for(quiet, timeout=60, message="every Pod made and no backend run left")
+    runs = proc.metric("jumpstarter_exporterset_playbook_runs_total")
+    # Every config Secret notes the digest of its inputs, from the start.
+    for name in names:
+        secret = core.read_namespaced_secret(f"{name}-config", namespace)
+        assert config_sync.ANNOTATION_CONFIG_INPUTS in (secret.metadata.annotations or {}), name
+    before = {name: (_rendered(core, namespace, name), _pod_uid(core, namespace, name)) for name in names}
+
+    def rotated(name):
+        """A new token, valid as the controller issues them, for ``name``."""
+        exporter = standin.exporter(name)
+        token = standin.controller.signer.issue(
+            subject_of("exporter", namespace, name, exporter["metadata"]["uid"]))
+        core.patch_namespaced_secret(f"{name}-exporter", namespace,
+                                     {"data": {"token": base64.b64encode(token.encode()).decode()}})
+        return token
+
+    # A rotated token (the leased instance's too).
+    tokens = {name: rotated(name) for name in (leased, free[0])}
+    started = time.monotonic()
+    wait_for(lambda: _rendered(core, namespace, free[0])[0] == tokens[free[0]], timeout=45,
+             message=f"{free[0]}'s new token in its config Secret")
+    token_seconds = time.monotonic() - started
+    assert token_seconds < k8s_observe.CONFIG_SYNC_SECONDS / 5, token_seconds
+    wait_for(lambda: _pod_uid(core, namespace, free[0]) not in (None, before[free[0]][1]), timeout=60,
+             message=f"{free[0]} started again on its new config")
+
+    # A new controller CA (the same certificate twice: the exporters still trust it).
+    core.patch_namespaced_config_map(standin_plugin.SERVICE_CA_CONFIGMAP, namespace,
+                                     {"data": {"ca.crt": standin.ca_pem + standin.ca_pem}})
+    new_ca = base64.b64encode((standin.ca_pem + standin.ca_pem).encode()).decode()
+    started = time.monotonic()
+    wait_for(lambda: all(_rendered(core, namespace, name)[1] == new_ca for name in free), timeout=45,
+             message=f"the new CA in the config Secrets of {free}")
+    ca_seconds = time.monotonic() - started
+    assert ca_seconds < k8s_observe.CONFIG_SYNC_SECONDS / 5, ca_seconds
+    print(f"re-synced {token_seconds:.1f} s after the token, {ca_seconds:.1f} s after the CA, "
+          f"{proc.metric('jumpstarter_exporterset_playbook_runs_total') - runs:g} playbook runs in all")
+
+    # The leased instance: its config and its Pod exactly as they were.
+    assert _rendered(core, namespace, leased) == before[leased][0]
+    assert _pod_uid(core, namespace, leased) == before[leased][1]
+    assert standin.exporter_of("lease-a") == leased
+
+
+def test_the_secrets_cache_holds_metadata_only_and_sees_a_rotated_token(testbed, namespace):
+    """The operator's cache of a pool namespace's Secrets (config_inputs.py):
+    kube-apiserver sends their metadata only, on the list (an empty one too)
+    and on the watch, so no token is ever held; a changed token is a MODIFIED
+    event with a new resourceVersion, delivered by the watch (no relist)."""
+    with testbed.api_client() as api:
+        core = client.CoreV1Api(api)
+        first_api, second_api = AcceptRecorder(api.configuration), AcceptRecorder(api.configuration)
+        seen = []
+
+        def start(api_client):
+            informer = Informer(config_inputs.SECRETS, api_client, namespace=namespace,
+                                handlers=[lambda kind, obj, previous: seen.append((kind, obj, previous))])
+            return informer, informer.start()
+
+        started = [start(first_api)]  # on a namespace without Secrets
+        try:
+            assert started[0][0].synced.wait(30)
+            core.create_namespaced_secret(namespace, client.V1Secret(
+                metadata=client.V1ObjectMeta(name="listed"), string_data={"token": "first"}))
+            started.append(start(second_api))  # lists it
+            assert started[1][0].synced.wait(30)
+            core.patch_namespaced_secret("listed", namespace, {"stringData": {"token": "second"}})
+            for informer, _ in started:
+                wait_for(lambda informer=informer: informer.get(namespace, "listed")["metadata"]["resourceVersion"]
+                         == core.read_namespaced_secret("listed", namespace).metadata.resource_version,
+                         timeout=30, message="the rotated token's version cached")
+            modified = [(obj, previous) for kind, obj, previous in seen if kind == "MODIFIED"]
+            assert len(modified) == 2
+            for obj, previous in modified:
+                assert obj["metadata"]["resourceVersion"] != previous["metadata"]["resourceVersion"]
+            cached = [informer.get(namespace, "listed") for informer, _ in started]
+            for held in [o for event in seen for o in event[1:] if o] + cached:
+                assert set(held) <= {"apiVersion", "kind", "metadata"}, held
+                text = json.dumps(held)
+                assert not [token for token in ("first", "second")
+                            if base64.b64encode(token.encode()).decode() in text or token in text], held
+            assert [informer.relists for informer, _ in started] == [1, 1]
+            # What was asked: metadata, on every list and watch.
+            asked = first_api.accepted + second_api.accepted
+            assert len(asked) >= 4 and all("as=PartialObjectMetadata" in accept for accept in asked), asked
+        finally:
+            for informer, thread in started:
+                informer.stop()
+                thread.join(30)
+            first_api.close()
+            second_api.close()
+
+
+class AcceptRecorder(client.ApiClient):
+    """A real ApiClient noting the Accept header of each GET it sends."""
+
+    def __init__(self, configuration):
+        super().__init__(configuration)
+        self.accepted = []
+
+    def call_api(self, method, url, header_params=None, *args, **kwargs):
+        if method == "GET":
+            self.accepted.append((header_params or {}).get("Accept", ""))
+        return super().call_api(method, url, header_params, *args, **kwargs)

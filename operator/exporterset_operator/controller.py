@@ -8,12 +8,14 @@ import threading
 import time
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import controller_ca
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import objects as k8s_objects
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.selectors import (
     selector_matches,
 )
 
 from .backends import BackendRuns
+from .config_inputs import ConfigInputs
 from .informer import Informer, Resource
 from .keys import CLASS_KIND, POLICY_KIND, ClassKey, PolicyKey, SetKey
 from .metrics import Metrics
@@ -34,9 +36,9 @@ RESOURCES = (
       for gvr in (constants.EXPORTER_SET, constants.VIRTUAL_TARGET_CLASS, constants.EXPORTER, constants.LEASE)),
     # Not installed beside upstream's CRDs: then every set runs with the defaults.
     Resource(constants.EXPORTER_SET_POLICY.kind, *constants.EXPORTER_SET_POLICY[:3], optional=True),
-    # Only the Pods the pool made, never the whole namespace. Secrets are
-    # not watched (nothing is planned from them): they are read by name only,
-    # so the operator needs no list or watch on Secrets.
+    # Only the Pods the pool made, never the whole namespace. Secrets and
+    # ConfigMaps are watched only in the namespaces of Pod-backed pools, and
+    # Secrets as metadata only (config_inputs.py).
     Resource(constants.POD.kind, *constants.POD[:3], label_selector=SET_LABEL_SELECTOR),
 )
 
@@ -73,6 +75,11 @@ class Controller:
             informer.handlers.append(self._handler_for(resource.kind))
             self.caches[resource.kind] = informer
         self.reconciler: Reconciler = reconciler_factory(self.caches)
+        # The inputs of Pod-backed instances' config (token, CA), per pool
+        # namespace, started by the set reconciler where it needs them.
+        self.config_inputs = ConfigInputs(api_client, self._handler_for, clock=clock)
+        if self.reconciler is not None:
+            self.reconciler.config_inputs = self.config_inputs
         # The backend lane: playbook runs for Pods, lab hosts and Corellium,
         # off the workers, so no pool decision waits for one.
         self.backends = BackendRuns(lambda key: self.reconciler.run_backends(key), self.queue.add,
@@ -99,6 +106,8 @@ class Controller:
             "Lease": self._map_lease,
             "Pod": self._map_labelled,
             "ExporterSetPolicy": self._map_policy,
+            "Secret": self._map_secret,
+            "ConfigMap": self._map_configmap,
         }[kind]
 
         def handle(event_type: str, obj: dict, previous: dict | None) -> None:
@@ -181,6 +190,28 @@ class Controller:
         owner = (meta.get("labels") or {}).get(constants.LABEL_EXPORTER_SET)
         if owner and self.watch_dependent_resources:
             yield SetKey(meta["namespace"], owner)
+
+    def _map_secret(self, obj, previous):
+        """A credential or config Secret: the set owning its Exporter."""
+        meta = obj["metadata"]
+        if previous is not None and (previous.get("metadata") or {}).get("resourceVersion") == meta.get(
+                "resourceVersion"):
+            return
+        exporter_name = k8s_objects.controller_of(obj, constants.EXPORTER.kind)
+        exporter = self.caches["Exporter"].get(meta["namespace"], exporter_name) if exporter_name else None
+        owner = k8s_objects.controller_of(exporter, "ExporterSet") if exporter else None
+        if owner:
+            yield SetKey(meta["namespace"], owner)
+
+    def _map_configmap(self, obj, previous):
+        """The controller CA's ConfigMap: the sets whose class reads it."""
+        meta = obj["metadata"]
+        namespace = meta["namespace"]
+        for exporter_set in self._sets_in(namespace):
+            class_name = (exporter_set.get("spec") or {}).get("virtualTargetClassName")
+            vclass = self.caches["VirtualTargetClass"].get(namespace, class_name) if class_name else None
+            if vclass is not None and controller_ca.configmap_reference(vclass)[0] == meta["name"]:
+                yield SetKey(namespace, exporter_set["metadata"]["name"])
 
     # -- running -----------------------------------------------------------------
     def start_informers(self) -> None:
@@ -329,6 +360,7 @@ class Controller:
         self.backends.shutdown()
         for informer in self.caches.values():
             informer.stop()
+        self.config_inputs.stop()
 
 
 def _claims(exporter_set: dict | None):

@@ -12,6 +12,7 @@ import itertools
 import json
 import logging
 import random
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -44,6 +45,9 @@ class Resource:
     # upstream's CRDs): while the API server says 404 the cache is synced and
     # empty, and the kind is looked for again with backoff.
     optional: bool = False
+    # Only the objects' metadata is asked for and kept (Secrets: their
+    # version, never their data).
+    metadata_only: bool = False
 
     @property
     def api_version(self) -> str:
@@ -79,6 +83,16 @@ def _slim(obj: dict) -> dict:
         if annotations:
             annotations.pop("kubectl.kubernetes.io/last-applied-configuration", None)
     return obj
+
+
+# What a metadata-only list and watch accept: the server's PartialObjectMetadata
+# (a list, or one object per watch event), plain JSON if it cannot.
+_METADATA_ACCEPT = "application/json;as={};g=meta.k8s.io;v=v1,application/json"
+
+
+def _metadata_of(obj: dict) -> dict:
+    """The object's metadata alone, whatever the server sent."""
+    return {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "metadata": obj.get("metadata") or {}}
 
 
 @dataclass
@@ -142,11 +156,14 @@ class Informer:
             return len(self._store)
 
     # -- API plumbing ----------------------------------------------------------
-    def _list_call(self) -> tuple[Callable[..., Any], dict]:
+    def _list_call(self, watching: bool = False) -> tuple[Callable[..., Any], dict]:
         res = self.resource
         kwargs: dict[str, Any] = {}
         if res.label_selector:
             kwargs["label_selector"] = res.label_selector
+        if res.metadata_only:
+            kwargs["_headers"] = {"Accept": _METADATA_ACCEPT.format(
+                "PartialObjectMetadata" if watching else "PartialObjectMetadataList")}
         if res.group:
             api = client.CustomObjectsApi(self.api_client)
             if self.namespace:
@@ -156,16 +173,19 @@ class Informer:
             return api.list_cluster_custom_object, dict(
                 group=res.group, version=res.version, plural=res.plural, **kwargs)
         core = client.CoreV1Api(self.api_client)
+        # The client's names: ConfigMap -> config_map.
+        kind = re.sub(r"(?<!^)(?=[A-Z])", "_", res.kind).lower()
         if self.namespace:
-            return getattr(core, f"list_namespaced_{res.kind.lower()}"), dict(
+            return getattr(core, f"list_namespaced_{kind}"), dict(
                 namespace=self.namespace, **kwargs)
-        return getattr(core, f"list_{res.kind.lower()}_for_all_namespaces"), kwargs
+        return getattr(core, f"list_{kind}_for_all_namespaces"), kwargs
 
     def _relist(self) -> str:
         func, kwargs = self._list_call()
         response = func(_preload_content=False, **kwargs)
         body = json.loads(response.data)
-        fresh = {key_of(obj): _slim(obj) for obj in body.get("items", [])}
+        # A PartialObjectMetadataList of nothing has "items": null.
+        fresh = {key_of(obj): self._kept(obj) for obj in body.get("items") or []}
         with self._lock:
             old = self._store
             self._store = fresh
@@ -189,14 +209,18 @@ class Informer:
 
     def _apply(self, event_type: str, obj: dict) -> None:
         key = key_of(obj)
+        obj = self._kept(obj)
         with self._lock:
             previous = self._store.get(key)
             if event_type == "DELETED":
                 self._store.pop(key, None)
             else:
-                self._store[key] = _slim(obj)
+                self._store[key] = obj
             self._revisions.pop(key[0], None)
         self._dispatch(event_type, obj, previous)
+
+    def _kept(self, obj: dict) -> dict:
+        return _slim(_metadata_of(obj) if self.resource.metadata_only else obj)
 
     def _dispatch(self, event_type: str, obj: dict, previous: dict | None) -> None:
         for handler in self.handlers:
@@ -213,7 +237,7 @@ class Informer:
             try:
                 if resource_version is None:
                     resource_version = self._relist()
-                func, kwargs = self._list_call()
+                func, kwargs = self._list_call(watching=True)
                 self._watch = _PlainWatch()
                 for event in self._watch.stream(
                     func,

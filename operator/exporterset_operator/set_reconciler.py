@@ -152,6 +152,10 @@ class SetReconciler:
         # What the pool loop and the backend lane share about each set's runs.
         self.lane = BackendLaneState()
         self.backend_backoff = self.lane.backoff
+        # The caches of the instances' config inputs (config_inputs.py),
+        # given by the controller; without them a set's config is re-synced
+        # on the fallback period (k8s/observe.py config_sync_due).
+        self.config_inputs = None
         # A backend run waiting for credentials wakes on the Exporter
         # cache's events (a counter per namespace, so that none is missed
         # between a look and the wait) instead of polling it.
@@ -193,6 +197,8 @@ class SetReconciler:
         """Everything the plan needs, from the informer caches."""
         namespace = exporter_set["metadata"]["namespace"]
         objects = {kind: self.caches[kind].list(namespace) for kind in OBSERVED_KINDS}
+        if self.config_inputs is not None:
+            objects.update(self.config_inputs.objects(namespace))
         return k8s_observe.observe(exporter_set, objects, self.clock())
 
     # -- reconcile -----------------------------------------------------------
@@ -219,6 +225,9 @@ class SetReconciler:
 
         if lifecycle.deleting(exporter_set):
             return self._teardown(key, exporter_set, observed)
+        if self.config_inputs is not None and provisioner in constants.POD_PROVISIONERS:
+            # From now on a change of an instance's token or CA brings the set back.
+            self.config_inputs.watch(namespace)
         if lifecycle.needs_finalizer(exporter_set, vclass, self.finalizer):
             lifecycle.add_finalizer(self.api_client, exporter_set, self.finalizer)
 
@@ -243,6 +252,10 @@ class SetReconciler:
         needs_backends = bool(backend_plan or k8s_observe.unprovisioned(observed)
                               or k8s_observe.probe_playbook(observed))
         requeue = plan.get("requeue_after")
+        # A re-sync held back for a moment (k8s/observe.py): looked at again then.
+        sync_wait = k8s_observe.config_sync_wait(observed)
+        if sync_wait:
+            requeue = min(requeue or sync_wait, sync_wait)
         if needs_backends and not busy:
             wait = self._ask_backends(key)
             if wait:

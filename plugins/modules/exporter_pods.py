@@ -33,6 +33,11 @@ description:
     before (C(resynced)). A leased one is left exactly as it is and returned in C(waiting); it
     is re-synced once its lease ends. Nothing is written without the controller CA
     (I(controller_tls_ca) empty), so a run that could not read it never strips it.
+  - Every config Secret written notes a digest of its inputs (the credential Secret's version
+    standing for the token; annotation C(virtualtarget.jumpstarter.dev/config-inputs)), which
+    the operator compares with its caches to re-sync on the pass that sees an input change. With
+    I(state=synced), a config that is still equal but notes an older digest gets the new one
+    (C(noted)), without a restart, leased or not.
 author:
   - Jumpstarter virtual exporters maintainers (@jumpstarter-dev)
 options:
@@ -105,6 +110,12 @@ resynced:
   returned: always
   type: list
   elements: str
+noted:
+  description: With I(state=synced), Exporters whose config was equal and whose config Secret got
+    the digest of the current inputs only.
+  returned: always
+  type: list
+  elements: str
 """
 
 import base64
@@ -112,7 +123,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants, exporterset_options
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import apply as k8s_apply
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import credentials
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import config_sync, credentials
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import objects as k8s_objects
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import pod as k8s_pod
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.client import (
@@ -143,7 +154,7 @@ class PodManager(ClusterModule):
         self.namespace = self.p["exporterset"]["metadata"]["namespace"]
         self.provisioner = (self.p["virtual_target_class"].get("spec") or {}).get("provisioner", "")
         self.by_name = {e["metadata"]["name"]: e for e in self.p["owned_exporters"]}
-        self.result = {"created": [], "deleted": [], "waiting": [], "resynced": []}
+        self.result = {"created": [], "deleted": [], "waiting": [], "resynced": [], "noted": []}
 
     def _api_error(self, what, exc):
         raise InstanceError(f"{what}: {exc.status} {exc.reason}")
@@ -156,13 +167,25 @@ class PodManager(ClusterModule):
         except ApiException as exc:
             self._api_error(f"reading {self.namespace}/{name}", exc)
 
-    def _token(self, exporter):
+    def _credential(self, exporter):
+        """``(token, credential Secret)``; both None while there is no token."""
         from kubernetes.client.rest import ApiException
 
         try:
-            return credentials.read_token(self.api_client, exporter)
+            return credentials.read_credential(self.api_client, exporter)
         except ApiException as exc:
             self._api_error(f"reading the credential of {self.namespace}/{exporter['metadata']['name']}", exc)
+
+    def _config_secret(self, exporter, token, credential):
+        """The instance's config Secret, noting the digest of its inputs."""
+        secret = k8s_pod.config_secret(
+            self.p["exporterset"], exporter, self.provisioner, self.p["parameters"], token,
+            self.p["controller_tls_ca"],
+        )
+        digest = config_sync.inputs_digest(self.p["exporterset"], exporter, self.provisioner,
+                                           self.p["parameters"], credential, self.p["controller_tls_ca"])
+        secret["metadata"].setdefault("annotations", {})[config_sync.ANNOTATION_CONFIG_INPUTS] = digest
+        return secret
 
     def present(self, name):
         from kubernetes.client.rest import ApiException
@@ -181,14 +204,11 @@ class PodManager(ClusterModule):
                     self._delete_foreign_pod(pod)
                 self.result["waiting"].append(name)
             return
-        token = self._token(exporter)
+        token, credential = self._credential(exporter)
         if token is None:
             self.result["waiting"].append(name)
             return
-        secret = k8s_pod.config_secret(
-            self.p["exporterset"], exporter, self.provisioner, self.p["parameters"], token,
-            self.p["controller_tls_ca"],
-        )
+        secret = self._config_secret(exporter, token, credential)
         accel = "kvm" if self.p["parameters"].get("kvm") else None
         pod = k8s_pod.instance_pod(
             self.p["exporterset"], self.p["virtual_target_class"], exporter, self.provisioner,
@@ -223,17 +243,15 @@ class PodManager(ClusterModule):
         if pod is None or pod["metadata"].get("deletionTimestamp") or not k8s_objects.controlled_by(
                 pod, exporter["metadata"].get("uid")):
             return  # nothing of its own runs: the run that makes its Pod writes the config
-        token = self._token(exporter)
+        token, credential = self._credential(exporter)
         if token is None:
             return
-        secret = k8s_pod.config_secret(
-            self.p["exporterset"], exporter, self.provisioner, self.p["parameters"], token,
-            self.p["controller_tls_ca"],
-        )
+        secret = self._config_secret(exporter, token, credential)
         existing = self._read("Secret", secret["metadata"]["name"])
         if self._someone_elses(existing, name):
             return
         if existing is not None and _secret_text(existing) == secret["stringData"]:
+            self._note_inputs(name, existing, secret)
             return
         # Just before acting, on a fresh read: a leased exporter keeps the
         # config it runs with until its lease ends.
@@ -253,6 +271,27 @@ class PodManager(ClusterModule):
         except ApiException as exc:
             if exc.status not in (404, 409):
                 self._api_error(f"re-syncing the config of {self.namespace}/{name}", exc)
+
+    def _note_inputs(self, name, existing, secret):
+        """An equal config Secret noting an older digest gets the new one (its
+        content, and so the exporter, untouched: no lease matters)."""
+        from kubernetes.client.rest import ApiException
+
+        digest = config_sync.recorded_digest(secret)
+        if config_sync.recorded_digest(existing) == digest:
+            return
+        self.result["noted"].append(name)
+        if self.module.check_mode:
+            return
+        # The Secret as read (its resourceVersion the precondition), the digest added.
+        body = dict(existing, metadata=dict(existing["metadata"]))
+        body["metadata"]["annotations"] = {**(existing["metadata"].get("annotations") or {}),
+                                           config_sync.ANNOTATION_CONFIG_INPUTS: digest}
+        try:
+            self.core.replace("Secret", self.namespace, body["metadata"]["name"], body)
+        except ApiException as exc:
+            if exc.status not in (404, 409):
+                self._api_error(f"noting the config inputs of {self.namespace}/{name}", exc)
 
     def _someone_elses(self, secret, name):
         """Whether ``secret`` (read by the name of Exporter ``name``'s config)
@@ -330,7 +369,8 @@ def main():
     except InstanceError as exc:
         module.fail_json(msg=str(exc), **{k: sorted(v) for k, v in manager.result.items()})
     result = {key: sorted(value) for key, value in manager.result.items()}
-    module.exit_json(changed=bool(result["created"] or result["deleted"] or result["resynced"]), **result)
+    module.exit_json(changed=bool(result["created"] or result["deleted"] or result["resynced"] or result["noted"]),
+                     **result)
 
 
 if __name__ == "__main__":

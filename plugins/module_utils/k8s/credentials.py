@@ -54,11 +54,19 @@ def read_token(api_client, exporter):
     None also when the named Secret was issued to another Exporter of the same
     name: the controller issues this one its own Secret in time.
     """
+    return read_credential(api_client, exporter)[0]
+
+
+def read_credential(api_client, exporter):
+    """``(token, Secret)``: ``read_token``'s token and the Secret it was read
+    from (its version stands for the token in k8s/config_sync.py); the
+    Secret is None when the token is."""
     if not ((exporter.get("status") or {}).get("credential") or {}).get("name"):
-        return None
+        return None, None
     secret = read_secret(api_client, exporter["metadata"]["namespace"],
                          credential_secret_name(exporter))
-    return token_for(secret, exporter)
+    token = token_for(secret, exporter)
+    return token, secret if token is not None else None
 
 
 def live_exporter_owns(api_client, namespace, secret):

@@ -13,7 +13,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils impo
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.baremetal import (
     pool as baremetal_pool,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import lifecycle
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import config_sync, lifecycle
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import objects as k8s_objects
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import (
     adoption,
@@ -32,10 +32,14 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.timeutil import parse_time
 
 # The playbook that re-syncs the config Secrets of a Pod-backed set's running
-# instances (token, endpoint, CA, drivers) when nothing else ran the
-# provisioner for CONFIG_SYNC_SECONDS; it notes the time on the set.
+# instances (token, endpoint, CA, drivers); it notes the time on the set.
+# The operator runs it on the pass that sees an instance's inputs change
+# (k8s/config_sync.py), at most once per CONFIG_SYNC_MIN_SECONDS, or, where
+# it cannot see the inputs (no Secret and ConfigMap caches), when nothing
+# else ran the provisioner for CONFIG_SYNC_SECONDS.
 CONFIG_SYNC_PLAYBOOK = "playbooks/config_sync.yml"
 CONFIG_SYNC_SECONDS = 300
+CONFIG_SYNC_MIN_SECONDS = 5
 ANNOTATION_CONFIG_SYNCED = constants.GROUP + "/config-synced-at"
 
 
@@ -48,7 +52,9 @@ def observe(exporter_set, namespace_objects, now):
 
     ``namespace_objects`` maps kind to a list: ``VirtualTargetClass``,
     ``ExporterSet``, ``Exporter``, ``Lease``, ``Pod`` (Pods may be limited to
-    those labelled with a set), ``ExporterSetPolicy`` (none when missing).
+    those labelled with a set), ``ExporterSetPolicy`` (none when missing),
+    and, where the caller sees them, ``Secret`` (metadata is enough) and
+    ``ConfigMap``: the inputs of the instances' config (k8s/config_sync.py).
     """
     meta = exporter_set["metadata"]
     name, uid = meta["name"], meta["uid"]
@@ -120,7 +126,18 @@ def observe(exporter_set, namespace_objects, now):
         "not_adopted": not_adopted,
         # The other sets whose selectors overlap its own (reported on both).
         "selector_overlaps": selectors.selector_overlaps(exporter_set, sets, constants.LABEL_EXPORTER_SET),
+        # The Secrets and ConfigMaps of the namespace by name, when seen: a
+        # re-sync is then due when an input changes (config_sync_due).
+        "config_inputs": _config_inputs(namespace_objects),
     }
+
+
+def _config_inputs(namespace_objects):
+    secrets, configmaps = namespace_objects.get("Secret"), namespace_objects.get("ConfigMap")
+    if secrets is None or configmaps is None:
+        return None
+    return {"secrets": {s["metadata"]["name"]: s for s in secrets},
+            "configmaps": {c["metadata"]["name"]: c for c in configmaps}}
 
 
 def _select(objects, keep, *facts):
@@ -182,21 +199,55 @@ def running_exporters(observed):
 def config_sync_due(observed, exporter_set=None):
     """Whether the running instances' config is to be re-synced now: always
     on a run by hand (``observed["sync_config"]``, set by
-    ``exporterset_info``), else once the set's last sync
+    ``exporterset_info``); where the inputs are seen (``config_inputs``),
+    once an unleased running instance's config Secret notes other inputs
+    than now's (``stale_configs``) and the last sync is
+    CONFIG_SYNC_MIN_SECONDS old; elsewhere once the set's last sync
     (``ANNOTATION_CONFIG_SYNCED``, else its creation) is CONFIG_SYNC_SECONDS old."""
     if paused(observed) or not running_exporters(observed):
         return False
     if observed.get("sync_config"):
         return True
+    if observed.get("config_inputs") is not None:
+        return bool(stale_configs(observed)) and _since_sync(observed, exporter_set) >= CONFIG_SYNC_MIN_SECONDS
+    return _since_sync(observed, exporter_set) >= CONFIG_SYNC_SECONDS
+
+
+def config_sync_wait(observed, exporter_set=None):
+    """Seconds until a re-sync that is wanted but held back by
+    CONFIG_SYNC_MIN_SECONDS may run (the set is looked at again then), or None."""
+    if paused(observed) or observed.get("config_inputs") is None or not stale_configs(observed):
+        return None
+    wait = CONFIG_SYNC_MIN_SECONDS - _since_sync(observed, exporter_set)
+    return wait if wait > 0 else None
+
+
+def stale_configs(observed):
+    """The running, unleased instances whose config Secret notes other inputs
+    than now's (k8s/config_sync.py); empty when the inputs are not seen.
+    Computed once per observation."""
+    inputs = observed.get("config_inputs")
+    if inputs is None or observed["class"] is None:
+        return []
+    if "stale_configs" not in observed:
+        observed["stale_configs"] = config_sync.stale_instances(
+            observed["set"], observed["class"], observed["owned"], running_exporters(observed),
+            observed.get("leases") or [], (observed.get("resolved") or {}).get("parameters") or {},
+            inputs["secrets"], inputs["configmaps"])
+    return observed["stale_configs"]
+
+
+def _since_sync(observed, exporter_set=None):
+    """Seconds since the set's config was last re-synced (else since its
+    creation): 0 without either time, infinite when it is unreadable."""
     meta = (exporter_set or observed.get("set") or {}).get("metadata") or {}
     since = (meta.get("annotations") or {}).get(ANNOTATION_CONFIG_SYNCED) or meta.get("creationTimestamp")
     if not since:
-        return False
+        return 0.0
     try:
-        age = (parse_time(observed["now"]) - parse_time(since)).total_seconds()
+        return (parse_time(observed["now"]) - parse_time(since)).total_seconds()
     except (TypeError, ValueError):
-        return True
-    return age >= CONFIG_SYNC_SECONDS
+        return float("inf")
 
 
 def _plan(exporter_set, observed, options, surveys=None):
