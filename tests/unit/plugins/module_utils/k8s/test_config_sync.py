@@ -1,12 +1,15 @@
 """Which running instances get their config re-synced, and when the operator
-runs the re-sync on its own (k8s/observe.py). The writes on a bed are in
-tests/test_config_resync.py."""
+runs the re-sync on its own (k8s/observe.py): on the pass that sees an
+input of an unleased instance's config change (k8s/config_sync.py), else
+on the fallback period. The writes on a bed are in tests/test_config_resync.py."""
 
+import base64
 import copy
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants as c
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import config_sync
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import observe as k8s_observe
-from pool_builders import NOW, at, exporter, exporter_set, target_class
+from pool_builders import NOW, at, exporter, exporter_set, lease, target_class
 
 
 def pod_of(owned):
@@ -67,3 +70,156 @@ def test_a_sync_is_due_on_a_run_by_hand_and_every_interval_otherwise():
     assert variables["running_exporters"] == ["rpi4-0"] and variables["controller_tls_ca"] == "Q0E="
     # ... and not while nothing runs.
     assert not k8s_observe.config_sync_due(observed_for(old, exporters, []))
+
+
+# -- re-synced on the pass that sees an input change (k8s/config_sync.py) ----
+
+CA = "-----BEGIN CERTIFICATE-----\nMA==\n-----END CERTIFICATE-----\n"
+
+
+def _owned_by(name, uid, exporter_name, version="1", annotations=None):
+    return {"metadata": {"name": name, "namespace": "lab", "uid": f"uid-{name}", "resourceVersion": version,
+                         "annotations": dict(annotations or {}),
+                         "ownerReferences": [{"kind": "Exporter", "name": exporter_name, "uid": uid,
+                                              "controller": True}]}}
+
+
+class Pool:
+    """One running instance, rpi4-0, with its credential and config Secrets
+    and the CA ConfigMap as the operator's caches hold them (metadata of the
+    Secrets only), its config noting the digest of the inputs it was written
+    from; ``observed()`` is a pass over them."""
+
+    def __init__(self, since_sync=-3600):
+        self.set = exporter_set(annotations={k8s_observe.ANNOTATION_CONFIG_SYNCED: at(since_sync)})
+        self.set["metadata"]["creationTimestamp"] = at(-86400)
+        self.exporter, = members()[0][:1]
+        self.exporter["status"].update({"credential": {"name": "rpi4-0-exporter"}, "endpoint": "grpc.lab:443"})
+        self.credential = _owned_by("rpi4-0-exporter", "uid-rpi4-0", "rpi4-0", version="10")
+        self.config = _owned_by("rpi4-0-config", "uid-rpi4-0", "rpi4-0")
+        self.configmap = {"metadata": {"name": "jumpstarter-service-ca-cert", "namespace": "lab"},
+                          "data": {"ca.crt": CA}}
+        self.leases = []
+        self.note()
+
+    def objects(self):
+        return {"VirtualTargetClass": [target_class()], "ExporterSet": [self.set], "Exporter": [self.exporter],
+                "Lease": self.leases, "Pod": [pod_of(self.exporter)], "ExporterSetPolicy": [],
+                "Secret": [s for s in (self.credential, self.config) if s],
+                "ConfigMap": [m for m in (self.configmap,) if m]}
+
+    def observed(self):
+        return k8s_observe.observe(self.set, self.objects(), NOW)
+
+    def note(self):
+        """What exporter_pods notes on the config Secret it writes now."""
+        observed = self.observed()
+        self.config["metadata"]["annotations"][config_sync.ANNOTATION_CONFIG_INPUTS] = config_sync.inputs_digest(
+            self.set, self.exporter, c.PROVISIONER_QEMU, observed["resolved"]["parameters"], self.credential,
+            base64.b64encode(CA.encode()).decode())
+
+
+def test_unchanged_inputs_cost_no_run_however_long_since_the_last_sync():
+    pool = Pool(since_sync=-86400)
+    observed = pool.observed()
+    assert k8s_observe.stale_configs(observed) == []
+    # With the inputs seen there is no periodic re-sync: nothing changed, nothing runs.
+    assert not k8s_observe.config_sync_due(observed)
+    assert k8s_observe.probe_playbook(observed) is None
+    assert k8s_observe.config_sync_wait(observed) is None
+
+
+def test_a_new_token_endpoint_ca_or_driver_list_makes_the_sync_due_on_that_pass():
+    def changed(change):
+        pool = Pool(since_sync=-60)
+        change(pool)
+        observed = pool.observed()
+        assert k8s_observe.stale_configs(observed) == ["rpi4-0"]
+        assert k8s_observe.config_sync_due(observed)
+        assert k8s_observe.probe_playbook(observed) == k8s_observe.CONFIG_SYNC_PLAYBOOK
+        return pool
+
+    # A rotated token: the credential Secret's new version (its data is never seen).
+    changed(lambda pool: pool.credential["metadata"].update(resourceVersion="11"))
+    # A new credential Secret of that name (the controller issued it again).
+    changed(lambda pool: pool.credential["metadata"].update(uid="uid-again"))
+    changed(lambda pool: pool.configmap.update(data={"ca.crt": CA + CA}))
+    changed(lambda pool: pool.exporter["status"].update(endpoint="grpc.moved:443"))
+    changed(lambda pool: pool.set["spec"]["template"]["spec"].update(
+        drivers=[{"name": "power", "type": "jumpstarter_driver_qemu.driver.Qemu"}]))
+    # Written before the digest was noted (an older release): re-synced once.
+    changed(lambda pool: pool.config["metadata"]["annotations"].clear())
+    # Re-synced (the module notes the new digest): nothing more to do.
+    pool = changed(lambda pool: pool.credential["metadata"].update(resourceVersion="12"))
+    pool.note()
+    assert not k8s_observe.config_sync_due(pool.observed())
+
+
+def test_a_leased_instance_is_left_until_its_lease_ends():
+    pool = Pool()
+    pool.credential["metadata"]["resourceVersion"] = "11"
+    pool.exporter["status"]["leaseRef"] = {"name": "ci-1"}
+    assert not k8s_observe.config_sync_due(pool.observed())
+    # Held from the Lease's side alone.
+    del pool.exporter["status"]["leaseRef"]
+    pool.leases = [lease("ci-1", assigned="rpi4-0")]
+    assert not k8s_observe.config_sync_due(pool.observed())
+    # The lease over: the change is still there, and due now.
+    pool.leases = [lease("ci-1", assigned="rpi4-0", ended=True)]
+    assert k8s_observe.stale_configs(pool.observed()) == ["rpi4-0"]
+    assert k8s_observe.config_sync_due(pool.observed())
+
+
+def test_a_sync_just_run_holds_the_next_for_a_moment_and_the_set_is_looked_at_then():
+    pool = Pool(since_sync=-2)
+    pool.credential["metadata"]["resourceVersion"] = "11"
+    observed = pool.observed()
+    assert not k8s_observe.config_sync_due(observed)
+    assert k8s_observe.config_sync_wait(observed) == k8s_observe.CONFIG_SYNC_MIN_SECONDS - 2
+
+
+def test_nothing_is_due_where_a_sync_would_write_nothing():
+    def quiet(change):
+        pool = Pool()
+        pool.credential["metadata"]["resourceVersion"] = "11"
+        change(pool)
+        assert k8s_observe.stale_configs(pool.observed()) == []
+
+    quiet(lambda pool: setattr(pool, "configmap", None))  # no CA: nothing is written without it
+    quiet(lambda pool: pool.configmap.update(data={"ca.crt": "not a certificate"}))
+    quiet(lambda pool: setattr(pool, "config", None))  # the run that makes its Pod writes it
+    quiet(lambda pool: pool.config["metadata"]["ownerReferences"][0].update(uid="uid-earlier"))
+    quiet(lambda pool: pool.credential["metadata"]["ownerReferences"][0].update(uid="uid-earlier"))
+    quiet(lambda pool: pool.exporter["spec"].update(enabled=False))
+    quiet(lambda pool: pool.set["metadata"]["annotations"].update(
+        {k8s_observe.ANNOTATION_CONFIG_SYNCED: "garbage"}) or pool.exporter["status"].pop("credential"))
+
+
+def test_without_the_inputs_the_sync_falls_back_to_the_period():
+    pool = Pool(since_sync=-60)
+    pool.credential["metadata"]["resourceVersion"] = "11"
+    objects = pool.objects()
+    del objects["Secret"], objects["ConfigMap"]
+    observed = k8s_observe.observe(pool.set, objects, NOW)
+    assert observed["config_inputs"] is None and k8s_observe.stale_configs(observed) == []
+    assert not k8s_observe.config_sync_due(observed)
+    pool = Pool(since_sync=-k8s_observe.CONFIG_SYNC_SECONDS)
+    objects = pool.objects()
+    del objects["Secret"], objects["ConfigMap"]
+    assert k8s_observe.config_sync_due(k8s_observe.observe(pool.set, objects, NOW))
+
+
+def test_the_digest_needs_the_secrets_version_not_its_token():
+    pool = Pool()
+    parameters = pool.observed()["resolved"]["parameters"]
+    full = copy.deepcopy(pool.credential)
+    full["data"] = {"token": base64.b64encode(b"a token").decode()}
+    ca = base64.b64encode(CA.encode()).decode()
+
+    def digest(credential):
+        return config_sync.inputs_digest(pool.set, pool.exporter, c.PROVISIONER_QEMU, parameters, credential, ca)
+
+    assert digest(full) == digest(pool.credential)
+    full["data"]["token"] = base64.b64encode(b"another token").decode()
+    assert digest(full) == digest(pool.credential)
+    assert "a token" not in digest(full)
