@@ -122,9 +122,10 @@ def test_rbac_is_what_the_operator_install_role_creates():
 
 
 def test_no_secret_or_configmap_is_listed_watched_or_written_outside_the_pool_namespaces():
-    """Secrets and ConfigMaps are read by name only, and only where the pool
-    ClusterRole is bound; the cluster-wide role grants nothing on them, nor
-    pods/exec, nor any write on Pods or Exporters."""
+    """Secrets and ConfigMaps are read, listed and watched (Secrets as
+    metadata only, for the config re-sync on change) only where the pool
+    ClusterRole is bound, with no verb beyond those; the cluster-wide role
+    grants nothing on them, nor pods/exec, nor any write on Pods or Exporters."""
     by_name = {obj["metadata"]["name"]: obj for obj in _listed(CONFIG / "rbac") if obj["kind"] == "ClusterRole"}
     cluster_wide = {(group, resource, verb) for rule in by_name["exporterset-operator"]["rules"]
                     for group in rule["apiGroups"] for resource in rule["resources"] for verb in rule["verbs"]}
@@ -132,7 +133,9 @@ def test_no_secret_or_configmap_is_listed_watched_or_written_outside_the_pool_na
     assert {v for _, r, v in cluster_wide if r in ("pods", "exporters")} == {"list", "watch"}
     for rule in by_name["exporterset-operator-pool"]["rules"]:
         if {"secrets", "configmaps"} & set(rule["resources"]):
-            assert not {"list", "watch"} & set(rule["verbs"]), rule
+            allowed = {"get", "list", "watch"} | ({"create", "update", "delete"} if "secrets" in rule["resources"]
+                                                  else set())
+            assert set(rule["verbs"]) <= allowed and rule["resources"] in (["secrets"], ["configmaps"]), rule
         assert "pods/exec" not in rule["resources"]
     (binding,) = [obj for obj in _kustomize(CONFIG / "default") if obj["kind"] == "ClusterRoleBinding"]
     assert binding["roleRef"]["name"] == "exporterset-operator"
