@@ -239,7 +239,8 @@ class SetReconciler:
             return Result(requeue_after=1.0, path="waiting")
 
         # The controller CA is a GET by name, made only when backends are to be
-        # made; an unavailable one requeues the set (it is not watched).
+        # made; an unavailable one requeues the set (the config inputs'
+        # caches, config_inputs.py, serve the re-sync only).
         plan = k8s_observe.plan_for(
             exporter_set, observed, self.plan_options,
             read_controller_ca=lambda: controller_ca.read_controller_ca(self.api_client, namespace, vclass),

@@ -12,7 +12,8 @@ is refused at Register, forever. Hence three rules, kept here:
   way (``blocking_secret``), and such a Secret is deleted when no live
   Exporter owns it.
 
-Secrets are only ever read by name (GET), never listed.
+A Secret's data is only ever read by name (GET); the operator's cache of
+Secrets (k8s/config_sync.py) holds their metadata only.
 """
 
 import base64
