@@ -20,6 +20,7 @@ import time
 from datetime import UTC, datetime
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import provisioners as registry
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import apply as k8s_apply
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import (
     controller_ca,
@@ -225,7 +226,7 @@ class SetReconciler:
 
         if lifecycle.deleting(exporter_set):
             return self._teardown(key, exporter_set, observed)
-        if self.config_inputs is not None and provisioner in constants.POD_PROVISIONERS:
+        if self.config_inputs is not None and registry.get(provisioner).has_pods:
             # From now on a change of an instance's token or CA brings the set back.
             self.config_inputs.watch(namespace)
         if lifecycle.needs_finalizer(exporter_set, vclass, self.finalizer):

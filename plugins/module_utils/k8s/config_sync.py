@@ -39,13 +39,16 @@ def credential_version(secret):
     return f"{meta.get('uid') or ''}/{meta.get('resourceVersion') or ''}"
 
 
-def inputs_digest(exporter_set, exporter, provisioner, parameters, credential_secret, tls_ca):
+def inputs_digest(exporter_set, exporter, provisioner, parameters, credential_secret, tls_ca,
+                  parameters_key=None):
     """The digest of the config ``exporter``'s instance gets from these inputs.
 
     The same arguments as ``k8s_pod.config_secret``, except that the token is
     given as the Secret it comes from (its metadata is enough).
+    ``parameters_key``: ``parameters_key(parameters)``, when the caller has it.
     """
-    key = _versions_key(exporter_set, exporter, provisioner, parameters, credential_secret, tls_ca)
+    key = _versions_key(exporter_set, exporter, provisioner, parameters_key or parameters_key_of(parameters),
+                        credential_secret, tls_ca)
     if key is not None and key in _DIGESTS:
         return _DIGESTS[key]
     token = "credential " + credential_version(credential_secret)
@@ -58,18 +61,21 @@ def inputs_digest(exporter_set, exporter, provisioner, parameters, credential_se
     return digest
 
 
-def _versions_key(exporter_set, exporter, provisioner, parameters, credential_secret, tls_ca):
+def parameters_key_of(parameters):
+    """The set's parameters over its class's, as a key (the set's version
+    alone does not follow a change of the class)."""
+    return hashlib.sha256(json.dumps(parameters, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _versions_key(exporter_set, exporter, provisioner, parameters_key, credential_secret, tls_ca):
     """A key that changes with any input, or None when an object has no
-    resourceVersion (built by hand: not cached). ``parameters`` are the set
-    over its class; the set's version stands for them only together with
-    their own digest, so they are hashed (small)."""
+    resourceVersion (built by hand: not cached)."""
     versions = [((obj or {}).get("metadata") or {}).get("resourceVersion")
                 for obj in (exporter_set, exporter, credential_secret)]
     if not all(versions):
         return None
-    uids = [((obj or {}).get("metadata") or {}).get("uid") for obj in (exporter_set, exporter)]
-    return (*versions, *uids, provisioner, hashlib.sha256(tls_ca.encode()).hexdigest(),
-            hashlib.sha256(json.dumps(parameters, sort_keys=True, default=str).encode()).hexdigest())
+    uids = [((obj or {}).get("metadata") or {}).get("uid") for obj in (exporter_set, exporter, credential_secret)]
+    return (*versions, *uids, provisioner, parameters_key, tls_ca)
 
 
 def recorded_digest(config_secret):
@@ -103,6 +109,7 @@ def stale_instances(exporter_set, virtual_target_class, owned, running, leases, 
         return []
     provisioner = (virtual_target_class.get("spec") or {}).get("provisioner")
     view = lease_safety.LeaseView(leases)
+    parameters_key = parameters_key_of(parameters)
     stale = []
     wanted = set(running)
     for exporter in owned:
@@ -118,7 +125,8 @@ def stale_instances(exporter_set, virtual_target_class, owned, running, leases, 
         credential = secrets.get(credentials.credential_secret_name(exporter))
         if credential is None or not credentials.issued_to(credential, exporter):
             continue
-        digest = inputs_digest(exporter_set, exporter, provisioner, parameters, credential, tls_ca)
+        digest = inputs_digest(exporter_set, exporter, provisioner, parameters, credential, tls_ca,
+                               parameters_key=parameters_key)
         if recorded_digest(config) != digest:
             stale.append(name)
     return sorted(stale)
