@@ -5,14 +5,18 @@ status counters and conditions, the same finalizer, and once it is deleted
 the same left: nothing (class reclaimPolicy Delete), or its Exporters and
 their backends, detached from it (Retain).
 
-One scenario, run twice side by side on one bed: in one namespace the
-playbook is run again and again until a run changes nothing, as a schedule
-would; in another the operator runs. Each namespace is served by its own
-Jumpstarter controller stand-in (credentials, registration, Online).
+One scenario, run four times side by side on one bed: for each reclaim
+policy, in one namespace the playbook is run again and again until a run
+changes nothing, as a schedule would, and in another the operator runs.
+The two by-hand sets are run at the same time, as two scheduled jobs would
+be, so a step costs the runs of the slower of the two. Each namespace is
+served by its own Jumpstarter controller stand-in (credentials,
+registration, Online).
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 import subprocess
 import sys
@@ -29,22 +33,32 @@ from pool_helpers import GROUP, SET_LABEL, make_class, make_set
 # the generation seen); conditions are compared by type, status and reason.
 STATUS_FIELDS = ("replicas", "readyReplicas", "availableReplicas", "unavailableReplicas", "leasedReplicas",
                  "selector", "observedGeneration")
+EXPORTER_LABEL = "virtualtarget.jumpstarter.dev/exporter"
 NAME = re.compile(r"^pool-\d+$")
 # Runs of the playbook a converge may take (each one a scheduled AWX job).
 MAX_RUNS = 12
 
 
-def _run_playbook(namespace: str) -> int:
-    """One ``ansible-playbook playbooks/reconcile.yml`` of the set; returns
-    the number of changed tasks."""
-    result = subprocess.run(
+def _start_playbook(namespace: str) -> subprocess.Popen:
+    """One ``ansible-playbook playbooks/reconcile.yml`` of the set, started."""
+    return subprocess.Popen(
         [f"{sys.prefix}/bin/ansible-playbook", "playbooks/reconcile.yml",
          "-e", "exporterset_name=pool", "-e", f"exporterset_namespace={namespace}",
          "-e", f"ansible_python_interpreter={sys.executable}"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
-    recap = [line for line in result.stdout.splitlines() if line.startswith("localhost")]
-    assert recap, result.stdout[-3000:]
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _changed(run: subprocess.Popen) -> int:
+    """The number of changed tasks of a started run, once it ends."""
+    try:
+        stdout, stderr = run.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        run.kill()
+        stdout, stderr = run.communicate()
+        raise AssertionError(f"the playbook did not end in 300 s: {stdout[-6000:]}{stderr[-2000:]}") from None
+    assert run.returncode == 0, stdout[-6000:] + stderr[-2000:]
+    recap = [line for line in stdout.splitlines() if line.startswith("localhost")]
+    assert recap, stdout[-3000:]
     return int(re.search(r"changed=(\d+)", recap[-1]).group(1))
 
 
@@ -83,17 +97,56 @@ def state(api, namespace: str) -> dict:
     return normalized
 
 
-def converge_by_hand(api, namespace: str, done) -> tuple[dict, int]:
-    """Run the playbook until a run changes nothing and ``done(state)``
-    holds, as a scheduled job would; returns the state and the runs made."""
+def _condition_true(obj: dict, kind: str) -> bool:
+    return any(c.get("type") == kind and c.get("status") == "True"
+               for c in (obj.get("status") or {}).get("conditions") or [])
+
+
+def settled(api, namespace: str) -> bool:
+    """The controller and the exporters have taken their turn after a run:
+    every enabled Exporter of the set has its credential, and every one
+    whose Pod runs is Registered and Online."""
+    custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
+    exporters = custom.list_namespaced_custom_object(
+        "jumpstarter.dev", "v1alpha1", namespace, "exporters", label_selector=f"{SET_LABEL}=pool")["items"]
+    with_pod = {(p.metadata.labels or {}).get(EXPORTER_LABEL)
+                for p in core.list_namespaced_pod(namespace, label_selector=SET_LABEL).items
+                if not p.metadata.deletion_timestamp}
+    for exporter in exporters:
+        if not exporter["spec"].get("enabled", True) or exporter["metadata"].get("deletionTimestamp"):
+            continue
+        if not ((exporter.get("status") or {}).get("credential") or {}).get("name"):
+            return False
+        if exporter["metadata"]["name"] in with_pod and not (
+                _condition_true(exporter, "Registered") and _condition_true(exporter, "Online")):
+            return False
+    return True
+
+
+def converge_by_hand(api, namespaces, done, what: str) -> dict[str, dict]:
+    """Run the playbook of each set, all at the same time, until a run
+    changes nothing and ``done(state)`` holds for it, as scheduled jobs
+    would; between two runs the controller and the exporters take their
+    turn (``settled``). Returns each namespace's state."""
+    pending, converged, now = list(namespaces), {}, {}
     for runs in range(1, MAX_RUNS + 1):
-        changed = _run_playbook(namespace)
-        now = state(api, namespace)
-        if changed == 0 and done(now):
-            return now, runs
-        # The controller and the exporters take their turn between two runs.
-        time.sleep(1)
-    raise AssertionError(f"the playbook did not converge in {MAX_RUNS} runs: {now}")
+        started = time.monotonic()
+        # Every run started before any is waited for: they run side by side.
+        running = {namespace: _start_playbook(namespace) for namespace in pending}
+        changed = {namespace: _changed(run) for namespace, run in running.items()}
+        for namespace in list(pending):
+            now[namespace] = state(api, namespace)
+            if changed[namespace] == 0 and done(now[namespace]):
+                converged[namespace] = now[namespace]
+                pending.remove(namespace)
+        print(f"{what}: run {runs} of {len(running)} set(s) took {time.monotonic() - started:.1f} s, "
+              f"changed {changed}")
+        if not pending:
+            return converged
+        wait_for(lambda: all(settled(api, namespace) for namespace in pending), timeout=60, interval=0.25,
+                 message=f"{what}: the controller's turn in {pending}")
+    raise AssertionError(f"{what}: the playbook did not converge in {MAX_RUNS} runs: "
+                         f"{ {namespace: now.get(namespace) for namespace in pending} }")
 
 
 def agree(api, by_hand_namespace: str, operator_namespace: str, expected: dict, what: str, timeout=120) -> dict:
@@ -123,56 +176,70 @@ def available(count):
 
 @pytest.mark.testbed
 @pytest.mark.slow
-@pytest.mark.parametrize("reclaim", ["Delete", "Retain"])
-def test_playbook_and_operator_end_in_the_same_state(testbed, api, namespace, standin, tmp_path, reclaim):
-    by_hand, by_operator = namespace, f"{namespace}-op"
+def test_playbook_and_operator_end_in_the_same_state(testbed, api, namespace, standin, tmp_path):
+    # reclaimPolicy -> (the namespace run by hand, the operator's namespace)
+    spaces = {"Delete": (namespace, f"{namespace}-op"), "Retain": (f"{namespace}-r", f"{namespace}-r-op")}
+    by_hand = [hand for hand, _ in spaces.values()]
     custom = client.CustomObjectsApi(api)
     core = client.CoreV1Api(api)
-    with serve_namespace(testbed.kubeconfig, by_operator):
+    with contextlib.ExitStack() as stack:
+        # The `standin` fixture serves the first namespace; each other has its own.
+        for extra in [ns for pair in spaces.values() for ns in pair if ns != namespace]:
+            stack.callback(core.delete_namespace, extra)
+            stack.enter_context(serve_namespace(testbed.kubeconfig, extra))
+        operators = [OperatorProcess(str(testbed.kubeconfig), by_operator, tmp_path / reclaim).start()
+                     for reclaim, (_, by_operator) in spaces.items()]
         try:
-            operator = OperatorProcess(str(testbed.kubeconfig), by_operator, tmp_path).start()
-            try:
+            for operator in operators:
                 operator.wait_ready()
-                for ns in (by_hand, by_operator):
+            for reclaim, pair in spaces.items():
+                for ns in pair:
                     make_class(custom, ns, reclaimPolicy=reclaim)
-                    make_set(custom, ns, maxReplicas=4, minAvailableReplicas=2)
+                    # No cooldown: the shrink is checked, not how long it waits.
+                    make_set(custom, ns, maxReplicas=4, minAvailableReplicas=2, scaleDownCooldown="0s")
 
-                # A warm buffer of two: two Exporters, their Pods and config Secrets.
-                filled, runs = converge_by_hand(api, by_hand, available(2))
-                print(f"fill: {runs} playbook runs")
-                assert [e[:2] for e in filled["exporters"]] == [(True, "pool-0"), (True, "pool-1")]
-                agree(api, by_hand, by_operator, filled, "a warm buffer of two")
+            # A warm buffer of two: two Exporters, their Pods and config Secrets.
+            filled = converge_by_hand(api, by_hand, available(2), "fill")
+            for reclaim, (hand, by_operator) in spaces.items():
+                assert [e[:2] for e in filled[hand]["exporters"]] == [(True, "pool-0"), (True, "pool-1")], reclaim
+                agree(api, hand, by_operator, filled[hand], f"a warm buffer of two ({reclaim})")
 
-                # A smaller buffer: after the cooldown one Exporter goes with its backend.
-                for ns in (by_hand, by_operator):
+            # A smaller buffer: one Exporter goes with its backend.
+            for pair in spaces.values():
+                for ns in pair:
                     custom.patch_namespaced_custom_object(*GROUP, ns, "exportersets", "pool",
                                                           {"spec": {"minAvailableReplicas": 1}})
-                shrunk, runs = converge_by_hand(api, by_hand, available(1))
-                print(f"shrink: {runs} playbook runs")
-                assert len(shrunk["exporters"]) == len(shrunk["pods"]) == len(shrunk["secrets"]) == 1
-                agree(api, by_hand, by_operator, shrunk, "a warm buffer of one")
+            shrunk = converge_by_hand(api, by_hand, available(1), "shrink")
+            for reclaim, (hand, by_operator) in spaces.items():
+                assert len(shrunk[hand]["exporters"]) == len(shrunk[hand]["pods"]) == len(
+                    shrunk[hand]["secrets"]) == 1, (reclaim, shrunk[hand])
+                agree(api, hand, by_operator, shrunk[hand], f"a warm buffer of one ({reclaim})")
 
-                # Deleted: the set waits for its teardown, which leaves nothing
-                # (Delete), or the Exporters with their backends, detached (Retain).
-                for ns in (by_hand, by_operator):
+            # Deleted: the set waits for its teardown, which leaves nothing
+            # (Delete), or the Exporters with their backends, detached (Retain).
+            for pair in spaces.values():
+                for ns in pair:
                     custom.delete_namespaced_custom_object(*GROUP, ns, "exportersets", "pool")
-                waiting = state(api, by_hand)
+            for reclaim, (hand, _) in spaces.items():
+                waiting = state(api, hand)
                 assert (waiting.get("set") or {}).get("deleting"), (
-                    f"the set deleted by hand went before any teardown ran: {waiting}")
-                gone, runs = converge_by_hand(api, by_hand, lambda now: "set" not in now)
-                print(f"teardown: {runs} playbook runs")
+                    f"the set deleted by hand went before any teardown ran ({reclaim}): {waiting}")
+            gone = converge_by_hand(api, by_hand, lambda now: "set" not in now, "teardown")
+            for reclaim, (hand, by_operator) in spaces.items():
                 if reclaim == "Delete":
                     left = {"exporters": [], "pods": [], "secrets": []}
-                    wait_for(lambda: state(api, by_hand) == left, timeout=60, message="nothing left by hand")
+                    wait_for(lambda hand=hand, left=left: state(api, hand) == left, timeout=60,
+                             message="nothing left by hand")
                 else:
-                    left = gone
+                    left = gone[hand]
                     # The same Exporters, no longer owned by the set.
-                    assert [e[:-1] for e in left["exporters"]] == [e[:-1] for e in shrunk["exporters"]], left
+                    before = shrunk[hand]
+                    assert [e[:-1] for e in left["exporters"]] == [e[:-1] for e in before["exporters"]], left
                     assert not any(e[-1] for e in left["exporters"]), left
-                    assert left["pods"] == shrunk["pods"] and left["secrets"] == shrunk["secrets"], left
-                agree(api, by_hand, by_operator, left, f"what is left after delete ({reclaim})")
-            finally:
-                operator.stop()
-                print(f"--- operator log ---\n{operator.log_tail(100)}")
+                    assert left["pods"] == before["pods"] and left["secrets"] == before["secrets"], left
+                agree(api, hand, by_operator, left, f"what is left after delete ({reclaim})")
         finally:
-            core.delete_namespace(by_operator)
+            for operator in operators:
+                operator.stop()
+            for operator in operators:
+                print(f"--- operator log {operator.namespace} ---\n{operator.log_tail(100)}")
