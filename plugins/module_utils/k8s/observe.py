@@ -402,6 +402,9 @@ def playbook_variables(exporter_set, observed, plan, teardown=False):
             "config_synced_annotation": ANNOTATION_CONFIG_SYNCED,
             "merged_parameters": resolved["parameters"],
             "merged_images": resolved["images"],
+            # The role that makes the class's backends ('' for no provisioner the
+            # collection knows): the registry's, so it is named in one place.
+            "provisioner_role": provisioners.get(provisioner_of(observed)).role,
         }
     )
     return variables

@@ -1,5 +1,6 @@
 """The registry of provisioners (plugins/module_utils/provisioners/): what
-each one says of itself agrees with the roles and playbooks it names, an
+each one says of itself agrees with the roles and playbooks it names (the
+reconcile runs the role the registry names), an
 unknown name gets a provisioner that makes nothing, and a provisioner added
 to the registry alone is used by the core (validation, the set's policy,
 the Pod) without a line of the core changing."""
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import provisioners
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import observe as k8s_observe
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import pod as k8s_pod
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import (
     class_status,
@@ -24,6 +26,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.prov
 
 REPO = Path(__file__).resolve().parents[5]
 ENTRY_POINTS = ("provision", "remove", "reset", "retain")
+NOW = "2026-01-01T00:00:00Z"
 
 
 def test_each_provisioner_is_registered_under_its_own_name():
@@ -45,15 +48,24 @@ def test_an_unknown_name_gets_a_provisioner_that_makes_nothing(name):
         f'spec.provisioner: unknown provisioner "{name}"; known: ' + ", ".join(provisioners.names())]
 
 
-def test_the_reconcile_role_runs_the_role_each_provisioner_names():
-    """roles/reconcile/vars/main.yml maps the provisioner string to its role
-    for the playbook; it says what the registry says, and each role has the
-    entry points the reconcile calls."""
-    roles = yaml.safe_load((REPO / "roles/reconcile/vars/main.yml").read_text())["reconcile_provisioner_roles"]
-    assert roles == {name: provisioners.get(name).role for name in provisioners.names()}
-    for name in provisioners.names():
-        role = REPO / "roles" / provisioners.get(name).role.rsplit(".", 1)[1]
-        assert {p.stem for p in (role / "tasks").glob("*.yml")} >= set(ENTRY_POINTS), role
+@pytest.mark.parametrize("name", [*provisioners.names(), "kubevirt.jumpstarter.dev"])
+def test_the_reconcile_runs_the_role_the_provisioner_names(name):
+    """The reconcile playbook's variables (the operator's and exporterset_info's)
+    carry the provisioner's role, which has the entry points the reconcile
+    role calls; a provisioner the collection does not know has none."""
+    vclass = {"metadata": {"name": "c", "namespace": "ns"}, "spec": {"provisioner": name}}
+    exporter_set = {"metadata": {"name": "s", "namespace": "ns", "uid": "set-uid"},
+                    "spec": {"virtualTargetClassName": "c"}}
+    objects = {"VirtualTargetClass": [vclass], "ExporterSet": [exporter_set], "Exporter": [], "Lease": [],
+               "Pod": []}
+    observed = k8s_observe.observe(exporter_set, objects, NOW)
+    role = k8s_observe.playbook_variables(exporter_set, observed, {})["provisioner_role"]
+    assert role == provisioners.get(name).role
+    if provisioners.known(name):
+        tasks = REPO / "roles" / role.rsplit(".", 1)[1] / "tasks"
+        assert {p.stem for p in tasks.glob("*.yml")} >= set(ENTRY_POINTS), role
+    else:
+        assert role == ""
 
 
 def test_the_facts_of_each_provisioner_hold_together():
