@@ -15,6 +15,7 @@ import base64
 import json
 import subprocess
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants as c
@@ -32,6 +33,9 @@ from pool_helpers import GROUP, make_class, make_set, settle_pool
 ROOT = Path(__file__).resolve().parents[1]
 FQCN = "jumpstarter.virtual_exporters"
 EXPORTERS = ("jumpstarter.dev", "v1alpha1")
+OBSERVED = {"VirtualTargetClass": (*GROUP, "virtualtargetclasses"), "ExporterSet": (*GROUP, "exportersets"),
+            "ExporterSetPolicy": (*GROUP, "exportersetpolicies"), "Exporter": (*EXPORTERS, "exporters"),
+            "Lease": (*EXPORTERS, "leases")}
 CA = base64.b64encode(b"-----BEGIN CERTIFICATE-----\nMA==\n-----END CERTIFICATE-----\n").decode()
 
 
@@ -150,12 +154,12 @@ def test_the_operator_resyncs_a_new_token_or_ca_on_the_pass_that_sees_it_never_a
     leased instance keeps its config and its Pod."""
     custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
     make_class(custom, namespace)
-    make_set(custom, namespace)
+    make_set(custom, namespace, minAvailableReplicas=1)
     proc = operator()
-    settle_pool(standin, 2, custom, namespace)
+    settle_pool(standin, 1, custom, namespace)
     standin.create_lease("lease-a", {"board": "qemu-x86"})
     leased = standin.wait_assigned("lease-a")
-    settle_pool(standin, 2, custom, namespace, leasedReplicas=1, replicas=3)
+    settle_pool(standin, 1, custom, namespace, leasedReplicas=1, replicas=2)
     names = sorted(e["metadata"]["name"] for e in standin.exporters())
     free = [n for n in names if n != leased]
 
@@ -167,6 +171,22 @@ def test_the_operator_resyncs_a_new_token_or_ca_on_the_pass_that_sees_it_never_a
 
     wait_for(quiet, timeout=60, message="every Pod made and no backend run left")
     runs = proc.metric("jumpstarter_exporterset_playbook_runs_total")
+
+    def stale():
+        """What the operator's pass finds to re-sync, from what the API holds
+        now: the digests the module noted are the ones the pass computes."""
+        objects = {kind: custom.list_namespaced_custom_object(*gvr, namespace, plural)["items"]
+                   for kind, (*gvr, plural) in OBSERVED.items()}
+        objects["Pod"] = [api.sanitize_for_serialization(p) for p in core.list_namespaced_pod(namespace).items]
+        objects["Secret"] = [{"metadata": api.sanitize_for_serialization(s.metadata)}
+                             for s in core.list_namespaced_secret(namespace).items]
+        objects["ConfigMap"] = [api.sanitize_for_serialization(m)
+                                for m in core.list_namespaced_config_map(namespace).items]
+        the_set = next(s for s in objects["ExporterSet"] if s["metadata"]["name"] == "pool")
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        return k8s_observe.stale_configs(k8s_observe.observe(the_set, objects, now))
+
+    assert stale() == []
     # Every config Secret notes the digest of its inputs, from the start.
     for name in names:
         secret = core.read_namespaced_secret(f"{name}-config", namespace)
@@ -204,6 +224,8 @@ def test_the_operator_resyncs_a_new_token_or_ca_on_the_pass_that_sees_it_never_a
     print(f"re-synced {token_seconds:.1f} s after the token, {ca_seconds:.1f} s after the CA, "
           f"{proc.metric('jumpstarter_exporterset_playbook_runs_total') - runs:g} playbook runs in all")
 
+    wait_for(quiet, timeout=60, message="the instances started again and no backend run left")
+    assert stale() == []
     # The leased instance: its config and its Pod exactly as they were.
     assert _rendered(core, namespace, leased) == before[leased][0]
     assert _pod_uid(core, namespace, leased) == before[leased][1]
