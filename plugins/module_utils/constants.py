@@ -45,9 +45,8 @@ SECRET = GVR("", "v1", "secrets", "Secret")
 PROVISIONER_QEMU = "qemu.jumpstarter.dev"
 PROVISIONER_QEMU_BAREMETAL = "qemu-baremetal.jumpstarter.dev"
 PROVISIONER_CORELLIUM = "corellium.jumpstarter.dev"
-# Provisioners whose instances are Pods (and config Secrets) owned by the
-# Exporter, made once the exporter credential exists.
-POD_PROVISIONERS = (PROVISIONER_QEMU, PROVISIONER_CORELLIUM)
+# What each provisioner is and does (whether its instances are Pods, ...) is
+# its own word: plugins/module_utils/provisioners/, asked by name.
 
 # Exporter label: the ExporterSet that owns the Exporter.
 LABEL_EXPORTER_SET = GROUP + "/exporterset"

@@ -68,7 +68,7 @@ sets:
   elements: dict
 """
 
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants, provisioners
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.baremetal import (
     pool as baremetal_pool,
 )
@@ -106,7 +106,7 @@ def main():
     custom = client.CustomObjectsApi(api)
     classes = [
         c for c in custom.list_namespaced_custom_object(*constants.VIRTUAL_TARGET_CLASS.at(namespace))["items"]
-        if (c.get("spec") or {}).get("provisioner") == constants.PROVISIONER_QEMU_BAREMETAL
+        if provisioners.get((c.get("spec") or {}).get("provisioner")).runs_on_lab_hosts
         and (not p["virtual_target_class"] or c["metadata"]["name"] == p["virtual_target_class"])
         and _lists_host((c.get("spec") or {}).get("parameters"), host)
     ]
@@ -152,11 +152,10 @@ def main():
         dormant = []
         if to_disable and not exporter_set["metadata"].get("deletionTimestamp") \
                 and plan.needs_dormant_exporter(set_exporters, set(to_disable)):
-            entry = plan.dormant_exporter(exporter_set, constants.PROVISIONER_QEMU_BAREMETAL,
-                                          [e["metadata"]["name"] for e in set_exporters])
+            provisioner = vclass["spec"]["provisioner"]
+            entry = plan.dormant_exporter(exporter_set, provisioner, [e["metadata"]["name"] for e in set_exporters])
             applier = k8s_apply.PlanApplier(api, exporter_set, check_mode=module.check_mode)
-            if applier.create(k8s_objects.exporter_manifest(
-                    exporter_set, entry, constants.PROVISIONER_QEMU_BAREMETAL)):
+            if applier.create(k8s_objects.exporter_manifest(exporter_set, entry, provisioner)):
                 dormant.append(entry["name"])
         # Lease safety (lease_safety.py), on a fresh read: disabled only while
         # unleased from both sides, with its resourceVersion as precondition;
