@@ -38,10 +38,15 @@ IMAGE_COLLECTIONS = "/usr/share/ansible/collections"
 FQCN = "jumpstarter.virtual_exporters"
 
 
-def _instructions():
+# Every Containerfile of the repository, each built by scripts/images.
+CONTAINERFILES = ("operator/Containerfile", "images/python/Containerfile",
+                  "images/exporter/Containerfile", "images/qemu-runtime/Containerfile")
+
+
+def _instructions(path=CONTAINERFILE):
     """(instruction, arguments) of the Containerfile, continuation lines joined."""
     logical, current = [], ""
-    for line in CONTAINERFILE.read_text().splitlines():
+    for line in path.read_text().splitlines():
         if not current and (not line.strip() or line.lstrip().startswith("#")):
             continue
         current += line.rstrip()
@@ -90,6 +95,54 @@ def test_containerfile_installs_with_the_script_and_runs_as_a_numeric_user():
     assert len(keywords) - 1 - keywords[::-1].index("USER") > keywords.index("RUN")
     entrypoint = json.loads(dict(instructions)["ENTRYPOINT"])
     assert entrypoint[-2:] == ["-m", "exporterset_operator"]
+
+
+@pytest.mark.parametrize("path", CONTAINERFILES)
+def test_each_containerfile_takes_its_base_pinned_as_a_build_argument(path):
+    """The base is a build argument, so scripts/images builds the same file on
+    a base it made from Debian's packages while a user's build takes the
+    public default; that default is pinned (a digest or a dated tag), never a
+    tag that moves."""
+    instructions = _instructions(ROOT / path)
+    assert instructions[0][0] == "ARG" and instructions[0][1].startswith("BASE_IMAGE="), instructions[0]
+    assert instructions[1] == ("FROM", "${BASE_IMAGE}")
+    default = instructions[0][1].split("=", 1)[1]
+    image, _, digest = default.partition("@")
+    tag = image.rpartition(":")[2] if ":" in image.rpartition("/")[2] else ""
+    assert re.fullmatch(r"sha256:[0-9a-f]{64}", digest) or re.search(r"(?<!\d)20\d{6}(?!\d)", tag), default
+    assert [keyword for keyword, _ in instructions].count("FROM") == 1
+
+
+@pytest.mark.parametrize("path, package", [("images/python/Containerfile", "python3"),
+                                           ("images/exporter/Containerfile", "python3"),
+                                           ("images/qemu-runtime/Containerfile", "qemu-system-x86")])
+def test_debian_packages_are_pinned_and_the_build_script_passes_each_pin(path, package):
+    """The package each image is for is installed at a version a build
+    argument pins, with a default; scripts/images passes every such argument
+    (the version apt offers on the machine) and the local base, so its build
+    never falls back on a default it did not choose."""
+    instructions = _instructions(ROOT / path)
+    defaults = dict(rest.split("=", 1) for keyword, rest in instructions if keyword == "ARG" and "=" in rest)
+    installs = " ".join(rest for keyword, rest in instructions if keyword == "RUN" and "apt-get install" in rest)
+    pinned = re.findall(r"\b([a-z0-9][a-z0-9.+-]*)=\$\{([A-Z0-9_]+)\}", installs)
+    assert package in dict(pinned), installs
+    script = (ROOT / "scripts" / "images").read_text()
+    for package, argument in pinned:
+        assert re.fullmatch(r"(\d+:)?[0-9][A-Za-z0-9.+~-]*", defaults[argument]), (package, defaults[argument])
+        assert f'--build-arg "{argument}=$' in script, argument
+    assert f"-f \"$PROJECT_ROOT/$containerfile\"" in script and f" {path}" in script
+    assert '--build-arg "BASE_IMAGE=$' in script
+
+
+@pytest.mark.parametrize("path, user", [("images/exporter/Containerfile", "1000:1000"),
+                                        ("images/qemu-runtime/Containerfile", "1000:1000"),
+                                        ("images/python/Containerfile", "1001")])
+def test_pod_images_run_as_the_users_the_provisioner_expects(path, user):
+    """The provisioner's Pods run these images as non-root with fsGroup 1000
+    (plugins/module_utils/k8s/pod.py); the operator's base has the user the
+    operator image ends on."""
+    users = [rest for keyword, rest in _instructions(ROOT / path) if keyword == "USER"]
+    assert users[-1] == user
 
 
 def test_image_environment_keeps_every_writable_path_under_tmp():

@@ -19,6 +19,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import yaml
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu.argv import (
     disk_create_argv,
     qemu_argv,
@@ -32,7 +33,7 @@ pytestmark = [pytest.mark.realnode, pytest.mark.testbed]
 @pytest.fixture(scope="module")
 def real_node(testbed_factory):
     bed = testbed_factory("realnode")
-    node = RealNode(bed, images=("busybox", "qemu-runtime", "exporter"))
+    node = RealNode(bed, images=("busybox", "qemu-runtime", "exporter", "operator"))
     node.up()
     print(f"real node {node.name} ready in {node.startup_seconds:.1f} s")
     yield node
@@ -258,6 +259,51 @@ def test_exporter_image_runs_jmp_with_the_collection_s_driver(real_node):
     logs = bed.kubectl("logs", "-n", namespace, name).stdout
     assert current["status"]["phase"] == "Succeeded", logs
     assert logs.split() == ["1000", "jmp", "ok", "drivers:", str(len(EXPORTER_DRIVERS))], logs
+    bed.kubectl("delete", "pod", "-n", namespace, name, "--wait=true", "--timeout=60s")
+
+
+# What the operator image is checked for in config/manager's Pod: its user, its
+# entry point, the pool logic imported from the installed collection, and an
+# Ansible run (which writes its temporary files) under a read-only root.
+OPERATOR_CHECKS = """
+id -u
+python3 -m exporterset_operator --help >/dev/null && echo operator ok
+python3 -c 'import exporterset_operator.__main__ as m; print(m._collection_root())'
+ansible localhost -c local -m ansible.builtin.ping 2>&1 | grep -q SUCCESS && echo ansible ok
+ansible-doc jumpstarter.virtual_exporters.exporter_pods >/dev/null && echo collection ok
+"""
+
+
+def test_operator_image_runs_in_the_manager_s_pod(real_node):
+    """The operator image scripts/images builds from operator/Containerfile (on
+    a Python base of Debian's packages) runs in the Pod config/manager
+    describes: its pod and container security contexts (non-root, read-only
+    root filesystem, no capabilities) and its emptyDir at /tmp, the only
+    writable place."""
+    bed = real_node.bed
+    namespace, name = "default", "operator-image"
+    manager = yaml.safe_load((Path(__file__).resolve().parents[1] / "config/manager/qemu.yaml").read_text())
+    template = manager["spec"]["template"]["spec"]
+    container = template["containers"][0]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    _create_pod(bed, namespace, name, {
+        "restartPolicy": "Never",
+        "securityContext": template["securityContext"],
+        "volumes": template["volumes"],
+        "containers": [{
+            "name": "operator", "image": real_node.config.images["operator"], "imagePullPolicy": "Never",
+            "command": ["/bin/sh", "-c", OPERATOR_CHECKS],
+            "securityContext": container["securityContext"],
+            "volumeMounts": container["volumeMounts"],
+        }],
+    })
+    current = _wait_phase(bed, namespace, name, ("Succeeded", "Failed"), "the operator image's Pod to finish",
+                          timeout=120)
+    logs = bed.kubectl("logs", "-n", namespace, name).stdout
+    assert current["status"]["phase"] == "Succeeded", logs
+    assert logs.split() == ["1001", "operator", "ok",
+                            "/usr/share/ansible/collections/ansible_collections/jumpstarter/virtual_exporters",
+                            "ansible", "ok", "collection", "ok"], logs
     bed.kubectl("delete", "pod", "-n", namespace, name, "--wait=true", "--timeout=60s")
 
 
