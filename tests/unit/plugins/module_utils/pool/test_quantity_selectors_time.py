@@ -2,14 +2,14 @@ from datetime import UTC, datetime
 from decimal import Decimal
 
 import pytest
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.selectors import (
+    selector_matches,
+    selector_to_string,
+)
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.quantity import (
     is_quantity,
     parse_quantity,
     quantity_to_bytes,
-)
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.selectors import (
-    selector_matches,
-    selector_to_string,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.timeutil import (
     format_time,

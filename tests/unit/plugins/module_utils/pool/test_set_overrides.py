@@ -18,11 +18,11 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.plan import (
     scale_plan,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.quantity import (
-    quantity_to_bytes,
-)
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.set_overrides import (
     resolve,
+)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.quantity import (
+    quantity_to_bytes,
 )
 from hypothesis import given, settings
 from hypothesis import strategies as st
