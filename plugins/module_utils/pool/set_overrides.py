@@ -77,9 +77,11 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu_common import (
     DEFAULT_CPU,
-    DEFAULT_MEMORY,
     QEMU_DRIVER_TYPES,
     QEMU_SERIAL_DRIVER_TYPE,
+)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu.argv import (
+    DEFAULT_MEMORY,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.quantity import (
     parse_quantity,

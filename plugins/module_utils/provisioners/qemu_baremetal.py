@@ -13,6 +13,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.prov
     Field,
     Provisioner,
 )
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu import argv as qemu_argv
 
 RECONNECT_TIMEOUT_BOUNDS = (1.0, 3600.0)
 
@@ -26,7 +27,7 @@ _HOST = Field(
                          format="hostname"),
         "port": Field("integer", "SSH port.", default=22, minimum=1, maximum=65535),
         "user": Field("string", "SSH user.", default="jumpstarter"),
-        "arch": Field("string", "Host architecture.", enum=tuple(qemu_common.MACHINE_TYPES_BY_ARCH)),
+        "arch": Field("string", "Host architecture.", enum=tuple(qemu_argv.MACHINE_TYPES_BY_ARCH)),
         "slots": Field("integer", "Concurrent instances on this host. An ExporterSet may not "
                        "give more than the class (or the class's max.slots ceiling).",
                        required=True, minimum=1),

@@ -1,22 +1,26 @@
 """What the two QEMU provisioners share: their parameters, driver types and
 rules (``qemu_pod`` runs QEMU in a Pod, ``qemu_baremetal`` on lab hosts).
 
-``guest_arch`` and ``guest_memory`` read merged parameters the way the
-command line (``qemu/argv.py``) and the lab hosts need them.
+The machine types by architecture, the default memory and how merged
+parameters name the guest's (``guest_arch``, ``guest_memory``) are the
+command line's (``qemu/argv.py``, below this package), read here by the
+schema and the rules.
 """
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.base import (
     Field,
+)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu.argv import (
+    DEFAULT_MEMORY,
+    MACHINE_TYPES_BY_ARCH,
+    guest_arch,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.quantity import (
     parse_quantity,
 )
 
 ROOT = "parameters"
-MACHINE_TYPES_BY_ARCH = {"x86_64": ("q35", "pc"), "aarch64": ("virt",)}
-DEFAULT_ARCH = "x86_64"
 MIN_MEMORY_BYTES = 64 * 2**20
-DEFAULT_MEMORY = "1Gi"
 DEFAULT_CPU = 1
 
 # The driver the QEMU provisioners give the lessee: it drives the VM the
@@ -140,38 +144,6 @@ QEMU_PROPERTIES = {
     "kvm": Field("boolean", "Use KVM acceleration; false means TCG emulation.", default=False),
     "bootTimeout": Field("duration", "How long the guest may take to boot."),
 }
-
-
-def guest_arch(parameters):
-    """The guest architecture of merged QEMU parameters.
-
-    ``arch`` when given; else the one the machine type belongs to (virt:
-    aarch64, q35 or pc: x86_64); else the arch every lab host that gives one
-    agrees on (qemu-baremetal); else x86_64. An unknown value is returned as
-    it is, for the caller to report.
-    """
-    arch = parameters.get("arch")
-    if arch:
-        return arch
-    machine = parameters.get("machineType")
-    for candidate, machines in MACHINE_TYPES_BY_ARCH.items():
-        if machine in machines:
-            return candidate
-    hosts = parameters.get("hosts")
-    host_arches = {
-        host.get("arch") for host in (hosts if isinstance(hosts, list) else ())
-        if isinstance(host, dict) and host.get("arch") in MACHINE_TYPES_BY_ARCH
-    }
-    if len(host_arches) == 1:
-        return host_arches.pop()
-    return DEFAULT_ARCH
-
-
-def guest_memory(parameters):
-    """``resources.memory`` of merged QEMU parameters, or the default (1Gi)."""
-    resources = parameters.get("resources")
-    memory = resources.get("memory") if isinstance(resources, dict) else None
-    return DEFAULT_MEMORY if memory is None else memory
 
 
 # Cross-field rules run even when single fields failed, so that one pass

@@ -30,10 +30,6 @@ namespace; nothing outside the Pod reaches 127.0.0.1.
 Pure: no I/O, standard library and the collection's quantity parser only.
 """
 
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu_common import (
-    guest_arch,
-    guest_memory,
-)
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.quantity import (
     parse_quantity,
     quantity_to_bytes,
@@ -56,6 +52,11 @@ FETCHED_IMAGE_NAMES = {
     "initrd": "initrd",
     "disk": "disk.base",
 }
+
+# The machine types of each guest architecture (the parameters' schema offers these).
+MACHINE_TYPES_BY_ARCH = {"x86_64": ("q35", "pc"), "aarch64": ("virt",)}
+DEFAULT_ARCH = "x86_64"
+DEFAULT_MEMORY = "1Gi"
 
 # Per guest architecture: QEMU binary, default machine type, the serial
 # console device name the guest kernel knows the first UART by.
@@ -80,13 +81,45 @@ def run_path(run_dir, file_name):
     return f"{run_dir.rstrip('/')}/{file_name}"
 
 
+def guest_arch(parameters):
+    """The guest architecture of merged QEMU parameters.
+
+    ``arch`` when given; else the one the machine type belongs to (virt:
+    aarch64, q35 or pc: x86_64); else the arch every lab host that gives one
+    agrees on (qemu-baremetal); else x86_64. An unknown value is returned as
+    it is, for the caller to report.
+    """
+    arch = parameters.get("arch")
+    if arch:
+        return arch
+    machine = parameters.get("machineType")
+    for candidate, machines in MACHINE_TYPES_BY_ARCH.items():
+        if machine in machines:
+            return candidate
+    hosts = parameters.get("hosts")
+    host_arches = {
+        host.get("arch") for host in (hosts if isinstance(hosts, list) else ())
+        if isinstance(host, dict) and host.get("arch") in MACHINE_TYPES_BY_ARCH
+    }
+    if len(host_arches) == 1:
+        return host_arches.pop()
+    return DEFAULT_ARCH
+
+
+def guest_memory(parameters):
+    """``resources.memory`` of merged QEMU parameters, or the default (1Gi)."""
+    resources = parameters.get("resources")
+    memory = resources.get("memory") if isinstance(resources, dict) else None
+    return DEFAULT_MEMORY if memory is None else memory
+
+
 def _option_value(value):
     """A value inside a QEMU ``key=value,...`` option: a comma is written twice."""
     return value.replace(",", ",,")
 
 
 def arch_of(parameters):
-    """The guest arch (``provisioners.qemu_common.guest_arch``: given, or inferred from the machine type)."""
+    """The guest arch (``guest_arch``: given, or inferred from the machine type)."""
     arch = guest_arch(parameters)
     if arch not in _ARCH:
         raise ValueError(f"parameters.arch: unsupported architecture {arch!r}")

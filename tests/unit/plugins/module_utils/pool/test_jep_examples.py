@@ -12,7 +12,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.set_overrides import (
     resolve,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu_common import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu.argv import (
     guest_arch,
 )
 from jep_examples import (

@@ -5,12 +5,12 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool
     json_schema,
     validate_parameters,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu_common import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu import argv as qemu_argv
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu.argv import (
     DEFAULT_MEMORY,
     guest_arch,
     guest_memory,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu import argv as qemu_argv
 
 QEMU = "qemu.jumpstarter.dev"
 BAREMETAL = "qemu-baremetal.jumpstarter.dev"
