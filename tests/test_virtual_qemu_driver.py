@@ -15,7 +15,7 @@ from contextlib import contextmanager
 
 import pexpect
 import pytest
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.exporter_config import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu_common import (
     qemu_driver_overrides,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu.qmp import vm_status

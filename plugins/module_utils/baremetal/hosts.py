@@ -8,7 +8,7 @@ Pure: no I/O.
 import hashlib
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import exporter_config
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners import qemu_common
 
 DEFAULT_WORK_DIR = "/var/lib/jumpstarter-virtual"
 DEFAULT_PREFIX = "/opt/jumpstarter-exporter"
@@ -42,7 +42,7 @@ def host_of(exporter):
 
 def driver_overrides(drivers, parameters, run_dir):
     """The QEMU drivers of the template drive the VM the host runs in ``run_dir``."""
-    return exporter_config.qemu_driver_overrides(drivers, run_dir)
+    return qemu_common.qemu_driver_overrides(drivers, run_dir)
 
 
 def credential_digest(private_key, known_hosts):

@@ -1,7 +1,7 @@
 """The Jumpstarter ExporterConfig of one instance, rendered from its ExporterSet.
 
 The ``export`` map comes from ``spec.template.spec.drivers`` (an entry
-without a name gets one derived from its type: ``named_drivers``): each entry
+without a name gets one derived from its type: ``provisioners.base.named_drivers``): each entry
 ``{name, type, config}`` becomes ``export[name] = {type, config}`` and each
 ``{name, ref}`` becomes ``export[name] = {ref}`` (a proxy to a nested child
 driver, as jumpstarter 0.9.0's ExporterConfig model spells it). The
@@ -17,33 +17,12 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils impo
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.merge import (
     deep_merge,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu_common import (
-    QEMU_DRIVER_TYPES,
-    QEMU_SERIAL_DRIVER_TYPE,
-    TCP_NETWORK_DRIVER_TYPE,
-    VIRTUAL_QEMU_DRIVER_TYPE,
-)
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu.argv import (
-    DISK_NODE,
-    QMP_SOCKET,
-    SERIAL_LOG,
-    SERIAL_SOCKET,
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.base import (
+    named_drivers,
 )
 
 API_VERSION = "jumpstarter.dev/v1alpha1"
 KIND = "ExporterConfig"
-# The driver types (VirtualQemu, the template's QEMU types, QemuSerial,
-# TcpNetwork) are the QEMU provisioners' (provisioners/qemu_common.py).
-# JEP-0014's template reaches the guest's SSH with a TcpNetwork entry that
-# names a port and no host. In a qemu.jumpstarter.dev Pod QEMU forwards a
-# local port of the Pod to each such guest port (``guest_port_forwards``),
-# and the entry is pointed at it (``network_driver_overrides``).
-GUEST_SSH_PORT = 22
-# The first local port a guest port is forwarded to; the next ones follow.
-FORWARD_BASE_PORT = 22000
-FORWARD_HOST = "127.0.0.1"
-
-
 # Written in the instance's run directory by the exporter once its lease has
 # ended (``lease_end_hooks``); an exporter started again beside it (the
 # container restarted) sees it and never registers again (``k8s/pod.py``).
@@ -129,37 +108,6 @@ def render_exporter_config(
     return config
 
 
-def named_drivers(drivers):
-    """The template's drivers, each with a ``name``: the one place names are derived.
-
-    JEP-0014's examples list drivers by ``type`` alone. An entry without a
-    name (or with a null one) gets the last dot-separated segment of its
-    ``type`` (or ``ref``), lowercased: ``...driver.QemuPower`` is exported as
-    ``qemupower``. Names the template gives are kept and reserved first; a
-    derived name taken already gets ``_2``, ``_3``... in the list's order.
-    So the same list always yields the same names. Entries that are not
-    mappings are returned as they are (``render_exporter_config`` refuses
-    them by index). The input is not changed.
-    """
-    drivers = list(drivers or [])
-    taken = {driver["name"] for driver in drivers
-             if isinstance(driver, dict) and isinstance(driver.get("name"), str)}
-    named = []
-    for driver in drivers:
-        if not isinstance(driver, dict) or driver.get("name") is not None:
-            named.append(driver)
-            continue
-        source = driver.get("type") or driver.get("ref")
-        base = (source.rsplit(".", 1)[-1].lower() if isinstance(source, str) else "") or "driver"
-        name, suffix = base, 1
-        while name in taken:
-            suffix += 1
-            name = f"{base}_{suffix}"
-        taken.add(name)
-        named.append({**driver, "name": name})
-    return named
-
-
 def _checked_entry(entry, where):
     """One export entry in canonical form: ``{"type", "config"}`` or ``{"ref"}``."""
     has_type = bool(entry.get("type"))
@@ -174,81 +122,3 @@ def _checked_entry(entry, where):
     if not isinstance(config, dict):
         raise ValueError(f"{where}.config: must be a mapping")
     return {"type": entry["type"], "config": config}
-
-
-def qemu_driver_overrides(drivers, run_dir):
-    """Every QEMU driver of the template, pointed at this instance's VM.
-
-    Each template entry of a ``QEMU_DRIVER_TYPES`` type becomes the virtual
-    QEMU driver with the instance's run directory (where the provisioner's
-    QEMU has its QMP and serial sockets and serial log) and disk block node;
-    settings a template gives the virtual QEMU driver itself are kept.
-    """
-    config = {
-        "run_dir": run_dir.rstrip("/") or "/",
-        "qmp_socket": QMP_SOCKET,
-        "serial_socket": SERIAL_SOCKET,
-        "serial_log": SERIAL_LOG,
-        "disk_node": DISK_NODE,
-    }
-    named = [driver for driver in named_drivers(drivers) if isinstance(driver, dict) and driver.get("name")]
-    overrides = {
-        driver["name"]: {"type": VIRTUAL_QEMU_DRIVER_TYPE, "config": dict(config)}
-        for driver in named if driver.get("type") in QEMU_DRIVER_TYPES
-    }
-    if overrides:
-        # The serial console of the first QEMU driver (set_overrides refuses
-        # a serial entry in a template that has none).
-        console = next(iter(overrides)) + ".console"
-        overrides.update({driver["name"]: {"ref": console}
-                          for driver in named if driver.get("type") == QEMU_SERIAL_DRIVER_TYPE})
-    return overrides
-
-
-def _guest_network_entries(drivers):
-    """``(index, name, guest port)`` of each TcpNetwork entry that names no host."""
-    entries = []
-    for index, driver in enumerate(named_drivers(drivers)):
-        if not isinstance(driver, dict) or driver.get("type") != TCP_NETWORK_DRIVER_TYPE:
-            continue
-        config = driver.get("config") or {}
-        if not isinstance(config, dict) or config.get("host"):
-            continue
-        port = config.get("port")
-        if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
-            raise ValueError(f"drivers[{index}].config.port: a TcpNetwork entry without a host reaches "
-                             f"this port of the guest: an integer from 1 to 65535, not {port!r}")
-        entries.append((index, driver.get("name"), port))
-    return entries
-
-
-def guest_network_violations(drivers):
-    """The template's TcpNetwork entries without a host whose port is not a
-    guest port, as messages naming the field (empty when all are)."""
-    try:
-        _guest_network_entries(drivers)
-    except ValueError as exc:
-        return [f"spec.template.spec.{exc}"]
-    return []
-
-
-def guest_port_forwards(drivers):
-    """Local port -> guest port: what QEMU forwards in the instance's Pod.
-
-    The guest's SSH port always, and each port a TcpNetwork entry without a
-    host names; local ports from ``FORWARD_BASE_PORT`` up, in the order of
-    the guest ports, so the same template always gives the same map.
-    """
-    ports = sorted({GUEST_SSH_PORT} | {port for _, _, port in _guest_network_entries(drivers)})
-    return {FORWARD_BASE_PORT + offset: port for offset, port in enumerate(ports)}
-
-
-def network_driver_overrides(drivers):
-    """Each TcpNetwork entry without a host, pointed at its forward to the guest.
-
-    An entry that names a host is the template's own and is kept as it is:
-    it reaches whatever the Pod reaches (docs/security.md).
-    """
-    local = {guest: local for local, guest in guest_port_forwards(drivers).items()}
-    return {name: {"config": {"host": FORWARD_HOST, "port": local[port]}}
-            for _, name, port in _guest_network_entries(drivers) if isinstance(name, str) and name}

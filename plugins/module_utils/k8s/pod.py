@@ -1,22 +1,26 @@
 """The Pod and config Secret of one Pod-backed instance.
 
-``qemu.jumpstarter.dev``: the exporter (``jmp run``) is a native sidecar
-(an init container with ``restartPolicy: Always``) and QEMU the main
-container; they share an emptyDir holding the QMP and serial sockets. A
-first init container creates the instance's disk when it has one. Images
-given by ``url`` are fetched and verified before that by the ``images`` init
-container (``image_fetch`` run as a script, in the operator's own
-``IMAGE_FETCH_IMAGE`` as a non-root user whatever images the class or set
-name) into the node's image cache, a hostPath shared by the instances on the node;
-the run directory links to the cached files, which the disk and QEMU
-containers mount read-only.
+The core of every such Pod is rendered here: the exporter (``jmp run``)
+with its config Secret, the CA bundle and the environment its provisioner
+adds, the run directory (an emptyDir) its containers share, the class's
+scheduling and the restricted security context of each container. The
+provisioner of the class (``provisioners.get``) says the rest: the drivers
+it lays over the template's, its Pod's containers around the exporter
+(``Provisioner.pod_containers``, given ``PodParts``), the restart policy
+and whether the exporter serves one lease.
 
-``corellium.jumpstarter.dev``: the exporter alone; the Corellium driver
-reaches the cloud device over the API, with the API token coming only from
-an environment variable that refers to the class's Secret.
+``qemu.jumpstarter.dev`` makes the exporter a native sidecar and QEMU the
+main container (provisioners/qemu_pod.py); ``corellium.jumpstarter.dev``
+leaves the exporter alone in its Pod, its API token coming only from an
+environment variable that refers to the class's Secret.
 
-Which of these a Pod is, and what the provisioner adds to the exporter's
-environment and drivers, the provisioner says (``provisioners.get``).
+Images given by ``url`` are fetched and verified by the ``images`` init
+container this module renders when a provisioner asks for them
+(``PodParts.fetch_images``): ``image_fetch`` run as a script, in the
+operator's own ``IMAGE_FETCH_IMAGE`` as a non-root user whatever images the
+class or set name, into the node's image cache, a hostPath shared by the
+instances on the node; the run directory links to the cached files, which
+the provisioner's containers mount read-only.
 
 Pure: no I/O. The ExporterConfig (with the exporter's token) goes only into
 the config Secret.
@@ -30,27 +34,21 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.core
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import exporter_config
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import objects as k8s_objects
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu import argv as qemu_argv
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.base import (
+    DEFAULT_IMAGES,
+    PodParts,
+    named_drivers,
+)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.base import (
+    POD_RUN_DIR as RUN_DIR,
+)
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu import images as image_fetch
 
-RUN_DIR = "/run/jumpstarter"
 CONFIG_DIR = "/etc/jumpstarter/exporters"
 CA_DIR = "/etc/jumpstarter/ca"
 # The node's image cache (keyed by digest) and where the containers see it.
 NODE_IMAGE_CACHE = "/var/lib/jumpstarter-virtual/image-cache"
 IMAGE_CACHE_DIR = "/var/cache/jumpstarter-images"
-# The images the project builds (scripts/images, from images/*/Containerfile):
-# the exporter (jumpstarter 0.9.0 with the collection's VirtualQemu driver)
-# and the QEMU runtime, named as a local build names them and tagged with the
-# collection's version. docs/install.md says how to build them and push them
-# to a registry of one's own; a class names those by digest
-# (``images.<role>.image: ...@sha256:...``, docs/security.md).
-IMAGE_REPOSITORY = "localhost/jumpstarter-virtual-exporters"
-IMAGE_VERSION = "0.1.0"
-DEFAULT_IMAGES = {
-    "exporter": {"image": f"{IMAGE_REPOSITORY}/exporter:{IMAGE_VERSION}", "imagePullPolicy": "IfNotPresent"},
-    "runtime": {"image": f"{IMAGE_REPOSITORY}/qemu-runtime:{IMAGE_VERSION}", "imagePullPolicy": "IfNotPresent"},
-}
 # The ``images`` init container, the one container that mounts the node's image
 # cache writable: the operator's own choice of image (no class or set image
 # role reaches it), run as this non-root user, with only the fetch script.
@@ -87,23 +85,13 @@ def _owned_meta(name, exporter_set, exporter):
 
 
 def driver_overrides(provisioner, drivers, parameters, instance_name=None):
-    """What the provisioner lays over the template's drivers.
+    """What the provisioner lays over the template's drivers (its ``driver_overrides``).
 
     ``instance_name`` is the Corellium instance the driver powers: the
     provisioner names each instance after its Exporter's name, namespace and
     UID (``corellium.identity``).
     """
-    own = provisioners.get(provisioner)
-    overrides = {}
-    if own.runs_qemu_in_pod:
-        # The exporter sidecar drives the runtime container's QEMU through
-        # the sockets in the shared run directory.
-        overrides.update(exporter_config.qemu_driver_overrides(drivers, RUN_DIR))
-        # TcpNetwork entries without a host reach the guest through QEMU's
-        # forwards on the Pod's loopback (``instance_pod``).
-        overrides.update(exporter_config.network_driver_overrides(drivers))
-    overrides.update(own.driver_overrides(exporter_config.named_drivers(drivers), parameters, instance_name))
-    return overrides
+    return provisioners.get(provisioner).driver_overrides(named_drivers(drivers), parameters, instance_name)
 
 
 def config_secret(exporter_set, exporter, provisioner, parameters, token, tls_ca):
@@ -127,11 +115,10 @@ def config_secret(exporter_set, exporter, provisioner, parameters, token, tls_ca
         driver_overrides=driver_overrides(provisioner, drivers, parameters, instance_name=instance_name),
         tls_ca=tls_ca,
         exit_on_lease_end=exits,
-        # A qemu.jumpstarter.dev instance is also reset in place by a fresh
-        # Pod (roles/qemu_pod/tasks/reset.yml), so its exporter serves one
-        # lease whatever the strategy: the used VM never takes a second one.
+        # An instance reset in place by a fresh Pod serves one lease whatever
+        # the strategy (``serves_one_lease``).
         hooks=exporter_config.lease_end_hooks(RUN_DIR)
-        if exits or own.runs_qemu_in_pod else None,
+        if exits or own.serves_one_lease else None,
     )
     return {
         "apiVersion": "v1",
@@ -244,62 +231,44 @@ def instance_pod(exporter_set, vclass, exporter, provisioner, parameters, images
         },
     )
     init_containers = []
-    containers = []
-    if own.runs_qemu_in_pod:
-        runtime_mounts = [run_mount]
-        files = qemu_argv.runtime_files(parameters, RUN_DIR)
-        if files:
-            volumes.append(
-                {"name": "image-cache", "hostPath": {"path": NODE_IMAGE_CACHE, "type": "DirectoryOrCreate"}}
-            )
-            cache_mount = {"name": "image-cache", "mountPath": IMAGE_CACHE_DIR}
-            runtime_mounts = [run_mount, dict(cache_mount, readOnly=True)]
-            fetch_argv = ["python3", "-c", image_fetch.script_source(), "--cache", IMAGE_CACHE_DIR,
-                          "--files", json.dumps(files, sort_keys=True),
-                          "--max-bytes", str(image_fetch.class_max_bytes(vclass))]
-            fetch_container = _container(
-                "images",
-                IMAGE_FETCH_IMAGE,
-                {
-                    "command": fetch_argv,
-                    "volumeMounts": [run_mount, cache_mount],
-                    # Its last words (url, expected and actual digest) become the Pod's message.
-                    "terminationMessagePolicy": "FallbackToLogsOnError",
-                },
-            )
-            fetch_container["securityContext"].update(
-                {"runAsNonRoot": True, "runAsUser": IMAGE_FETCH_UID, "runAsGroup": IMAGE_FETCH_UID})
-            init_containers.append(fetch_container)
-        disk_argv = qemu_argv.disk_create_argv(parameters, RUN_DIR)
-        if disk_argv:
-            init_containers.append(
-                _container("disk", images["runtime"], {"command": disk_argv, "volumeMounts": runtime_mounts})
-            )
-        exporter_container["restartPolicy"] = "Always"
-        init_containers.append(exporter_container)
-        runtime = _container(
-            "qemu",
-            images["runtime"],
+
+    def fetch_images(files):
+        """The ``images`` init container fetches ``files`` into the node's
+        image cache; what reads them mounts the cache read-only."""
+        volumes.append({"name": "image-cache", "hostPath": {"path": NODE_IMAGE_CACHE, "type": "DirectoryOrCreate"}})
+        cache_mount = {"name": "image-cache", "mountPath": IMAGE_CACHE_DIR}
+        fetch_argv = ["python3", "-c", image_fetch.script_source(), "--cache", IMAGE_CACHE_DIR,
+                      "--files", json.dumps(files, sort_keys=True),
+                      "--max-bytes", str(image_fetch.class_max_bytes(vclass))]
+        fetch_container = _container(
+            "images",
+            IMAGE_FETCH_IMAGE,
             {
-                "command": qemu_argv.qemu_argv(parameters, run_dir=RUN_DIR, name=name, accel=accel,
-                                               port_forwards=exporter_config.guest_port_forwards(drivers)),
-                "volumeMounts": runtime_mounts,
+                "command": fetch_argv,
+                "volumeMounts": [run_mount, cache_mount],
+                # Its last words (url, expected and actual digest) become the Pod's message.
+                "terminationMessagePolicy": "FallbackToLogsOnError",
             },
         )
-        if scheduling.get("resources"):
-            runtime["resources"] = scheduling["resources"]
-        containers.append(runtime)
-    else:
-        if scheduling.get("resources"):
-            exporter_container["resources"] = scheduling["resources"]
-        containers.append(exporter_container)
+        fetch_container["securityContext"].update(
+            {"runAsNonRoot": True, "runAsUser": IMAGE_FETCH_UID, "runAsGroup": IMAGE_FETCH_UID})
+        init_containers.append(fetch_container)
+        return dict(cache_mount, readOnly=True)
+
+    parts = PodParts(
+        name=name, drivers=drivers, parameters=parameters, virtual_target_class=vclass, images=images,
+        accel=accel, exporter=exporter_container, run_mount=run_mount, resources=scheduling.get("resources"),
+        container=_container, fetch_images=fetch_images)
+    own_init_containers, containers = own.pod_containers(parts)
+    init_containers += own_init_containers
 
     spec = {
-        # A QEMU that ends (crashed, killed, OOM) is not started again on the
-        # used disk: the Pod ends, Failed (or Succeeded), so the set reports
-        # the instance's failure and replaces it. The exporter sidecar is
-        # still restarted while the Pod runs (restartPolicy Always of its own).
-        "restartPolicy": "Never" if own.runs_qemu_in_pod else "Always",
+        # A Pod whose backend ends (a QEMU crashed, killed, OOM) is not
+        # started again on the used disk when the provisioner says Never: the
+        # Pod ends, Failed (or Succeeded), so the set reports the instance's
+        # failure and replaces it. An exporter sidecar is still restarted
+        # while the Pod runs (restartPolicy Always of its own).
+        "restartPolicy": own.pod_restart_policy,
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         # The images' users (exporter and QEMU) are in this group: the

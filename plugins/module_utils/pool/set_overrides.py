@@ -65,15 +65,12 @@ Pure: no I/O.
 import copy
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants, provisioners
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.exporter_config import (
-    guest_network_violations,
-)
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.pod import (
-    DEFAULT_IMAGES,
-)
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.merge import (
     deep_merge,
     merge_images,
+)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.base import (
+    DEFAULT_IMAGES,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu_common import (
     DEFAULT_CPU,
@@ -341,9 +338,7 @@ def _driver_violations(virtual_target_class, exporter_set, allowed):
             f"spec.template.spec.drivers[{index}].type: {_show(kind)} is not a driver type the "
             f"class allows ({_DRIVERS_WHY}); supported types: {shown} ({source})"
             + (f"; {hint}" if hint else ""))
-    if provisioners.get(provisioner).forwards_guest_ports:
-        # A TcpNetwork without a host is forwarded to the guest in the Pod.
-        violations += guest_network_violations(drivers)
+    violations += provisioners.get(provisioner).template_violations(drivers)
     return violations
 
 

@@ -11,7 +11,25 @@ Pure data and small pure functions: nothing here talks to the API, and the
 package imports nothing from ``pool/`` (the pool reads it).
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+
+# The run directory of an instance's Pod: an emptyDir its containers share
+# (the exporter's lease-end marker, a QEMU's sockets and serial log).
+POD_RUN_DIR = "/run/jumpstarter"
+# The images the project builds (scripts/images, from images/*/Containerfile):
+# the exporter (jumpstarter 0.9.0 with the collection's VirtualQemu driver)
+# and the QEMU runtime, named as a local build names them and tagged with the
+# collection's version. docs/install.md says how to build them and push them
+# to a registry of one's own; a class names those by digest
+# (``images.<role>.image: ...@sha256:...``, docs/security.md). The built-in
+# image of each image role: what stands in for a role no class or set sets.
+IMAGE_REPOSITORY = "localhost/jumpstarter-virtual-exporters"
+IMAGE_VERSION = "0.1.0"
+DEFAULT_IMAGES = {
+    "exporter": {"image": f"{IMAGE_REPOSITORY}/exporter:{IMAGE_VERSION}", "imagePullPolicy": "IfNotPresent"},
+    "runtime": {"image": f"{IMAGE_REPOSITORY}/qemu-runtime:{IMAGE_VERSION}", "imagePullPolicy": "IfNotPresent"},
+}
 
 
 @dataclass(frozen=True)
@@ -34,6 +52,38 @@ class Field:
     minimum: float | None = None
     maximum: float | None = None
     format: str | None = None  # absolute-path, hostname, hostname-port, uuid, image-url
+
+
+@dataclass
+class PodParts:
+    """What k8s/pod.py has rendered of one instance's Pod, for the
+    provisioner's ``pod_containers`` to complete."""
+
+    # The instance's (and its Exporter's) name.
+    name: str
+    # The set's template drivers, as the set gives them.
+    drivers: list
+    # The merged parameters (class, then set).
+    parameters: dict
+    virtual_target_class: dict
+    # Image role -> ImageSpec (the built-in one for a role nobody set).
+    images: dict
+    # The accelerator the node offers, when known (kvm or tcg).
+    accel: str | None
+    # The exporter container (``jmp run`` with its config and CA mounts).
+    exporter: dict
+    # The mount of the run directory (``POD_RUN_DIR``) the containers share.
+    run_mount: dict
+    # The class's ``scheduling.resources``, or None.
+    resources: dict | None
+    # (name, ImageSpec, more keys) -> a container under the restricted
+    # security context every container of the Pod has.
+    container: Callable
+    # (files) -> the node's image cache mounted read-only: the core fetches
+    # ``files`` (``qemu.argv.runtime_files``' form) into it first, in an init
+    # container of its own choice of image and user that no class or set
+    # reaches.
+    fetch_images: Callable
 
 
 class Provisioner:
@@ -69,10 +119,13 @@ class Provisioner:
     # The playbook that probes its hosts when their last report is old.
     probe_playbook = None
 
-    # --- Rendering (k8s/pod.py, k8s/exporter_config.py) ------------------
-    # The Pod runs QEMU beside the exporter (the runtime container), ends
-    # with it (restartPolicy Never) and serves one lease whatever the strategy.
-    runs_qemu_in_pod = False
+    # --- Rendering (k8s/pod.py asks these, and ``pod_containers``) --------
+    # The Pod's restartPolicy: "Never" for a Pod that ends with its backend
+    # (the set reports the instance's failure and replaces it).
+    pod_restart_policy = "Always"
+    # Its exporter serves one lease whatever the set's recycle strategy (an
+    # in-place reset is a fresh Pod): its config ends it with the lease.
+    serves_one_lease = False
     # Its driver entries of a QEMU type become the instance's VirtualQemu driver.
     renders_qemu_drivers = False
     # Its instance is named after the Exporter's name, namespace and UID
@@ -95,9 +148,6 @@ class Provisioner:
     has_resource_ceilings = False
     # The class's own value is the ceiling unless it names a higher one.
     ceiling_by_default = False
-    # A TcpNetwork without a host is forwarded to the guest in the Pod, so it
-    # must name a guest port (k8s/exporter_config.guest_network_violations).
-    forwards_guest_ports = False
 
     def exporter_env(self, class_spec, parameters):
         """Environment of the exporter container beyond the CA bundle's."""
@@ -105,5 +155,53 @@ class Provisioner:
 
     def driver_overrides(self, drivers, parameters, instance_name):
         """What the provisioner lays over the named template drivers ``drivers``
-        (``{entry name: override}``), beyond the QEMU driver's rendering."""
+        (``named_drivers``) in the config Secret of its Pod: ``{entry name:
+        override}`` (``k8s/exporter_config.render_exporter_config`` says how
+        an override is laid)."""
         return {}
+
+    def pod_containers(self, pod):
+        """``(init containers, containers)`` of the instance's Pod, from
+        ``pod`` (``PodParts``). The default: the exporter is the Pod's one
+        container, with the class's resources."""
+        if pod.resources:
+            pod.exporter["resources"] = pod.resources
+        return [], [pod.exporter]
+
+    def template_violations(self, drivers):
+        """What the provisioner refuses in the set's template drivers (not yet
+        named), as messages naming the field; ``pool/set_overrides`` adds
+        them to the set's violations."""
+        return []
+
+
+def named_drivers(drivers):
+    """The template's drivers, each with a ``name``: the one place names are derived.
+
+    JEP-0014's examples list drivers by ``type`` alone. An entry without a
+    name (or with a null one) gets the last dot-separated segment of its
+    ``type`` (or ``ref``), lowercased: ``...driver.QemuPower`` is exported as
+    ``qemupower``. Names the template gives are kept and reserved first; a
+    derived name taken already gets ``_2``, ``_3``... in the list's order.
+    So the same list always yields the same names. Entries that are not
+    mappings are returned as they are (``k8s/exporter_config``'s
+    ``render_exporter_config`` refuses them by index). The input is not
+    changed. A provisioner's ``driver_overrides`` is keyed by these names.
+    """
+    drivers = list(drivers or [])
+    taken = {driver["name"] for driver in drivers
+             if isinstance(driver, dict) and isinstance(driver.get("name"), str)}
+    named = []
+    for driver in drivers:
+        if not isinstance(driver, dict) or driver.get("name") is not None:
+            named.append(driver)
+            continue
+        source = driver.get("type") or driver.get("ref")
+        base = (source.rsplit(".", 1)[-1].lower() if isinstance(source, str) else "") or "driver"
+        name, suffix = base, 1
+        while name in taken:
+            suffix += 1
+            name = f"{base}_{suffix}"
+        taken.add(name)
+        named.append({**driver, "name": name})
+    return named

@@ -1,5 +1,7 @@
 """What the two QEMU provisioners share: their parameters, driver types and
-rules (``qemu_pod`` runs QEMU in a Pod, ``qemu_baremetal`` on lab hosts).
+rules (``qemu_pod`` runs QEMU in a Pod, ``qemu_baremetal`` on lab hosts),
+and how the template's QEMU drivers become the instance's
+(``qemu_driver_overrides``).
 
 The machine types by architecture, the default memory and how merged
 parameters name the guest's (``guest_arch``, ``guest_memory``) are the
@@ -9,10 +11,15 @@ schema and the rules.
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.base import (
     Field,
+    named_drivers,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu.argv import (
     DEFAULT_MEMORY,
+    DISK_NODE,
     MACHINE_TYPES_BY_ARCH,
+    QMP_SOCKET,
+    SERIAL_LOG,
+    SERIAL_SOCKET,
     guest_arch,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.quantity import (
@@ -36,7 +43,7 @@ QEMU_DRIVER_TYPES = ("jumpstarter_driver_qemu.driver.Qemu", VIRTUAL_QEMU_DRIVER_
 # to it.
 QEMU_SERIAL_DRIVER_TYPE = "jumpstarter_driver_serial.driver.QemuSerial"
 # JEP-0014's template reaches the guest's SSH with a TcpNetwork entry that
-# names a port and no host (k8s/exporter_config.py points it at the guest).
+# names a port and no host (qemu_pod.py points it at the guest).
 TCP_NETWORK_DRIVER_TYPE = "jumpstarter_driver_network.driver.TcpNetwork"
 # The driver types a set may use when its class names none: those the
 # provisioner renders itself (a QEMU driver becomes the virtual QEMU driver
@@ -180,3 +187,32 @@ def _image_refs_name_a_source(parameters, errors):
 
 
 QEMU_RULES = (_machine_type_fits_arch, _memory_at_least_minimum, _image_refs_name_a_source)
+
+
+def qemu_driver_overrides(drivers, run_dir):
+    """Every QEMU driver of the template, pointed at this instance's VM.
+
+    Each template entry of a ``QEMU_DRIVER_TYPES`` type becomes the virtual
+    QEMU driver with the instance's run directory (where the provisioner's
+    QEMU has its QMP and serial sockets and serial log) and disk block node;
+    settings a template gives the virtual QEMU driver itself are kept.
+    """
+    config = {
+        "run_dir": run_dir.rstrip("/") or "/",
+        "qmp_socket": QMP_SOCKET,
+        "serial_socket": SERIAL_SOCKET,
+        "serial_log": SERIAL_LOG,
+        "disk_node": DISK_NODE,
+    }
+    named = [driver for driver in named_drivers(drivers) if isinstance(driver, dict) and driver.get("name")]
+    overrides = {
+        driver["name"]: {"type": VIRTUAL_QEMU_DRIVER_TYPE, "config": dict(config)}
+        for driver in named if driver.get("type") in QEMU_DRIVER_TYPES
+    }
+    if overrides:
+        # The serial console of the first QEMU driver (set_overrides refuses
+        # a serial entry in a template that has none).
+        console = next(iter(overrides)) + ".console"
+        overrides.update({driver["name"]: {"ref": console}
+                          for driver in named if driver.get("type") == QEMU_SERIAL_DRIVER_TYPE})
+    return overrides

@@ -39,12 +39,7 @@ LAYERS = {"qemu": 0, "pool": 1, "provisioners": 1, "corellium": 2, "baremetal": 
 # (importing file, what it imports): the imports against the layers that are
 # still there, and why.
 KNOWN = {
-    # pool/ reading data that lives with a provisioner's rendering.
-    ("pool/set_overrides.py", "k8s.exporter_config"): "guest_network_violations lives with the forwards it checks",
-    ("pool/set_overrides.py", "k8s.pod"): "DEFAULT_IMAGES lives with the Pod rendering",
-    # k8s <-> baremetal: the lab hosts render their exporter config with
-    # k8s.exporter_config, and k8s.observe builds the lab view.
-    ("baremetal/hosts.py", "k8s.exporter_config"): "k8s <-> baremetal cycle: qemu_driver_overrides",
+    # None today: a new import against the layers fails the test at once.
 }
 
 

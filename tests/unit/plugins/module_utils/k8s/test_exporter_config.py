@@ -7,13 +7,19 @@ import pytest
 import yaml
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import pod as k8s_pod
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.exporter_config import (
-    VIRTUAL_QEMU_DRIVER_TYPE,
     exits_on_lease_end,
-    guest_port_forwards,
-    named_drivers,
-    network_driver_overrides,
-    qemu_driver_overrides,
     render_exporter_config,
+)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.base import (
+    named_drivers,
+)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu_common import (
+    VIRTUAL_QEMU_DRIVER_TYPE,
+    qemu_driver_overrides,
+)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu_pod import (
+    guest_port_forwards,
+    network_driver_overrides,
 )
 from jumpstarter.config.exporter import ExporterConfigV1Alpha1
 from jumpstarter_driver_virtual_qemu.driver import VirtualQemu

@@ -10,7 +10,6 @@ import copy
 import pytest
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants as c
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import observe as k8s_observe
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.pod import DEFAULT_IMAGES
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.merge import (
     deep_merge,
     merge_images,
@@ -21,6 +20,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.set_overrides import (
     resolve,
 )
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.base import DEFAULT_IMAGES
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.quantity import (
     quantity_to_bytes,
 )

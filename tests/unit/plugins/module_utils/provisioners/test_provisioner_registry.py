@@ -71,7 +71,8 @@ def test_the_reconcile_runs_the_role_the_provisioner_names(name):
 def test_the_facts_of_each_provisioner_hold_together():
     for name in provisioners.names():
         own = provisioners.get(name)
-        if own.removed_with_exporter or own.resets_with_fresh_pod or own.runs_qemu_in_pod:
+        if (own.removed_with_exporter or own.resets_with_fresh_pod or own.serves_one_lease
+                or own.pod_restart_policy != "Always"):
             assert own.has_pods, name
         if own.runs_on_lab_hosts:
             assert (REPO / own.probe_playbook).is_file(), name
@@ -129,3 +130,56 @@ def test_a_fourth_provisioner_is_one_registration(monkeypatch):
     secret = k8s_pod.config_secret(exporter_set, exporter, _Board.name, {"serial": "A1"}, "token", "")
     config = yaml.safe_load(secret["stringData"]["pool-0.yaml"])
     assert config["export"]["board"]["config"] == {"serial": "A1"}
+
+
+class _Camera(_Board):
+    """A fourth provisioner whose Pod has a container of its own beside the
+    exporter, reading a file fetched into the node's image cache, and whose
+    template may not name a camera twice."""
+
+    name = "camera.example.com"
+    pod_restart_policy = "Never"
+    serves_one_lease = True
+
+    def pod_containers(self, pod):
+        cache = pod.fetch_images([{"url": "https://files.example/cam.bin", "digest": "sha256:" + "0" * 64,
+                                   "dest": pod.run_mount["mountPath"] + "/cam.bin"}])
+        pod.exporter["restartPolicy"] = "Always"
+        camera = pod.container("camera", {"image": "example.com/camera:1"},
+                               {"command": ["camera", pod.name], "volumeMounts": [pod.run_mount, cache]})
+        return [pod.exporter], [camera]
+
+    def template_violations(self, drivers):
+        boards = [i for i, d in enumerate(drivers) if d.get("type") == self.default_driver_types[0]]
+        return [f"spec.template.spec.drivers[{i}].type: one board only" for i in boards[1:]]
+
+
+def test_a_fourth_provisioner_renders_its_own_pod_and_refuses_its_own_templates(monkeypatch):
+    """What k8s/pod.py renders around the exporter, the restart policy, the
+    lease-end hooks and the template's refusals are the provisioner's answers."""
+    monkeypatch.setitem(provisioners.REGISTRY, _Camera.name, _Camera())
+    vclass = {"metadata": {"name": "cams", "namespace": "ns"},
+              "spec": {"provisioner": _Camera.name, "parameters": {"serial": "A1"},
+                       "scheduling": {"resources": {"limits": {"cpu": "1"}}}}}
+    board = {"type": "example_driver_board.driver.Board"}
+    exporter_set = {"metadata": {"name": "pool", "namespace": "ns", "uid": "set-uid"},
+                    "spec": {"recycleStrategy": "InPlaceReuse",
+                             "template": {"spec": {"drivers": [board, dict(board, name="second")]}}}}
+    exporter = {"metadata": {"name": "pool-0", "namespace": "ns", "uid": "exp-uid"}, "status": {}}
+
+    assert set_overrides.resolve(vclass, exporter_set)["violations"] == [
+        "spec.template.spec.drivers[1].type: one board only"]
+    spec = k8s_pod.instance_pod(exporter_set, vclass, exporter, _Camera.name, {"serial": "A1"}, {})["spec"]
+    assert spec["restartPolicy"] == "Never"
+    assert [c["name"] for c in spec["initContainers"]] == ["images", "exporter"]
+    assert spec["initContainers"][0]["image"] == k8s_pod.IMAGE_FETCH_IMAGE["image"]
+    assert spec["initContainers"][1]["restartPolicy"] == "Always"
+    (camera,) = spec["containers"]
+    assert camera["command"] == ["camera", "pool-0"] and "resources" not in camera
+    assert camera["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert {"name": "image-cache", "mountPath": k8s_pod.IMAGE_CACHE_DIR, "readOnly": True} in camera["volumeMounts"]
+    assert [v["name"] for v in spec["volumes"]] == ["run", "config", "image-cache"]
+    secret = k8s_pod.config_secret(exporter_set, exporter, _Camera.name, {"serial": "A1"}, "token", "")
+    # In place reuse keeps the exporter for the next lease, unless the
+    # provisioner serves one lease only.
+    assert "afterLease" in yaml.safe_load(secret["stringData"]["pool-0.yaml"])["hooks"]
