@@ -85,7 +85,7 @@ class RealNode(Components):
         # What `scripts/images` builds and `up` imports besides the pause image.
         self.wanted_images = ("pause", *images)
         # Short name -> another name the imported image also gets (e.g. the
-        # provisioner's default image names, k8s/pod.py's DEFAULT_IMAGES).
+        # provisioner's default image names, provisioners/base.py's DEFAULT_IMAGES).
         self.aliases = dict(aliases or {})
         self.state_dir = Path(state_dir or bed.state_dir / "realnode").resolve()
         self.id = _short_id(self.state_dir)
