@@ -11,7 +11,7 @@ The Exporter name in front is for people reading the project's device list;
 the digest alone decides. Names stay within ``MAX_NAME_LENGTH`` characters
 whatever the Exporter is called.
 
-Pure: the standard library only (the modules, the Pod builder and the tests
+Pure: the standard library only (the modules, the provisioner and the tests
 share it).
 """
 

@@ -29,9 +29,6 @@ the config Secret.
 import json
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants, provisioners
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.corellium import (
-    identity as corellium_identity,
-)
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import exporter_config
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import objects as k8s_objects
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.base import (
@@ -87,9 +84,8 @@ def _owned_meta(name, exporter_set, exporter):
 def driver_overrides(provisioner, drivers, parameters, instance_name=None):
     """What the provisioner lays over the template's drivers (its ``driver_overrides``).
 
-    ``instance_name`` is the Corellium instance the driver powers: the
-    provisioner names each instance after its Exporter's name, namespace and
-    UID (``corellium.identity``).
+    ``instance_name`` is the instance the drivers reach, as the provisioner
+    names it (``Provisioner.instance_name``).
     """
     return provisioners.get(provisioner).driver_overrides(named_drivers(drivers), parameters, instance_name)
 
@@ -102,9 +98,7 @@ def config_secret(exporter_set, exporter, provisioner, parameters, token, tls_ca
     name = exporter["metadata"]["name"]
     drivers = ((exporter_set["spec"].get("template") or {}).get("spec") or {}).get("drivers") or []
     own = provisioners.get(provisioner)
-    instance_name = name
-    if own.instance_named_by_identity:
-        instance_name = corellium_identity.exporter_instance_name(exporter)
+    instance_name = own.instance_name(exporter)
     exits = exporter_config.exits_on_lease_end(exporter_set)
     rendered = exporter_config.render_exporter_config(
         name,

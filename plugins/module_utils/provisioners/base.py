@@ -128,9 +128,6 @@ class Provisioner:
     serves_one_lease = False
     # Its driver entries of a QEMU type become the instance's VirtualQemu driver.
     renders_qemu_drivers = False
-    # Its instance is named after the Exporter's name, namespace and UID
-    # (corellium/identity.py), not the Exporter's name alone.
-    instance_named_by_identity = False
 
     # --- What a set may change of its class (pool/set_overrides.py) -------
     # Parameter paths that receive or direct a class credential: {path: why}.
@@ -152,6 +149,11 @@ class Provisioner:
     def exporter_env(self, class_spec, parameters):
         """Environment of the exporter container beyond the CA bundle's."""
         return []
+
+    def instance_name(self, exporter):
+        """The name of the instance ``exporter`` stands for, as its drivers
+        reach it (``driver_overrides``' ``instance_name``): the Exporter's."""
+        return exporter["metadata"]["name"]
 
     def driver_overrides(self, drivers, parameters, instance_name):
         """What the provisioner lays over the named template drivers ``drivers``

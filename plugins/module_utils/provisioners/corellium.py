@@ -7,6 +7,7 @@ exporter container, from the Secret the class names.
 """
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.corellium import identity
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.base import (
     Field,
     Provisioner,
@@ -49,7 +50,6 @@ class Corellium(Provisioner):
     schema = Field("object", "corellium.jumpstarter.dev parameters.", properties=PROPERTIES)
 
     has_pods = True
-    instance_named_by_identity = True
 
     credential_parameters = {
         ("api", "host"): "the class's API token is sent there",
@@ -58,6 +58,11 @@ class Corellium(Provisioner):
     }
     credential_images = {"exporter": "the exporter container receives the class's API token"}
     default_driver_types = (DRIVER_TYPE,)
+
+    def instance_name(self, exporter):
+        """The Exporter's name and a digest of its namespace and UID, so that
+        no two Exporters of one project meet (corellium/identity.py)."""
+        return identity.exporter_instance_name(exporter)
 
     def exporter_env(self, class_spec, parameters):
         """The API host, and the token by reference to the class's Secret (never its value)."""

@@ -1,14 +1,15 @@
 """The layers of plugins/module_utils, read from the imports.
 
 The sub-packages stand in layers (``LAYERS``), each importing only from
-those below it. At the bottom the pure QEMU code (``qemu/``: the command
-line, the image fetcher, the QMP client), which imports nothing of the
-other sub-packages. Above it the pure pool logic (``pool/``), which imports
-nothing that talks to the API server (neither ``k8s/`` nor the
-``kubernetes`` client), and beside it the provisioners (``provisioners/``:
+those below it. At the bottom the backends' code that imports nothing of
+the other sub-packages: QEMU's (``qemu/``: the command line, the image
+fetcher, the QMP client) and Corellium's (``corellium/``: its REST client
+and how its instances are named). Above it the pure pool logic
+(``pool/``), which imports nothing that talks to the API server (neither
+``k8s/`` nor the ``kubernetes`` client), and beside it the provisioners (``provisioners/``:
 their schemas, facts, policy and rendering, which the pool reads and which
-import nothing of the pool). The provisioners' own backend code
-(``corellium/``, ``baremetal/``) above those; ``k8s/``, which reads and
+import nothing of the pool). The lab hosts' code (``baremetal/``), which
+reads the pool's Exporter state, above those; ``k8s/``, which reads and
 writes the API and renders what is written, on top. An import upwards is
 against the layers, and so is an import cycle between two sub-packages of
 one layer: no two sub-packages import each other, directly or through
@@ -34,7 +35,7 @@ PREFIX = "ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils
 # Whatever talks to the API server.
 API = ("k8s", "kubernetes")
 # Each sub-package of plugins/module_utils, bottom (0) to top.
-LAYERS = {"qemu": 0, "pool": 1, "provisioners": 1, "corellium": 2, "baremetal": 2, "k8s": 3}
+LAYERS = {"qemu": 0, "corellium": 0, "pool": 1, "provisioners": 1, "baremetal": 2, "k8s": 3}
 
 # (importing file, what it imports): the imports against the layers that are
 # still there, and why.
@@ -139,13 +140,13 @@ def test_the_reader_sees_an_api_import_and_a_cycle(tmp_path, monkeypatch):
         "def f():\n    from kubernetes import client\n"
         f"from {PREFIX}.provisioners import p\nfrom {PREFIX}.qemu import argv\n")
     (tmp_path / "provisioners" / "p.py").write_text(f"from {PREFIX}.pool.a import f\n")
-    (tmp_path / "qemu" / "argv.py").write_text(f"from {PREFIX}.corellium import c\n")
+    (tmp_path / "qemu" / "argv.py").write_text(f"from {PREFIX}.pool.a import f\n")
     (tmp_path / "corellium" / "c.py").write_text(f"from {PREFIX}.qemu.argv import g\n")
     (tmp_path / "k8s" / "b.py").write_text(f"from {PREFIX}.pool import a\n")
     monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
     assert against_the_layers(edges()) == {
         ("pool/a.py", "kubernetes"), ("pool/a.py", "provisioners.p"), ("provisioners/p.py", "pool.a"),
-        ("qemu/argv.py", "corellium.c")}
+        ("qemu/argv.py", "pool.a")}
 
 
 def provisioner_names(path):
