@@ -126,8 +126,6 @@ class Provisioner:
     # Its exporter serves one lease whatever the set's recycle strategy (an
     # in-place reset is a fresh Pod): its config ends it with the lease.
     serves_one_lease = False
-    # Its driver entries of a QEMU type become the instance's VirtualQemu driver.
-    renders_qemu_drivers = False
 
     # --- What a set may change of its class (pool/set_overrides.py) -------
     # Parameter paths that receive or direct a class credential: {path: why}.

@@ -84,8 +84,6 @@ class QemuBaremetal(Provisioner):
     runs_on_lab_hosts = True
     probe_playbook = "playbooks/baremetal_probe.yml"
 
-    renders_qemu_drivers = True
-
     credential_hosts = "it is reached with the class's SSH key and receives the exporters' tokens"
     path_parameters = qemu_common.PATH_PARAMETERS
     default_driver_types = qemu_common.DEFAULT_DRIVER_TYPES

@@ -55,7 +55,6 @@ class QemuPod(Provisioner):
     # A reset in place is a fresh Pod (roles/qemu_pod/tasks/reset.yml), so the
     # used VM never takes a second lease.
     serves_one_lease = True
-    renders_qemu_drivers = True
 
     path_parameters = qemu_common.PATH_PARAMETERS
     default_driver_types = qemu_common.DEFAULT_DRIVER_TYPES
