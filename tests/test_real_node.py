@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
+import socket
 import ssl
 import subprocess
 import time
@@ -24,16 +26,26 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu
     disk_create_argv,
     qemu_argv,
 )
+from kubernetes import client
+from pool_helpers import SET_LABEL, make_class, make_set
 from qemu_vm import GUEST_BANNER, GUEST_DIR, guest_parameters
+from testbed.bed import free_ports
 from testbed.node import NODE_LABEL, TAINT_KEY, RealNode
 
 pytestmark = [pytest.mark.realnode, pytest.mark.testbed]
+
+ROOT = Path(__file__).resolve().parents[1]
+# The overlay installing the operator on the real node, and the image name it uses.
+OPERATOR_OVERLAY = ROOT / "tests" / "overlays" / "realnode-operator"
+OPERATOR_LOCAL_IMAGE = "jve.local/operator:local"
 
 
 @pytest.fixture(scope="module")
 def real_node(testbed_factory):
     bed = testbed_factory("realnode")
-    node = RealNode(bed, images=("busybox", "qemu-runtime", "exporter", "operator"))
+    # The operator image also under the name the kustomize overlay gives it.
+    node = RealNode(bed, images=("busybox", "qemu-runtime", "exporter", "operator"),
+                    aliases={"operator": OPERATOR_LOCAL_IMAGE})
     node.up()
     print(f"real node {node.name} ready in {node.startup_seconds:.1f} s")
     yield node
@@ -282,7 +294,7 @@ def test_operator_image_runs_in_the_manager_s_pod(real_node):
     writable place."""
     bed = real_node.bed
     namespace, name = "default", "operator-image"
-    manager = yaml.safe_load((Path(__file__).resolve().parents[1] / "config/manager/qemu.yaml").read_text())
+    manager = yaml.safe_load((ROOT / "config/manager/qemu.yaml").read_text())
     template = manager["spec"]["template"]["spec"]
     container = template["containers"][0]
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
@@ -305,6 +317,94 @@ def test_operator_image_runs_in_the_manager_s_pod(real_node):
                             "/usr/share/ansible/collections/ansible_collections/jumpstarter/virtual_exporters",
                             "ansible", "ok", "collection", "ok"], logs
     bed.kubectl("delete", "pod", "-n", namespace, name, "--wait=true", "--timeout=60s")
+
+
+def test_operator_installed_with_kubectl_apply_k_runs_as_a_pod_and_reconciles_a_set(real_node, tmp_path):
+    """`kubectl apply -k` of tests/overlays/realnode-operator (config/rbac and
+    config/manager, the image scripts/images built): the operator runs on the
+    real node as config/manager's Pod, under its ServiceAccount's projected
+    token, passes its readiness probe, takes its leader Lease and reconciles a
+    set in a namespace bound with config/rbac/pool: the set's Exporter is made
+    and its status written."""
+    bed = real_node.bed
+    operator_namespace, deployment = "jumpstarter-virtual", "exporterset-operator-qemu"
+    # The two settings of a run: the bed's API server port, a free metrics
+    # port on the host's network.
+    container = yaml.safe_load((ROOT / "config/manager/qemu.yaml").read_text())["spec"]["template"]["spec"][
+        "containers"][0]
+    metrics_arg = next(i for i, arg in enumerate(container["args"]) if arg.startswith("--metrics-bind-address="))
+    metrics_port = free_ports(1)[0]
+    base = "/spec/template/spec/containers/0"
+    (tmp_path / "kustomization.yaml").write_text(json.dumps({
+        "resources": [os.path.relpath(OPERATOR_OVERLAY, tmp_path)],
+        "patches": [{"target": {"kind": "Deployment", "name": deployment}, "patch": json.dumps([
+            {"op": "add", "path": f"{base}/env/-",
+             "value": {"name": "KUBERNETES_SERVICE_PORT", "value": str(bed.config.apiserver_port)}},
+            {"op": "replace", "path": f"{base}/args/{metrics_arg}",
+             "value": f"--metrics-bind-address=0.0.0.0:{metrics_port}"},
+            {"op": "replace", "path": f"{base}/ports/0/containerPort", "value": metrics_port},
+        ])}],
+    }))
+    started = time.monotonic()
+    bed.kubectl("apply", "--server-side", "-k", str(tmp_path))
+    namespace = "operator-pod"
+    try:
+        bed.kubectl("create", "namespace", namespace)
+        bed.kubectl("apply", "--server-side", "-k", str(ROOT / "config/rbac/pool"), "-n", namespace)
+        rollout = bed.kubectl("rollout", "status", "-n", operator_namespace, f"deployment/{deployment}",
+                              "--timeout=180s", check=False)
+        pods = json.loads(bed.kubectl("get", "pods", "-n", operator_namespace, "-o", "json").stdout)["items"]
+        assert rollout.returncode == 0, (rollout.stdout + rollout.stderr,
+                                         [p["status"] for p in pods],
+                                         bed.kubectl("logs", "-n", operator_namespace, f"deployment/{deployment}",
+                                                     check=False).stdout[-3000:])
+        print(f"operator Pod Ready {time.monotonic() - started:.1f} s after kubectl apply -k")
+        [pod] = pods
+        assert pod["spec"]["nodeName"] == real_node.name
+        assert pod["spec"]["serviceAccountName"] == deployment
+        assert pod["spec"]["containers"][0]["image"] == OPERATOR_LOCAL_IMAGE
+
+        with bed.api_client() as api:
+            custom = client.CustomObjectsApi(api)
+            make_class(custom, namespace)
+            make_set(custom, namespace, minAvailableReplicas=1)
+            reconciled = time.monotonic()
+
+            def reconciled_set():
+                found = custom.get_namespaced_custom_object("virtualtarget.jumpstarter.dev", "v1alpha1", namespace,
+                                                            "exportersets", "pool")
+                conditions = {c["type"]: c for c in (found.get("status") or {}).get("conditions", [])}
+                exporters = bed.kubectl("get", "exporters.jumpstarter.dev", "-n", namespace, "-l",
+                                        f"{SET_LABEL}=pool", "-o", "name").stdout.split()
+                return (exporters and conditions.get("Progressing", {}).get("observedGeneration") == 1
+                        and (exporters, conditions))
+
+            try:
+                exporters, conditions = _wait("the operator to make the set's Exporter and write its status",
+                                              reconciled_set, timeout=120)
+            except AssertionError as error:
+                found = custom.get_namespaced_custom_object("virtualtarget.jumpstarter.dev", "v1alpha1", namespace,
+                                                            "exportersets", "pool")
+                logs = bed.kubectl("logs", "-n", operator_namespace, pod["metadata"]["name"], check=False)
+                raise AssertionError(f"{error}; the set's status: {found.get('status')}; the operator's log:\n"
+                                     f"{(logs.stdout + logs.stderr)[-4000:]}") from None
+            # One Exporter for the warm buffer of one; with no controller to
+            # issue its credential, it waits for it (no Pod yet).
+            assert len(exporters) == 1, exporters
+            assert conditions["Progressing"]["status"] == "True", conditions["Progressing"]
+            assert conditions["Degraded"]["status"] == "False", conditions["Degraded"]
+            print(f"set reconciled by the operator Pod {time.monotonic() - reconciled:.1f} s after it was made")
+        lease = json.loads(bed.kubectl("get", "lease", "-n", operator_namespace, deployment, "-o", "json").stdout)
+        # HOSTNAME_PID of the leader: the host's name (the Pod is on its
+        # network, and so in its UTS namespace) and PID 1, the container's
+        # own process, not one of the host.
+        assert lease["spec"]["holderIdentity"] == f"{socket.gethostname()}_1", lease["spec"]
+        # Deleted while the operator runs: its finalizer is removed.
+        bed.kubectl("delete", "exportersets.virtualtarget.jumpstarter.dev", "--all", "-n", namespace,
+                    "--wait=true", "--timeout=60s")
+    finally:
+        bed.kubectl("delete", "-k", str(tmp_path), "--wait=true", "--timeout=60s", check=False)
+        bed.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
 
 
 def test_down_leaves_nothing_behind(real_node, tmp_path):
