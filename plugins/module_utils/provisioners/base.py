@@ -8,7 +8,10 @@ A new provisioner is a module of this package with a subclass of
 ``Provisioner`` and one line in the registry (docs/provisioner-roles.md).
 
 Pure data and small pure functions: nothing here talks to the API, and the
-package imports nothing from ``pool/`` (the pool reads it).
+package imports nothing from ``pool/`` (the pool reads it) or ``k8s/``. A
+provisioner renders its own parts of what the core writes (its Pod's
+containers, its driver overrides, its instances' names) with the pure code
+below it (``qemu/``, ``corellium/identity.py``).
 """
 
 from collections.abc import Callable
