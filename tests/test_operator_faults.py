@@ -276,7 +276,10 @@ def test_only_the_leader_acts(testbed, api, namespace, standin, tmp_path):
     custom = client.CustomObjectsApi(api)
     make_class(custom, namespace)
     make_set(custom, namespace, minAvailableReplicas=1)
-    election = ("--leader-elect", "--leader-election-id", "pool-operator", "--leader-election-namespace", namespace)
+    # A 5 s Lease instead of the default 15 s: the takeover below waits it out.
+    election = ("--leader-elect", "--leader-election-id", "pool-operator", "--leader-election-namespace", namespace,
+                "--leader-election-lease-duration", "5s", "--leader-election-renew-deadline", "4s",
+                "--leader-election-retry-period", "1s")
     first = OperatorProcess(str(testbed.kubeconfig), namespace, tmp_path, *election).start()
     second = OperatorProcess(str(testbed.kubeconfig), namespace, tmp_path, *election).start()
     try:
@@ -290,6 +293,7 @@ def test_only_the_leader_acts(testbed, api, namespace, standin, tmp_path):
         assert follower.probe("/healthz") == (200, "ok")
         lease = client.CoordinationV1Api(api).read_namespaced_lease("pool-operator", namespace)
         assert lease.spec.holder_identity.endswith(f"_{leader.proc.pid}")
+        assert lease.spec.lease_duration_seconds == 5
 
         # The leader dies; the follower takes over once the lease expires and
         # serves new demand.

@@ -111,6 +111,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--leader-elect", action="store_true", default=env("LEADER_ELECT") == "true")
     parser.add_argument("--leader-election-id", default=env("LEADER_ELECTION_ID"))
     parser.add_argument("--leader-election-namespace", default=env("LEADER_ELECTION_NAMESPACE"))
+    parser.add_argument(
+        "--leader-election-lease-duration", type=duration, default=env("LEADER_ELECTION_LEASE_DURATION", "15s"),
+        help="how long a standby waits after the leader's last renewal before it takes over (default 15s)",
+    )
+    parser.add_argument(
+        "--leader-election-renew-deadline", type=duration, default=env("LEADER_ELECTION_RENEW_DEADLINE", "10s"),
+        help="how long the leader retries renewing before it gives up leading (default 10s; "
+        "less than the lease duration)",
+    )
+    parser.add_argument(
+        "--leader-election-retry-period", type=duration, default=env("LEADER_ELECTION_RETRY_PERIOD", "2s"),
+        help="time between two attempts to acquire or renew (default 2s; the renew deadline must exceed "
+        "1.2 times it)",
+    )
     parser.add_argument("--artifacts-dir", default=env("ARTIFACTS_DIR", "/tmp/exporterset-operator"))
     parser.add_argument("--max-artifacts", type=int, default=int(env("MAX_ARTIFACTS", "0")) or None,
                         help="playbook runs whose artifacts are kept (default: maxRunnerArtifacts "
@@ -119,6 +133,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--log-level", default=env("LOG_LEVEL", "INFO"))
     parser.add_argument("--kubeconfig", default=env("KUBECONFIG"))
     args = parser.parse_args(argv)
+    # The election's own checks, said with the flags' names (the library
+    # would exit with its parameter names instead).
+    for flag in ("lease_duration", "renew_deadline", "retry_period"):
+        if getattr(args, "leader_election_" + flag) < 1:
+            parser.error(f"--leader-election-{flag.replace('_', '-')} must be at least 1s")
+    if not float(args.leader_election_lease_duration).is_integer():
+        parser.error("--leader-election-lease-duration must be whole seconds (the Lease holds whole seconds), "
+                     f"not {args.leader_election_lease_duration:g}s")
+    args.leader_election_lease_duration = int(args.leader_election_lease_duration)
+    if args.leader_election_lease_duration <= args.leader_election_renew_deadline:
+        parser.error(f"--leader-election-lease-duration ({args.leader_election_lease_duration:g}s) must be "
+                     f"longer than --leader-election-renew-deadline ({args.leader_election_renew_deadline:g}s)")
+    if args.leader_election_renew_deadline <= 1.2 * args.leader_election_retry_period:
+        parser.error(f"--leader-election-renew-deadline ({args.leader_election_renew_deadline:g}s) must be "
+                     f"longer than 1.2 times --leader-election-retry-period "
+                     f"({args.leader_election_retry_period:g}s)")
     if not args.provisioners:
         from_env = [p.strip() for p in env("PROVISIONERS", "").split(",") if p.strip()]
         args.provisioners = from_env or list(DEFAULT_PROVISIONERS)
@@ -220,7 +250,9 @@ def main(argv: list[str] | None = None) -> int:
             os._exit(1)
 
         election = leaderelection.LeaderElection(
-            electionconfig.Config(lock, lease_duration=15, renew_deadline=10, retry_period=2,
+            electionconfig.Config(lock, lease_duration=args.leader_election_lease_duration,
+                                  renew_deadline=args.leader_election_renew_deadline,
+                                  retry_period=args.leader_election_retry_period,
                                   onstarted_leading=lead, onstopped_leading=lost)
         )
         elector = threading.Thread(target=election.run, name="leader-election", daemon=True)
