@@ -130,7 +130,7 @@ def test_debian_packages_are_pinned_and_the_build_script_passes_each_pin(path, p
     for package, argument in pinned:
         assert re.fullmatch(r"(\d+:)?[0-9][A-Za-z0-9.+~-]*", defaults[argument]), (package, defaults[argument])
         assert f'--build-arg "{argument}=$' in script, argument
-    assert f"-f \"$PROJECT_ROOT/$containerfile\"" in script and f" {path}" in script
+    assert "-f \"$PROJECT_ROOT/$containerfile\"" in script and f" {path}" in script
     assert '--build-arg "BASE_IMAGE=$' in script
 
 
