@@ -197,6 +197,8 @@ def test_a_watch_that_ends_is_resumed_from_the_last_resource_version_without_a_r
     # The server ends each watch after a second (too short for a bookmark).
     informer = run_informer(Informer(EXPORTERS, api, namespace=namespace, handlers=[events], watch_timeout=1))
     assert informer.synced.wait(WAIT)
+    # Synced once listed; the first watch starts a moment later.
+    wait_until(lambda: api.watches(), "the informer's first watch")
     list_version = api.watches()[0]["resourceVersion"]
 
     created = exporters.create("e0")
@@ -225,6 +227,7 @@ def test_a_bookmark_moves_the_resource_version_without_an_event(testbed, namespa
     events = Events()
     informer = run_informer(Informer(EXPORTERS, api, namespace=namespace, handlers=[events], watch_timeout=4))
     assert informer.synced.wait(WAIT)
+    wait_until(lambda: api.watches(), "the informer's first watch")
     first = api.watches()[0]["resourceVersion"]
 
     elsewhere = f"{namespace}-other"
