@@ -45,6 +45,20 @@ def guest_images(server):
     return {"url": kernel_url, "digest": kernel_digest}, {"url": initrd_url, "digest": initrd_digest}
 
 
+def provision_until_running(bed, names):
+    """Provision entry point runs until it reports every one of ``names`` (all
+    on HOST) Running; between runs, until the host's files and QMP say they
+    run (no playbook run per check)."""
+    def running():
+        results, _ = bed.run("provision", names)
+        return results if set(phases(results).values()) == {"Running"} and set(phases(results)) == set(names) \
+            else None
+
+    if running() is None:
+        bed.wait_up(dict.fromkeys(names, HOST), names, timeout=120)
+        wait_for(running, timeout=60, interval=1, message=f"{names} running")
+
+
 def qemu_running_for(namespace, name):
     """Pids of QEMU processes started for the instance ``name`` of ``namespace``
     (its ``-name`` argument and its instance directory: other tests may run a
@@ -72,11 +86,7 @@ def test_images_by_url_are_verified_cached_and_shared_on_the_host(testbed, names
     bed.create_exporters(["pool-0", "pool-1"])
 
     # Two instances on one host: the images are fetched once, both boot from the cache.
-    def running(names):
-        results, _ = bed.run("provision", names)
-        return results if all(phases(results).get(n) == "Running" for n in names) else None
-
-    wait_for(lambda: running(["pool-0", "pool-1"]), timeout=120, interval=1, message="2 running")
+    provision_until_running(bed, ["pool-0", "pool-1"])
     assert server.gets["/guest/vmlinuz"] == 1
     assert server.gets["/guest/initramfs.cpio.gz"] == 1
     cache = lab.work_dir(HOST) / "image-cache" / "sha256"
@@ -138,11 +148,7 @@ def test_images_from_an_oci_registry_boot(testbed, namespace, standin, lab, tmp_
         bed.vclass["spec"]["parameters"] = parameters
         bed.create_exporters(["pool-0", "pool-1"])
 
-        def running():
-            results, _ = bed.run("provision", ["pool-0", "pool-1"])
-            return results if set(phases(results).values()) == {"Running"} else None
-
-        wait_for(running, timeout=120, interval=1, message="2 running from the registry")
+        provision_until_running(bed, ["pool-0", "pool-1"])
         wait_for(lambda: registry.blob_gets(kernel_digest) == 1, timeout=10,
                  message="the kernel blob pulled once")
         assert registry.blob_gets(initrd_digest) == 1

@@ -17,11 +17,13 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import yaml
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu import qmp as qemu_qmp
 from testbed import processes
 from testbed.bed import CACHE_DIR
 
@@ -113,6 +115,23 @@ class LabHosts:
         except (OSError, ValueError):
             return None
         return pid
+
+    def vm_status(self, host: str, namespace: str, exporter: str) -> dict | None:
+        """QMP query-status of an instance's QEMU, None if it does not answer
+        (through a short link: socket paths are limited)."""
+        with tempfile.TemporaryDirectory(prefix="jve-") as short:
+            link = os.path.join(short, "i")
+            os.symlink(self.instance_dir(host, namespace, exporter), link)
+            return qemu_qmp.vm_status(os.path.join(link, "qmp.sock"), timeout=5)
+
+    def instance_up(self, host: str, namespace: str, exporter: str) -> bool:
+        """Whether the provision entry point would report the instance Running
+        (QEMU and the exporter's supervisor alive, QMP saying running), read
+        on this machine: a check that costs no playbook run, to wait on
+        before the run that asserts it."""
+        return bool(self.service_pid(host, namespace, exporter, "vm")
+                    and self.service_pid(host, namespace, exporter, "exporter")
+                    and (self.vm_status(host, namespace, exporter) or {}).get("status") == "running")
 
     def secret_data(self) -> dict:
         """The class Secret's data: the operator key and known_hosts."""
