@@ -111,20 +111,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--leader-elect", action="store_true", default=env("LEADER_ELECT") == "true")
     parser.add_argument("--leader-election-id", default=env("LEADER_ELECTION_ID"))
     parser.add_argument("--leader-election-namespace", default=env("LEADER_ELECTION_NAMESPACE"))
-    parser.add_argument(
-        "--leader-election-lease-duration", type=duration, default=env("LEADER_ELECTION_LEASE_DURATION", "15s"),
-        help="how long a standby waits after the leader's last renewal before it takes over (default 15s)",
-    )
-    parser.add_argument(
-        "--leader-election-renew-deadline", type=duration, default=env("LEADER_ELECTION_RENEW_DEADLINE", "10s"),
-        help="how long the leader retries renewing before it gives up leading (default 10s; "
-        "less than the lease duration)",
-    )
-    parser.add_argument(
-        "--leader-election-retry-period", type=duration, default=env("LEADER_ELECTION_RETRY_PERIOD", "2s"),
-        help="time between two attempts to acquire or renew (default 2s; the renew deadline must exceed "
-        "1.2 times it)",
-    )
+    # The election's timings: flag (env LEADER_ELECTION_<NAME>), default, meaning.
+    for name, default, meaning in (
+        ("lease-duration", "15s", "how long a standby waits after the leader's last renewal before it takes over"),
+        ("renew-deadline", "10s", "how long the leader retries renewing before it gives up leading "
+                                  "(less than the lease duration)"),
+        ("retry-period", "2s", "time between two attempts to acquire or renew (the renew deadline must "
+                               "exceed 1.2 times it)"),
+    ):
+        parser.add_argument(f"--leader-election-{name}", type=duration,
+                            default=env("LEADER_ELECTION_" + name.upper().replace("-", "_"), default),
+                            help=f"{meaning} (default {default})")
     parser.add_argument("--artifacts-dir", default=env("ARTIFACTS_DIR", "/tmp/exporterset-operator"))
     parser.add_argument("--max-artifacts", type=int, default=int(env("MAX_ARTIFACTS", "0")) or None,
                         help="playbook runs whose artifacts are kept (default: maxRunnerArtifacts "
