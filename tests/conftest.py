@@ -78,6 +78,40 @@ def namespace(testbed, request):
         core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
         yield name
         core.delete_namespace(name)
+        _release_finalizers(api, name)
+
+
+# The kinds whose objects a test may leave with a finalizer that only an
+# operator removes (the set's teardown, the class's in-use).
+_FINALIZED_KINDS = (("virtualtarget.jumpstarter.dev", "v1alpha1", "exportersets"),
+                    ("virtualtarget.jumpstarter.dev", "v1alpha1", "virtualtargetclasses"),
+                    ("virtualtarget.jumpstarter.dev", "v1alpha1", "exportersetpolicies"),
+                    ("jumpstarter.dev", "v1alpha1", "exporters"))
+
+
+def _release_finalizers(api, namespace: str) -> None:
+    """Once the test is over no operator is left to finish its objects'
+    finalizers: without this the namespace stays Terminating for the rest
+    of the run, and the bed's namespace controller sweeps it again and
+    again (a list and a delete of every kind, about once a second for all
+    such namespaces), a steady load on the API server the later tests pay."""
+    from kubernetes import client
+
+    custom = client.CustomObjectsApi(api)
+    for group, version, plural in _FINALIZED_KINDS:
+        try:
+            items = custom.list_namespaced_custom_object(group, version, namespace, plural)["items"]
+        except client.ApiException:
+            continue  # a bed without that kind
+        for obj in items:
+            if not obj["metadata"].get("finalizers"):
+                continue
+            try:
+                custom.patch_namespaced_custom_object(group, version, namespace, plural, obj["metadata"]["name"],
+                                                      {"metadata": {"finalizers": None}})
+            except client.ApiException as exc:
+                if exc.status != 404:
+                    raise
 
 
 @pytest.hookimpl(wrapper=True)
