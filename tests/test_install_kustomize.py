@@ -380,7 +380,10 @@ def test_a_pool_namespace_gets_the_writes_and_reads_by_name(cluster, request):
         cluster.kubectl("apply", "--server-side", "-k", str(CONFIG / "rbac" / "pool"), "-n", namespace)
         expected = [("create", "exporters.jumpstarter.dev", "yes"), ("create", "pods", "yes"),
                     ("get", "secrets", "yes"), ("delete", "secrets", "yes"), ("get", "configmaps", "yes"),
-                    ("list", "secrets", "no"), ("watch", "secrets", "no"), ("list", "configmaps", "no"),
+                    # Listed and watched (Secrets as metadata only) for the config
+                    # re-sync on change; ConfigMaps never written.
+                    ("list", "secrets", "yes"), ("watch", "secrets", "yes"), ("list", "configmaps", "yes"),
+                    ("update", "configmaps", "no"),
                     ("create", "pods/exec", "no"), ("update", "leases.jumpstarter.dev", "no")]
 
         def decided():
