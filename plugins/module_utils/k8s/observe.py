@@ -33,11 +33,13 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.time
 
 # The playbook that re-syncs the config Secrets of a Pod-backed set's running
 # instances (token, endpoint, CA, drivers); it notes the time on the set.
-# The operator runs it once CONFIG_SYNC_SECONDS have passed since the last
-# sync: where it sees the inputs (Secret and ConfigMap caches), only when an
-# unleased instance's inputs changed (k8s/config_sync.py); elsewhere always.
+# The operator runs it on the pass that sees an instance's inputs change
+# (k8s/config_sync.py), at most once per CONFIG_SYNC_MIN_SECONDS, or, where
+# it cannot see the inputs (no Secret and ConfigMap caches), when nothing
+# else ran the provisioner for CONFIG_SYNC_SECONDS.
 CONFIG_SYNC_PLAYBOOK = "playbooks/config_sync.yml"
 CONFIG_SYNC_SECONDS = 300
+CONFIG_SYNC_MIN_SECONDS = 5
 ANNOTATION_CONFIG_SYNCED = constants.GROUP + "/config-synced-at"
 
 
@@ -200,26 +202,23 @@ def config_sync_due(observed, exporter_set=None):
     ``exporterset_info``); where the inputs are seen (``config_inputs``),
     once an unleased running instance's config Secret notes other inputs
     than now's (``stale_configs``) and the last sync is
-    CONFIG_SYNC_SECONDS old; elsewhere once the set's last sync
+    CONFIG_SYNC_MIN_SECONDS old; elsewhere once the set's last sync
     (``ANNOTATION_CONFIG_SYNCED``, else its creation) is CONFIG_SYNC_SECONDS old."""
     if paused(observed) or not running_exporters(observed):
         return False
     if observed.get("sync_config"):
         return True
     if observed.get("config_inputs") is not None:
-        # Not sooner than the period: a re-sync restarts an enabled, unleased
-        # exporter's Pod, and a lease taken between the module's fresh read
-        # and that delete is not yet ruled out (the race test found one).
-        return bool(stale_configs(observed)) and _since_sync(observed, exporter_set) >= CONFIG_SYNC_SECONDS
+        return bool(stale_configs(observed)) and _since_sync(observed, exporter_set) >= CONFIG_SYNC_MIN_SECONDS
     return _since_sync(observed, exporter_set) >= CONFIG_SYNC_SECONDS
 
 
 def config_sync_wait(observed, exporter_set=None):
     """Seconds until a re-sync that is wanted but held back by
-    CONFIG_SYNC_SECONDS may run (the set is looked at again then), or None."""
+    CONFIG_SYNC_MIN_SECONDS may run (the set is looked at again then), or None."""
     if paused(observed) or observed.get("config_inputs") is None or not stale_configs(observed):
         return None
-    wait = CONFIG_SYNC_SECONDS - _since_sync(observed, exporter_set)
+    wait = CONFIG_SYNC_MIN_SECONDS - _since_sync(observed, exporter_set)
     return wait if wait > 0 else None
 
 
