@@ -101,8 +101,10 @@ def _release_finalizers(api, namespace: str) -> None:
     for group, version, plural in _FINALIZED_KINDS:
         try:
             items = custom.list_namespaced_custom_object(group, version, namespace, plural)["items"]
-        except client.ApiException:
-            continue  # a bed without that kind
+        except client.ApiException as exc:
+            if exc.status == 404:
+                continue  # a bed without that kind
+            raise
         for obj in items:
             if not obj["metadata"].get("finalizers"):
                 continue
