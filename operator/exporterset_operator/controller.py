@@ -70,8 +70,16 @@ class Controller:
         self.clock = clock
         self.queue = WorkQueue()
         self.caches: dict[str, Informer] = {}
+        # A quiet watch is only heard from when the server ends it or sends
+        # a bookmark (about once a minute), so the server ends each watch
+        # well inside the silence bound: a healthy but idle informer never
+        # counts as silent.
+        watch_timeout = 300
+        if watch_silence_timeout:
+            watch_timeout = max(1, min(watch_timeout, int(watch_silence_timeout / 2)))
         for resource in RESOURCES:
-            informer = Informer(resource, api_client, namespace=namespace, clock=clock)
+            informer = Informer(resource, api_client, namespace=namespace, clock=clock,
+                                watch_timeout=watch_timeout)
             informer.handlers.append(self._handler_for(resource.kind))
             self.caches[resource.kind] = informer
         self.reconciler: Reconciler = reconciler_factory(self.caches)

@@ -150,6 +150,15 @@ def test_informers_silent_for_longer_than_the_bound_are_unhealthy(controller, cl
     assert controller.liveness() == []
 
 
+@pytest.mark.parametrize(("bound", "expected"), [(900, 300), (120, 60), (2, 1), (1, 1), (0, 300)])
+def test_the_server_ends_each_watch_inside_the_silence_bound(clock, reconciler, bound, expected):
+    """An idle but healthy watch is heard from when the server ends it; ended
+    at half the bound at most, it never counts as silent."""
+    controller = Controller(None, lambda caches: reconciler, Metrics(), workers=1,
+                            watch_silence_timeout=bound, clock=clock)
+    assert {informer.watch_timeout for informer in controller.caches.values()} == {expected}
+
+
 def test_a_stopped_controller_is_not_judged(controller, clock):
     clock.now += 10**6
     controller.stop()
