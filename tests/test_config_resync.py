@@ -105,15 +105,39 @@ def test_a_changed_config_is_rewritten_and_restarted_only_while_unleased(testbed
         synced = run("synced", exporter)
         assert synced["resynced"] == ["pool-0"] and synced["changed"]
         assert config_of(core, namespace)[0]["token"] == "second-token"
+        # Restarted as a reset is made: disabled on a checked Lease list
+        # first, enabled again afterwards, no longer marked.
+        after = custom.get_namespaced_custom_object(*EXPORTERS, namespace, "exporters", "pool-0")
+        assert after["spec"]["enabled"] is True
+        assert c.ANNOTATION_LEASES_CHECKED_AT in after["metadata"]["annotations"]
+        assert c.ANNOTATION_RETIRING not in after["metadata"]["annotations"]
         pods = core.list_namespaced_pod(namespace).items
         assert all(p.metadata.uid != pod_uid or p.metadata.deletion_timestamp for p in pods)
+
+        # A Lease naming it that the Exporter does not know of yet (the
+        # controller writes the Lease first) holds it as well.
+        wait_for(lambda: not [p for p in core.list_namespaced_pod(namespace).items if p.metadata.name == "pool-0"],
+                 timeout=30, message="the old Pod gone")
+        exporter = custom.get_namespaced_custom_object(*EXPORTERS, namespace, "exporters", "pool-0")
+        assert run("present", exporter)["created"] == ["pool-0"]
+        pod_uid = core.read_namespaced_pod("pool-0", namespace).metadata.uid
+        custom.create_namespaced_custom_object(*EXPORTERS, namespace, "leases", {
+            "apiVersion": "jumpstarter.dev/v1alpha1", "kind": "Lease", "metadata": {"name": "lease-side"},
+            "spec": {"clientRef": {"name": "someone"}, "selector": {"matchLabels": {"board": "qemu-x86"}}}})
+        custom.patch_namespaced_custom_object_status(*EXPORTERS, namespace, "leases", "lease-side",
+                                                      {"status": {"ended": False, "exporterRef": {"name": "pool-0"}}})
+        core.patch_namespaced_secret("pool-0-exporter", namespace, {"stringData": {"token": "held-token"}})
+        held = run("synced", exporter)
+        assert held["resynced"] == [] and held["waiting"] == ["pool-0"]
+        assert config_of(core, namespace)[0]["token"] == "second-token"
+        assert core.read_namespaced_pod("pool-0", namespace).metadata.uid == pod_uid
+        assert custom.get_namespaced_custom_object(*EXPORTERS, namespace, "exporters", "pool-0")["spec"]["enabled"]
+        custom.patch_namespaced_custom_object_status(*EXPORTERS, namespace, "leases", "lease-side",
+                                                      {"status": {"ended": True}})
 
         # The playbook the operator runs when a re-sync is due, run by hand:
         # it reads the CA itself, re-syncs and notes when on the set.
         # A new endpoint and token reach the next Pod the same way.
-        wait_for(lambda: not [p for p in core.list_namespaced_pod(namespace).items if p.metadata.name == "pool-0"],
-                 timeout=30, message="the old Pod gone")
-        assert run("present", exporter)["created"] == ["pool-0"]
         set_status(endpoint="grpc.moved.example:443")
         core.create_namespaced_config_map(namespace, client.V1ConfigMap(
             metadata=client.V1ObjectMeta(name="jumpstarter-service-ca-cert"),

@@ -29,9 +29,12 @@ description:
   - With I(state=synced), re-renders the ExporterConfig of each named Exporter whose Pod runs
     (token, controller endpoint, CA, drivers) and compares it with its config Secret. One that
     differs is rewritten and its Pod deleted, so the next run starts the exporter afresh on the
-    new config; only while no lease holds the Exporter from either side, on a fresh read just
-    before (C(resynced)). A leased one is left exactly as it is and returned in C(waiting); it
-    is re-synced once its lease ends. Nothing is written without the controller CA
+    new config (C(resynced)). This is done as a reset in place is: the Exporter is disabled while
+    no lease holds it from either side (resourceVersion precondition, marked C(retiring:
+    InPlaceReuse)), a fresh read must then see it disabled and unleased, and it is enabled again
+    after the restart. A leased one is left exactly as it is and returned in C(waiting); it is
+    re-synced once its lease ends. A lease the controller gives between the checks keeps the
+    Exporter disabled and marked, and the pool resets it in place once that lease ends. Nothing is written without the controller CA
     (I(controller_tls_ca) empty), so a run that could not read it never strips it.
   - Every config Secret written notes a digest of its inputs (the credential Secret's version
     standing for the token; annotation C(virtualtarget.jumpstarter.dev/config-inputs)), which
@@ -254,23 +257,32 @@ class PodManager(ClusterModule):
             self._note_inputs(name, existing, secret)
             return
         # Just before acting, on a fresh read: a leased exporter keeps the
-        # config it runs with until its lease ends.
+        # config it runs with until its lease ends. The restart follows the
+        # reset's protocol (disabled first, then seen unleased).
         if k8s_apply.lease_holders(self.api_client, self.p["exporterset"], name):
             self.result["waiting"].append(name)
             return
-        self.result["resynced"].append(name)
-        if self.module.check_mode:
-            return
+
+        def restart():
+            try:
+                if existing is None:
+                    self.core.create("Secret", self.namespace, secret)
+                else:
+                    secret["metadata"]["resourceVersion"] = existing["metadata"]["resourceVersion"]
+                    self.core.replace("Secret", self.namespace, secret["metadata"]["name"], secret)
+                self.core.delete("Pod", self.namespace, name, grace_period_seconds=0,
+                                 body=delete_options(uid=pod["metadata"]["uid"]))
+            except ApiException as exc:
+                if exc.status not in (404, 409):
+                    self._api_error(f"re-syncing the config of {self.namespace}/{name}", exc)
+
         try:
-            if existing is None:
-                self.core.create("Secret", self.namespace, secret)
-            else:
-                secret["metadata"]["resourceVersion"] = existing["metadata"]["resourceVersion"]
-                self.core.replace("Secret", self.namespace, secret["metadata"]["name"], secret)
-            self.core.delete("Pod", self.namespace, name, body=delete_options(uid=pod["metadata"]["uid"]))
-        except ApiException as exc:
-            if exc.status not in (404, 409):
-                self._api_error(f"re-syncing the config of {self.namespace}/{name}", exc)
+            why = k8s_apply.restart_unleased(self.api_client, self.p["exporterset"], name,
+                                             exporter["metadata"].get("uid"), restart,
+                                             check_mode=self.module.check_mode)
+        except k8s_apply.ApplyError as exc:
+            raise InstanceError(str(exc)) from exc
+        self.result["waiting" if why else "resynced"].append(name)
 
     def _note_inputs(self, name, existing, secret):
         """An equal config Secret noting an older digest gets the new one (its

@@ -70,6 +70,49 @@ def backend_held(api_client, exporterset, name):
     return None
 
 
+def restart_unleased(api_client, exporterset, name, uid, restart, check_mode=False):
+    """Restart the backend of Exporter ``name`` (UID ``uid``) as a reset in
+    place is made (lease_safety.py): the Exporter is disabled while unleased
+    from both sides, with its resourceVersion as precondition and marked
+    ``retiring: InPlaceReuse``; only once a fresh read sees it disabled and
+    unleased from both sides does ``restart()`` run; then it is enabled
+    again as it was. An Exporter someone else disabled stays disabled.
+
+    Returns None once restarted, else why not (nothing restarted). A lease
+    given in the window before the disable lands keeps it disabled and
+    marked: the planner resets it in place once that lease ends, as it does
+    if this process dies before the re-enable.
+    """
+    from kubernetes.client.rest import ApiException
+
+    applier = PlanApplier(api_client, exporterset, check_mode=check_mode)
+    current = applier._read_exporter(name)
+    if current is None or current["metadata"].get("uid") != uid:
+        return "gone"
+    _, _, _, enabled, _, _ = lease_safety.read_exporter(current)
+    if enabled and not applier.disable(name, {constants.ANNOTATION_RETIRING: constants.RECYCLE_IN_PLACE_REUSE}):
+        return applier.held_why.get(name, "gone")
+    if check_mode:
+        return None
+    current = applier.safe_to_act(name, uid)
+    if current is None:
+        return applier.held_why.get(name, "gone")
+    restart()
+    if not enabled:
+        return None
+    body = {"spec": {"enabled": True},
+            "metadata": {"resourceVersion": current["metadata"]["resourceVersion"],
+                         "annotations": {constants.ANNOTATION_RETIRING: None}}}
+    try:
+        applier.custom.patch_namespaced_custom_object(*constants.EXPORTER.at(applier.namespace), name, body)
+    except ApiException as exc:
+        # Changed since (409) or gone (404): still marked, so the next plan
+        # resets it in place and enables it.
+        if exc.status not in (404, 409):
+            applier._fail(f"enabling Exporter {applier.namespace}/{name} again", exc)
+    return None
+
+
 def lease_holders(api_client, exporterset, name):
     """The leases holding Exporter ``name`` from either side, read now
     (empty when it is free or gone): for a module about to restart its

@@ -130,17 +130,26 @@ def config_secret(exporter_set, exporter, provisioner, parameters, token, tls_ca
 # container the kubelet starts again after that (the qemu sidecar always
 # restarts) then waits for the Pod's end without registering, so the used VM
 # is never offered to a second lessee, however late the operator is.
+# Before ``jmp run`` it waits for the sockets the provisioner names
+# (``exporter_waits_for``: QEMU's QMP socket), so an exporter that registers
+# has a backend to drive: the native sidecar starts before the backend's
+# container does.
 _EXPORTER_GUARD = (
-    "if [ -e \"{marker}\" ]; then trap 'kill $! 2>/dev/null; exit 0' TERM INT; "
+    "trap 'kill $! 2>/dev/null; exit 0' TERM INT; "
+    "if [ -e \"{marker}\" ]; then "
     'echo "the lease of this instance has ended: not serving again"; '
-    'while :; do sleep 3600 & wait $!; done; fi; exec "$@"'
+    'while :; do sleep 3600 & wait $!; done; fi; '
+    "for socket in {sockets}; do while [ ! -S \"$socket\" ]; do sleep 0.2 & wait $!; done; done; "
+    'exec "$@"'
 )
 
 
-def exporter_command(name):
-    """The exporter container's command (``sh -c`` guard, then ``jmp run``)."""
+def exporter_command(name, waits_for=()):
+    """The exporter container's command (``sh -c`` guard, then ``jmp run``);
+    ``waits_for`` names the sockets in the run directory to wait for."""
     marker = f"{RUN_DIR}/{exporter_config.LEASE_ENDED_MARKER}"
-    return ["/bin/sh", "-c", _EXPORTER_GUARD.format(marker=marker), "exporter",
+    sockets = " ".join(f'"{RUN_DIR}/{socket}"' for socket in waits_for)
+    return ["/bin/sh", "-c", _EXPORTER_GUARD.format(marker=marker, sockets=sockets), "exporter",
             "jmp", "run", "--exporter-config", f"{CONFIG_DIR}/{name}.yaml"]
 
 
@@ -219,7 +228,7 @@ def instance_pod(exporter_set, vclass, exporter, provisioner, parameters, images
         "exporter",
         images["exporter"],
         {
-            "command": exporter_command(name),
+            "command": exporter_command(name, own.exporter_waits_for),
             "volumeMounts": exporter_mounts,
             "env": exporter_env,
         },

@@ -126,6 +126,9 @@ class Provisioner:
     # The Pod's restartPolicy: "Never" for a Pod that ends with its backend
     # (the set reports the instance's failure and replaces it).
     pod_restart_policy = "Always"
+    # Sockets in the run directory (``POD_RUN_DIR``) that the backend's
+    # container makes and the exporter waits for before it registers.
+    exporter_waits_for = ()
     # Its exporter serves one lease whatever the set's recycle strategy (an
     # in-place reset is a fresh Pod): its config ends it with the lease.
     serves_one_lease = False

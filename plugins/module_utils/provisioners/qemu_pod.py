@@ -55,6 +55,9 @@ class QemuPod(Provisioner):
     # A reset in place is a fresh Pod (roles/qemu_pod/tasks/reset.yml), so the
     # used VM never takes a second lease.
     serves_one_lease = True
+    # An exporter registers once QEMU listens on QMP: never Online (and so
+    # leased) before the VM it drives exists.
+    exporter_waits_for = (qemu_argv.QMP_SOCKET,)
 
     path_parameters = qemu_common.PATH_PARAMETERS
     default_driver_types = qemu_common.DEFAULT_DRIVER_TYPES

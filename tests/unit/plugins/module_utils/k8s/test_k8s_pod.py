@@ -273,6 +273,7 @@ def test_exporter_that_saw_its_lease_end_never_serves_again(tmp_path):
     hook has run the guard execs ``jmp run``; the hook notes the lease's end
     and fails (so ``jmp run`` exits and reports no Available); a container
     started again after that does not start ``jmp run``."""
+    import socket
     import subprocess
     import time
 
@@ -287,6 +288,18 @@ def test_exporter_that_saw_its_lease_end_never_serves_again(tmp_path):
     exporter = next(c for c in render()["spec"]["initContainers"] if c["name"] == "exporter")
     # `jmp` stands in as `echo`: what the guard would exec.
     command = mapped(exporter["command"][:-4]) + ["echo", "served", *exporter["command"][-3:]]
+    # Until QEMU listens on its QMP socket the guard waits, registering nothing.
+    waiting = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    try:
+        time.sleep(0.5)
+        assert waiting.poll() is None
+        listener = socket.socket(socket.AF_UNIX)
+        listener.bind(str(tmp_path / "qmp.sock"))
+        first_out, _ = waiting.communicate(timeout=10)
+        listener.close()
+    finally:
+        waiting.kill()
+    assert waiting.returncode == 0 and first_out.startswith("served run"), first_out
     first = subprocess.run(command, capture_output=True, text=True, timeout=10)
     assert first.returncode == 0 and first.stdout.startswith("served run"), first
 
