@@ -12,6 +12,7 @@ import sys
 import pytest
 from jumpstarter_standin.pytest_plugin import serve_namespace
 from labhosts import ROOT
+from testbed.bed import CACHE_DIR
 
 BIN = os.path.dirname(sys.executable)
 
@@ -43,6 +44,8 @@ def _molecule_test(scenario, tmp_path, extra_env):
         "ANSIBLE_PYTHON_INTERPRETER": sys.executable,
         "NO_COLOR": "1",
         "ANSIBLE_NOCOLOR": "1",
+        # The scenarios' lab_dir: the lab hosts' keys in this run's cache.
+        "CACHE_DIR": str(CACHE_DIR),
         **extra_env,
     }
     completed = subprocess.run(

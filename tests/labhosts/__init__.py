@@ -33,7 +33,7 @@ BIN = Path(sys.executable).parent
 # The test guests are x86_64 only; the hosts have no route to the internet.
 BOOTSTRAP_VARS = {"lab_bootstrap_guest_archs": ["x86_64"]}
 # The guest kernel and initramfs scripts/guest-image makes, and where the hosts keep them.
-GUEST = Path(os.path.expanduser("~/.cache/jumpstarter-virtual-exporters/guest"))
+GUEST = CACHE_DIR / "guest"
 GUEST_FILES = ("vmlinuz", "initramfs.cpio.gz")
 IMAGES = "/var/lib/jumpstarter-virtual/images"
 LAB_DIR = CACHE_DIR / "labhosts"
