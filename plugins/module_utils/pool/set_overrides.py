@@ -28,11 +28,16 @@ What is refused:
   runs each driver of the template where the instance runs; a
   ``UnixNetwork`` pointed at the instance's QMP socket would be a shell on
   the lab host. The default allowlist is the provisioner's own
-  (``Provisioner.default_driver_types``).
-* **More resources than the class gives**: a set's ``resources.cpu``,
-  ``resources.memory``, ``resources.storage`` and each host's ``slots`` may
+  (``Provisioner.default_driver_types``), and the provisioner may refuse an
+  allowed entry the rest of the template does not support
+  (``Provisioner.allowed_driver_violation``: a QEMU serial console without a
+  QEMU driver) or the template as a whole (``template_violations``).
+* **More resources than the class gives**: a set's resources (the
+  provisioner's ``resource_ceilings``: for QEMU ``resources.cpu``,
+  ``resources.memory``, ``resources.storage``) and each host's ``slots`` may
   not be above the class's value, or above a higher ceiling the class names.
-  That holds on shared lab hosts (qemu-baremetal). A ``qemu.jumpstarter.dev``
+  That holds on shared lab hosts (qemu-baremetal, whose
+  ``ceiling_by_default`` makes the class's value one). A ``qemu.jumpstarter.dev``
   instance runs in a Pod of the set's own namespace, bounded by the class's
   ``scheduling.resources`` and the namespace's quota, so there a set's
   resources have no ceiling unless the class names one (JEP-0014's own
@@ -72,14 +77,6 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.base import (
     DEFAULT_IMAGES,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu_common import (
-    DEFAULT_CPU,
-    QEMU_DRIVER_TYPES,
-    QEMU_SERIAL_DRIVER_TYPE,
-)
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu.argv import (
-    DEFAULT_MEMORY,
-)
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.quantity import (
     parse_quantity,
 )
@@ -90,29 +87,13 @@ REASON_NOT_ALLOWED_BY_CLASS = "NotAllowedByClass"
 
 # What each provisioner says a set may not change (its credential
 # parameters, images and hosts, its path parameters, its default driver
-# types) is the provisioner's: ``provisioners.get(name).credential_parameters``
-# and so on (provisioners/base.py).
+# types, its resource ceilings, the entries its template may not have) and
+# what to write instead of a driver type no package provides are the
+# provisioner's: ``provisioners.get(name).credential_parameters`` and so on
+# (provisioners/base.py). This module applies them, and names none.
 HOST_CONNECTION_FIELDS = ("address", "port", "user")
 DRIVERS_FIELD = "drivers"
 _DRIVERS_WHY = "the exporter imports and runs it where the instance runs"
-# What to write instead of a driver type JEP-0014's seed examples name that no
-# driver package provides, said in the refusal of that type.
-JEP_DRIVER_HINTS = {
-    "jumpstarter_driver_power.driver.QemuPower": (
-        "JEP-0014's QemuPower is the power of the QEMU driver: list "
-        "jumpstarter_driver_qemu.driver.Qemu and, to have it at the root, an entry "
-        "{ref: <that driver's name>.power}"),
-}
-
-# Resource ceilings of the provisioners that have them
-# (``Provisioner.has_resource_ceilings``): parameter path, what a missing
-# value means (the schema's default; None: nothing, so any value raises it),
-# annotation key.
-RESOURCE_CEILINGS = {
-    ("resources", "cpu"): (DEFAULT_CPU, "max.resources.cpu"),
-    ("resources", "memory"): (DEFAULT_MEMORY, "max.resources.memory"),
-    ("resources", "storage"): (None, "max.resources.storage"),
-}
 SLOTS_CEILING = "max.slots"
 
 _MISSING = object()
@@ -126,8 +107,7 @@ def allowable_fields(provisioner):
     fields += ["images." + role for role in own.credential_images]
     if own.default_driver_types:
         fields.append(DRIVERS_FIELD)
-    if own.has_resource_ceilings:
-        fields += [key for _, key in RESOURCE_CEILINGS.values()]
+    fields += [key for _, key in own.resource_ceilings.values()]
     if own.credential_hosts is not None:
         fields.append(SLOTS_CEILING)
     return fields
@@ -222,8 +202,8 @@ def resolve(virtual_target_class, exporter_set):
             _put(parameters, ("hosts",), _get(class_parameters, ("hosts",)))
 
     _class_only(own.path_parameters, class_parameters, parameters, allowed, refusals)
-    if own.has_resource_ceilings:
-        _resource_ceilings(own.ceiling_by_default, class_parameters, parameters, allowed, refusals)
+    _resource_ceilings(own.resource_ceilings, own.ceiling_by_default, class_parameters, parameters,
+                       allowed, refusals)
     if own.credential_hosts is not None:
         _slot_ceilings(class_parameters.get("hosts"), parameters, allowed, refusals)
     refusals.extend(_driver_violations(virtual_target_class, exporter_set, allowed))
@@ -245,14 +225,15 @@ def _class_only(fields, class_parameters, parameters, allowed, violations):
         _put(parameters, path, wanted)
 
 
-def _resource_ceilings(by_default, class_parameters, parameters, allowed, violations):
-    """CPU, memory and storage no higher than the class's value or the ceiling it names.
+def _resource_ceilings(ceilings_of, by_default, class_parameters, parameters, allowed, violations):
+    """Each of ``ceilings_of`` (``Provisioner.resource_ceilings``) no higher
+    than the class's value or the ceiling it names.
 
-    A missing value is the schema's default (1 CPU, 1Gi; no storage), so a
-    set cannot raise one by dropping the class's value either. ``by_default``:
-    the class's own value is a ceiling too (``Provisioner.ceiling_by_default``).
+    A missing value is the provisioner's default for it, so a set cannot
+    raise one by dropping the class's value either. ``by_default``: the
+    class's own value is a ceiling too (``Provisioner.ceiling_by_default``).
     """
-    for path, (default, key) in RESOURCE_CEILINGS.items():
+    for path, (default, key) in ceilings_of.items():
         class_value = _get(class_parameters, path)
         class_given = default if class_value in (_MISSING, None) else class_value
         given = _get(parameters, path)
@@ -319,26 +300,27 @@ def _driver_violations(virtual_target_class, exporter_set, allowed):
     types = driver_types(virtual_target_class, allowed)
     shown = ", ".join(sorted(types)) if types else "none"
     provisioner = ((virtual_target_class or {}).get("spec") or {}).get("provisioner") or "its provisioner"
+    own = provisioners.get(provisioner)
     source = ("named by the class's annotation" if DRIVERS_FIELD in allowed
               else f"{provisioner}'s defaults; {DRIVERS_FIELD} in the class's annotation names others")
     violations = []
-    has_qemu = any(isinstance(driver, dict) and driver.get("type") in QEMU_DRIVER_TYPES for driver in drivers)
     for index, driver in enumerate(drivers):
         kind = driver.get("type") if isinstance(driver, dict) else None
-        if kind == QEMU_SERIAL_DRIVER_TYPE and kind in types and not has_qemu:
-            violations.append(
-                f"spec.template.spec.drivers[{index}].type: {_show(kind)} is the serial console of the "
-                f"instance's QEMU driver, and the template lists none: add an entry of type "
-                f"{QEMU_DRIVER_TYPES[0]}")
+        if kind is None:
             continue
-        if kind is None or kind in types:
+        if kind in types:
+            # Allowed by type; the provisioner may still refuse it for what
+            # the rest of the template lacks (one message for the entry).
+            refusal = own.allowed_driver_violation(drivers, index)
+            if refusal:
+                violations.append(refusal)
             continue
-        hint = JEP_DRIVER_HINTS.get(kind)
+        hint = own.driver_type_hints.get(kind)
         violations.append(
             f"spec.template.spec.drivers[{index}].type: {_show(kind)} is not a driver type the "
             f"class allows ({_DRIVERS_WHY}); supported types: {shown} ({source})"
             + (f"; {hint}" if hint else ""))
-    violations += provisioners.get(provisioner).template_violations(drivers)
+    violations += own.template_violations(drivers)
     return violations
 
 

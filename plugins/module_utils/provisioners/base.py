@@ -145,8 +145,15 @@ class Provisioner:
     path_parameters = {}
     # The driver types a set may use when the class names none.
     default_driver_types = ()
-    # Resource ceilings apply (resources.cpu, memory, storage).
-    has_resource_ceilings = False
+    # What to write instead of a driver type that no driver package provides
+    # (one the JEP's examples name, say): {type: hint}, said at the end of
+    # the refusal of that type.
+    driver_type_hints = {}
+    # The parameters a set may not raise above the class's value or the
+    # ceiling the class names: {parameter path: (what a missing value means,
+    # the schema's default; None: nothing, so any value raises it),
+    # the class annotation's key that names the ceiling}. Empty: no ceilings.
+    resource_ceilings = {}
     # The class's own value is the ceiling unless it names a higher one.
     ceiling_by_default = False
 
@@ -173,6 +180,15 @@ class Provisioner:
         if pod.resources:
             pod.exporter["resources"] = pod.resources
         return [], [pod.exporter]
+
+    def allowed_driver_violation(self, drivers, index):
+        """The refusal of the template's entry ``index``, of a type the class
+        allows, that only the rest of the template explains (a driver that
+        needs another one), as a message naming the field; None when there
+        is none. ``drivers`` is the template's list as the set gives it (not
+        yet named). ``pool/set_overrides`` asks it in the list's order and
+        says nothing else of that entry's type."""
+        return None
 
     def template_violations(self, drivers):
         """What the provisioner refuses in the set's template drivers (not yet

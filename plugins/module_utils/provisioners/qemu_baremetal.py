@@ -11,7 +11,6 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.prov
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.base import (
     Field,
-    Provisioner,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu import argv as qemu_argv
 
@@ -75,7 +74,7 @@ def _host_names_unique(parameters, errors):
         seen.add(name)
 
 
-class QemuBaremetal(Provisioner):
+class QemuBaremetal(qemu_common.QemuProvisioner):
     name = constants.PROVISIONER_QEMU_BAREMETAL
     role = "jumpstarter.virtual_exporters.qemu_baremetal"
     schema = Field("object", "qemu-baremetal.jumpstarter.dev parameters.", properties=PROPERTIES)
@@ -85,7 +84,4 @@ class QemuBaremetal(Provisioner):
     probe_playbook = "playbooks/baremetal_probe.yml"
 
     credential_hosts = "it is reached with the class's SSH key and receives the exporters' tokens"
-    path_parameters = qemu_common.PATH_PARAMETERS
-    default_driver_types = qemu_common.DEFAULT_DRIVER_TYPES
-    has_resource_ceilings = True
     ceiling_by_default = True

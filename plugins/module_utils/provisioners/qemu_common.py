@@ -1,6 +1,7 @@
 """What the two QEMU provisioners share: their parameters, driver types and
 rules (``qemu_pod`` runs QEMU in a Pod, ``qemu_baremetal`` on lab hosts),
-and how the template's QEMU drivers become the instance's
+what a set may not change of its class (``QemuProvisioner``, their common
+base), and how the template's QEMU drivers become the instance's
 (``qemu_driver_overrides``).
 
 The machine types by architecture, the default memory and how merged
@@ -11,6 +12,7 @@ schema and the rules.
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.base import (
     Field,
+    Provisioner,
     named_drivers,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu.argv import (
@@ -54,6 +56,14 @@ TCP_NETWORK_DRIVER_TYPE = "jumpstarter_driver_network.driver.TcpNetwork"
 # its own list).
 QEMU_COMPANION_DRIVER_TYPES = (TCP_NETWORK_DRIVER_TYPE, QEMU_SERIAL_DRIVER_TYPE)
 DEFAULT_DRIVER_TYPES = QEMU_DRIVER_TYPES + QEMU_COMPANION_DRIVER_TYPES
+# JEP-0014's seed examples also name a power driver that no driver package
+# provides: its refusal says what to write instead.
+DRIVER_TYPE_HINTS = {
+    "jumpstarter_driver_power.driver.QemuPower": (
+        "JEP-0014's QemuPower is the power of the QEMU driver: list "
+        "jumpstarter_driver_qemu.driver.Qemu and, to have it at the root, an entry "
+        "{ref: <that driver's name>.power}"),
+}
 
 _GUEST_READS = "a file on the machine that runs QEMU, read as its user, reaches the guest"
 # Parameters that name a file, a program or a directory where the instance
@@ -188,6 +198,43 @@ def _image_refs_name_a_source(parameters, errors):
 
 QEMU_RULES = (_machine_type_fits_arch, _memory_at_least_minimum, _image_refs_name_a_source)
 
+# What a set may not raise above its class (``Provisioner.resource_ceilings``):
+# a missing value is the schema's default, so dropping the class's value
+# raises nothing either; a missing storage is none.
+RESOURCE_CEILINGS = {
+    ("resources", "cpu"): (DEFAULT_CPU, "max.resources.cpu"),
+    ("resources", "memory"): (DEFAULT_MEMORY, "max.resources.memory"),
+    ("resources", "storage"): (None, "max.resources.storage"),
+}
+
+
+def serial_console_violation(drivers, index):
+    """A serial entry (``QEMU_SERIAL_DRIVER_TYPE``) is the console of the
+    template's QEMU driver: without one, it is refused, naming the field."""
+    driver = drivers[index]
+    if not isinstance(driver, dict) or driver.get("type") != QEMU_SERIAL_DRIVER_TYPE:
+        return None
+    if any(isinstance(other, dict) and other.get("type") in QEMU_DRIVER_TYPES for other in drivers):
+        return None
+    return (f"spec.template.spec.drivers[{index}].type: '{QEMU_SERIAL_DRIVER_TYPE}' is the serial "
+            f"console of the instance's QEMU driver, and the template lists none: add an entry of "
+            f"type {QEMU_DRIVER_TYPES[0]}")
+
+
+class QemuProvisioner(Provisioner):
+    """What both QEMU provisioners say of a set's policy (pool/set_overrides.py):
+    the paths are the class's, the driver types are the QEMU driver's and the
+    JEP's companions (a serial entry only beside a QEMU driver), and the
+    guest's resources have ceilings."""
+
+    path_parameters = PATH_PARAMETERS
+    default_driver_types = DEFAULT_DRIVER_TYPES
+    driver_type_hints = DRIVER_TYPE_HINTS
+    resource_ceilings = RESOURCE_CEILINGS
+
+    def allowed_driver_violation(self, drivers, index):
+        return serial_console_violation(drivers, index)
+
 
 def qemu_driver_overrides(drivers, run_dir):
     """Every QEMU driver of the template, pointed at this instance's VM.
@@ -210,8 +257,8 @@ def qemu_driver_overrides(drivers, run_dir):
         for driver in named if driver.get("type") in QEMU_DRIVER_TYPES
     }
     if overrides:
-        # The serial console of the first QEMU driver (set_overrides refuses
-        # a serial entry in a template that has none).
+        # The serial console of the first QEMU driver (a serial entry in a
+        # template that has none is refused: serial_console_violation).
         console = next(iter(overrides)) + ".console"
         overrides.update({driver["name"]: {"ref": console}
                           for driver in named if driver.get("type") == QEMU_SERIAL_DRIVER_TYPE})

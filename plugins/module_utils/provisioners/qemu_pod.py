@@ -22,7 +22,6 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.prov
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.base import (
     POD_RUN_DIR,
     Field,
-    Provisioner,
     named_drivers,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu_common import (
@@ -40,7 +39,7 @@ FORWARD_BASE_PORT = 22000
 FORWARD_HOST = "127.0.0.1"
 
 
-class QemuPod(Provisioner):
+class QemuPod(qemu_common.QemuProvisioner):
     name = constants.PROVISIONER_QEMU
     role = "jumpstarter.virtual_exporters.qemu_pod"
     schema = Field("object", "qemu.jumpstarter.dev parameters.", properties=qemu_common.QEMU_PROPERTIES)
@@ -58,10 +57,6 @@ class QemuPod(Provisioner):
     # An exporter registers once QEMU listens on QMP: never Online (and so
     # leased) before the VM it drives exists.
     exporter_waits_for = (qemu_argv.QMP_SOCKET,)
-
-    path_parameters = qemu_common.PATH_PARAMETERS
-    default_driver_types = qemu_common.DEFAULT_DRIVER_TYPES
-    has_resource_ceilings = True
 
     def driver_overrides(self, drivers, parameters, instance_name):
         """The exporter sidecar drives the QEMU of the Pod through the sockets
