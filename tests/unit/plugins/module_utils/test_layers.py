@@ -49,6 +49,16 @@ KNOWN = {
 CORE = ("k8s", "pool")
 # A provisioner constant (constants.PROVISIONER_QEMU, POD_PROVISIONERS, ...).
 _PROVISIONER_CONSTANT = re.compile(r"^PROVISIONER_|_PROVISIONERS$")
+# What the core may import of provisioners/: the registry and the interface
+# (base.py). A provisioner's own module (qemu_common, qemu_pod, corellium...)
+# it reads through ``provisioners.get(name)``.
+CORE_READS_OF_PROVISIONERS = ("__init__", "base")
+# Modules of the core that import no backend's code either: what they know
+# of a backend is its provisioner's answer. The set's policy: what a set may
+# change of its class is each provisioner's to say (resource ceilings,
+# driver type hints, the entries a template may not have).
+BACKEND_FREE = ("pool/set_overrides.py",)
+BACKENDS = ("qemu", "corellium")
 
 
 def imports(path):
@@ -207,3 +217,46 @@ def test_the_provisioner_check_sees_each_way_of_naming_one(tmp_path, monkeypatch
     assert named_provisioners() == [
         ("k8s/b.py", 1, "PROVISIONER_CORELLIUM"), ("k8s/b.py", 3, "'qemu-baremetal.jumpstarter.dev'"),
         ("pool/a.py", 3, "PROVISIONER_QEMU"), ("pool/a.py", 5, "POD_PROVISIONERS")]
+
+
+def provisioner_internals(all_edges):
+    """(file, module) for each import by the core of a provisioner's own
+    module, and of a backend's code by a ``BACKEND_FREE`` module."""
+    own_modules = {path.stem for path in (ROOT / "provisioners").glob("*.py")} - set(CORE_READS_OF_PROVISIONERS)
+    found = set()
+    for f, m in all_edges:
+        parts = m.split(".")
+        if package_of(f) in CORE and parts[0] == "provisioners" and len(parts) > 1 and parts[1] in own_modules:
+            found.add((f, m))
+        if f in BACKEND_FREE and parts[0] in BACKENDS:
+            found.add((f, m))
+    return found
+
+
+def test_the_core_reads_a_provisioner_through_the_registry_alone():
+    found = sorted(provisioner_internals(edges()))
+    assert not found, ("the core imports a provisioner's own module or a backend's code; give the "
+                       "Provisioner interface (provisioners/base.py) what it needs and read it from "
+                       "provisioners.get(name):\n" + "\n".join(f"  {f} imports {m}" for f, m in found))
+
+
+def test_the_registry_check_sees_a_provisioners_module_and_a_backend(tmp_path, monkeypatch):
+    """The check above can fail: the set's policy importing QEMU's shared
+    module or the command line's defaults is found, and so is a module of
+    k8s/ importing a provisioner's module; the registry, base.py and a
+    backend's code elsewhere in the core are not."""
+    for package in ("pool", "k8s", "provisioners", "qemu"):
+        (tmp_path / package).mkdir()
+    for name in ("__init__", "base", "qemu_common", "corellium"):
+        (tmp_path / "provisioners" / f"{name}.py").write_text("")
+    (tmp_path / "pool" / "set_overrides.py").write_text(
+        f"from {PREFIX} import provisioners\n"
+        f"from {PREFIX}.provisioners.base import DEFAULT_IMAGES\n"
+        f"from {PREFIX}.provisioners.qemu_common import DEFAULT_CPU\n"
+        f"from {PREFIX}.qemu.argv import DEFAULT_MEMORY\n")
+    (tmp_path / "pool" / "parameters.py").write_text(f"from {PREFIX}.qemu import images\n")
+    (tmp_path / "k8s" / "pod.py").write_text(f"from {PREFIX}.provisioners import corellium\n")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    assert provisioner_internals(edges()) == {
+        ("pool/set_overrides.py", "provisioners.qemu_common"), ("pool/set_overrides.py", "qemu.argv"),
+        ("k8s/pod.py", "provisioners.corellium")}

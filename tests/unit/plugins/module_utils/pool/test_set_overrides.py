@@ -455,6 +455,39 @@ def test_the_class_names_its_own_driver_types():
     assert fields_of(resolve(klass, with_drivers(tcp))) == ["spec.template.spec.drivers[0].type"]
 
 
+QEMU_POWER = "jumpstarter_driver_power.driver.QemuPower"
+QEMU_SERIAL = "jumpstarter_driver_serial.driver.QemuSerial"
+
+
+@pytest.mark.parametrize("klass", [qemu_class, lab_class])
+def test_each_refused_entry_gets_one_message_its_provisioner_words(klass):
+    """The serial console without a QEMU driver and the JEP's QemuPower are
+    each refused once, in the template's order, in the QEMU provisioners'
+    words (provisioners/qemu_common.py)."""
+    resolved = resolve(klass(), with_drivers(QEMU_SERIAL, QEMU_POWER, QEMU_SERIAL))
+    provisioner = klass()["spec"]["provisioner"]
+    serial = ("'jumpstarter_driver_serial.driver.QemuSerial' is the serial console of the instance's QEMU "
+              "driver, and the template lists none: add an entry of type jumpstarter_driver_qemu.driver.Qemu")
+    assert resolved["violations"] == [
+        f"spec.template.spec.drivers[0].type: {serial}",
+        "spec.template.spec.drivers[1].type: 'jumpstarter_driver_power.driver.QemuPower' is not a driver "
+        "type the class allows (the exporter imports and runs it where the instance runs); supported types: "
+        "jumpstarter_driver_network.driver.TcpNetwork, jumpstarter_driver_qemu.driver.Qemu, "
+        "jumpstarter_driver_serial.driver.QemuSerial, jumpstarter_driver_virtual_qemu.driver.VirtualQemu "
+        f"({provisioner}'s defaults; drivers in the class's annotation names others); JEP-0014's QemuPower "
+        "is the power of the QEMU driver: list jumpstarter_driver_qemu.driver.Qemu and, to have it at the "
+        "root, an entry {ref: <that driver's name>.power}",
+        f"spec.template.spec.drivers[2].type: {serial}"]
+
+
+def test_a_hint_is_its_provisioners():
+    """The QEMU advice for QemuPower is the QEMU provisioners': a Corellium
+    class, which allows no QEMU driver, refuses it without that advice."""
+    violation, = resolve(corellium_class(), with_drivers(QEMU_POWER))["violations"]
+    assert violation.endswith("(corellium.jumpstarter.dev's defaults; drivers in the class's annotation "
+                              "names others)")
+
+
 @pytest.mark.parametrize("resources, field", [
     ({"memory": "64Gi"}, "resources.memory"),
     ({"cpu": 64}, "resources.cpu"),

@@ -183,3 +183,58 @@ def test_a_fourth_provisioner_renders_its_own_pod_and_refuses_its_own_templates(
     # In place reuse keeps the exporter for the next lease, unless the
     # provisioner serves one lease only.
     assert "afterLease" in yaml.safe_load(secret["stringData"]["pool-0.yaml"])["hooks"]
+
+
+class _Bench(_Board):
+    """A fourth provisioner with a policy of its own: a ceiling on a
+    parameter, a hint for a driver type no package provides, and a driver
+    that its template may list only beside a board."""
+
+    name = "bench.example.com"
+    schema = Field("object", "bench parameters.", properties={
+        "serial": Field("string", "The board's serial number.", required=True),
+        "power": Field("object", "The bench supply.", properties={
+            "watts": Field("quantity", "Most the supply gives.")})})
+    default_driver_types = _Board.default_driver_types + ("example_driver_board.driver.BoardConsole",)
+    resource_ceilings = {("power", "watts"): (None, "max.power.watts")}
+    ceiling_by_default = True
+    driver_type_hints = {"example_driver_board.driver.OldBoard": "write example_driver_board.driver.Board"}
+
+    def allowed_driver_violation(self, drivers, index):
+        if drivers[index].get("type") != self.default_driver_types[1]:
+            return None
+        if any(d.get("type") == self.default_driver_types[0] for d in drivers):
+            return None
+        return f"spec.template.spec.drivers[{index}].type: a console needs a board"
+
+
+def test_a_fourth_provisioner_gives_its_own_ceilings_hints_and_driver_rules(monkeypatch):
+    """What a set may raise, what a refusal advises and which allowed entries
+    need another are the provisioner's answers: the set's policy
+    (pool/set_overrides) reads them and names no provisioner."""
+    monkeypatch.setitem(provisioners.REGISTRY, _Bench.name, _Bench())
+    vclass = {"metadata": {"name": "benches", "namespace": "ns", "annotations": {
+                  "virtualtarget.jumpstarter.dev/set-overridable": "max.power.watts=60"}},
+              "spec": {"provisioner": _Bench.name, "parameters": {"serial": "A1", "power": {"watts": "40"}}}}
+    console = {"type": "example_driver_board.driver.BoardConsole"}
+    exporter_set = {"metadata": {"name": "pool", "namespace": "ns"},
+                    "spec": {"parameters": {"power": {"watts": "100"}}, "template": {"spec": {"drivers": [
+                        console, {"type": "example_driver_board.driver.OldBoard"}, dict(console)]}}}}
+
+    assert set_overrides.allowable_fields(_Bench.name) == ["parameters.serial", "drivers", "max.power.watts"]
+    resolved = set_overrides.resolve(vclass, exporter_set)
+    assert resolved["parameters"] == {"serial": "A1", "power": {"watts": "40"}}
+    assert resolved["violations"] == [
+        "spec.parameters.power.watts: '100' is above what the class allows (the ceiling is '60'; "
+        "max.power.watts in the class's annotation raises it)",
+        "spec.template.spec.drivers[0].type: a console needs a board",
+        "spec.template.spec.drivers[1].type: 'example_driver_board.driver.OldBoard' is not a driver type "
+        "the class allows (the exporter imports and runs it where the instance runs); supported types: "
+        "example_driver_board.driver.Board, example_driver_board.driver.BoardConsole (bench.example.com's "
+        "defaults; drivers in the class's annotation names others); write example_driver_board.driver.Board",
+        "spec.template.spec.drivers[2].type: a console needs a board"]
+    # Within the ceiling and beside a board, nothing is refused.
+    exporter_set["spec"]["parameters"]["power"]["watts"] = "60"
+    exporter_set["spec"]["template"]["spec"]["drivers"][1] = {"type": "example_driver_board.driver.Board"}
+    resolved = set_overrides.resolve(vclass, exporter_set)
+    assert resolved["violations"] == [] and resolved["parameters"]["power"] == {"watts": "60"}
