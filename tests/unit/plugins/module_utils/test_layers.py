@@ -20,6 +20,11 @@ others. The top-level modules (``constants.py``, ``timeutil.py``,
 reason it is still there. The list can only shrink: an import it names that
 is gone fails the test until it is struck from the list, and an import
 against the layers that it does not name fails the test at once.
+
+The core (``pool/``, ``k8s/``) reads a provisioner through the registry:
+it names none, and of ``provisioners/`` it imports only the registry and
+the interface (``base.py``); the set's policy (``pool/set_overrides.py``)
+imports no backend's code either.
 """
 
 import ast
