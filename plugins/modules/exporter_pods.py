@@ -29,12 +29,13 @@ description:
   - With I(state=synced), re-renders the ExporterConfig of each named Exporter whose Pod runs
     (token, controller endpoint, CA, drivers) and compares it with its config Secret. One that
     differs is rewritten and its Pod deleted, so the next run starts the exporter afresh on the
-    new config (C(resynced)). This is done as a reset in place is: the Exporter is disabled while
-    no lease holds it from either side (resourceVersion precondition, marked C(retiring:
-    InPlaceReuse)), a fresh read must then see it disabled and unleased, and it is enabled again
+    new config (C(resynced)). This is done as a reset in place is. The Exporter is disabled
+    while no lease holds it from either side (resourceVersion precondition, annotated as retiring
+    for C(InPlaceReuse)); a fresh read must then see it disabled and unleased; it is enabled again
     after the restart. A leased one is left exactly as it is and returned in C(waiting); it is
     re-synced once its lease ends. A lease the controller gives between the checks keeps the
-    Exporter disabled and marked, and the pool resets it in place once that lease ends. Nothing is written without the controller CA
+    Exporter disabled and marked, and the pool resets it in place once that lease ends. Nothing
+    is written without the controller CA
     (I(controller_tls_ca) empty), so a run that could not read it never strips it.
   - Every config Secret written notes a digest of its inputs (the credential Secret's version
     standing for the token; annotation C(virtualtarget.jumpstarter.dev/config-inputs)), which
