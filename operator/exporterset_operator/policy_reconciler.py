@@ -31,9 +31,7 @@ class PolicyReconciler(CachedKindReconciler):
         if not policy.status_differs(esp.get("status"), wanted):
             return Result(path="fastpath")
         try:
-            pool_writes.write_policy_status(self.api_client, esp, wanted)
+            written = pool_writes.write_policy_status(self.api_client, esp, wanted)
         except ApiException as exc:
-            if exc.status == 404:
-                return Result(path="gone")
             raise ReconcileError(str(exc), path="policy") from exc
-        return Result(path="policy")
+        return Result(path="policy" if written.exists else "gone")

@@ -22,7 +22,8 @@ description:
     field) and carries C(observedGeneration). A C(Valid) condition that turns
     False is also recorded as a Warning Event on the class.
   - Writes are guarded by the class's resourceVersion and retried on a 409
-    Conflict with a fresh read.
+    Conflict with a fresh read; in check mode nothing is written and the
+    result says what would be.
 author:
   - Jumpstarter virtual exporters maintainers (@jumpstarter-dev)
 attributes:
@@ -83,15 +84,11 @@ status:
   type: dict
 """
 
-from datetime import UTC, datetime
-
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import pool_writes
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.client import (
     k8s_module,
     module_api_client,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import class_status
 
 
 def main():
@@ -103,31 +100,11 @@ def main():
         ),
         supports_check_mode=True,
     )
-    from kubernetes import client
-    from kubernetes.client.rest import ApiException
-
     name, namespace = module.params["name"], module.params["namespace"]
-    api = module_api_client(module)
-    if not module.check_mode:
-        result = pool_writes.sync_class(api, namespace, name, add_finalizer=module.params["add_finalizer"])
-        module.exit_json(changed=result["changed"], exists=result["exists"], sets=result["sets"],
-                         finalizers=result.get("finalizers"), status=result.get("status"))
-    custom = client.CustomObjectsApi(api)
-    try:
-        vclass = custom.get_namespaced_custom_object(
-            *constants.VIRTUAL_TARGET_CLASS.at(namespace), name)
-    except ApiException as exc:
-        if exc.status == 404:
-            module.exit_json(changed=False, exists=False, sets=[])
-        raise
-    sets = custom.list_namespaced_custom_object(
-        *constants.EXPORTER_SET.at(namespace))["items"]
-    names = class_status.sets_using(vclass, sets)
-    wanted = class_status.desired(vclass, names, datetime.now(UTC), module.params["add_finalizer"])
-    changed = wanted["finalizers"] != (vclass["metadata"].get("finalizers") or []) or (
-        wanted["status"] is not None and class_status.status_differs(vclass.get("status"), wanted["status"]))
-    module.exit_json(changed=changed, exists=True, sets=names, finalizers=wanted["finalizers"],
-                     status=wanted["status"])
+    result = pool_writes.sync_class(module_api_client(module), namespace, name,
+                                    add_finalizer=module.params["add_finalizer"], check_mode=module.check_mode)
+    module.exit_json(changed=result["changed"], exists=result["exists"], sets=result["sets"],
+                     finalizers=result.get("finalizers"), status=result.get("status"))
 
 
 if __name__ == "__main__":

@@ -22,14 +22,12 @@ ends the same way whichever of them runs it:
   precondition, retried on a 409 Conflict, and nothing written in check mode.
 """
 
-import time
-
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import guarded_write
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import status as k8s_status
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import lease_safety
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import plan as pool_plan
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.status import merge_conditions
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.timeutil import backoff_delay
 
 FINALIZER = constants.GROUP + "/teardown"
 RECLAIM_DELETE = "Delete"
@@ -49,7 +47,6 @@ REASON_NO_LEASES = "NoLeases"
 PLAN_OPTION_NAMES = ("burst", "startup_timeout", "offline_timeout", "failure_threshold",
                      "failure_backoff_base", "failure_backoff_max", "min_failing_duration",
                      "unschedulable_backoff_base", "unschedulable_backoff_max", "max_replicas_per_set")
-_ATTEMPTS = 5
 
 
 class LifecycleError(ValueError):
@@ -214,54 +211,21 @@ def failure_event(exporter_set, message):
 
 # -- writes ----------------------------------------------------------------------
 
-def _custom(api_client):
-    from kubernetes import client
-
-    return client.CustomObjectsApi(api_client)
-
-
-def _read_set(custom, exporter_set):
-    from kubernetes.client.rest import ApiException
-
-    meta = _meta(exporter_set)
-    try:
-        return custom.get_namespaced_custom_object(*constants.EXPORTER_SET.at(meta["namespace"]), meta["name"])
-    except ApiException as exc:
-        if exc.status == 404:
-            return None
-        raise
-
-
 def _write_fresh(api_client, exporter_set, body_for, status, check_mode):
     """Write what ``body_for(current)`` returns (None: nothing to change) on
     a fresh read of the set, with its resourceVersion as precondition, through
     the status subresource when ``status``; a 409 Conflict reads again and
-    retries. Returns whether the set changed (or would, in check mode)."""
-    from kubernetes.client.rest import ApiException
-
-    custom = _custom(api_client)
+    retries (``guarded_write``). Returns whether the set changed (or would,
+    in check mode)."""
     meta = _meta(exporter_set)
-    patch = custom.patch_namespaced_custom_object_status if status else custom.patch_namespaced_custom_object
-    for attempt in range(_ATTEMPTS):
-        current = _read_set(custom, exporter_set)
-        if current is None or (meta.get("uid") and current["metadata"].get("uid") != meta["uid"]):
-            return False
+
+    def plan(current):
         body = body_for(current)
-        if body is None:
-            return False
-        if check_mode:
-            return True
-        body["metadata"] = {**body.get("metadata", {}), "resourceVersion": current["metadata"]["resourceVersion"]}
-        try:
-            patch(*constants.EXPORTER_SET.at(meta["namespace"]), meta["name"], body)
-            return True
-        except ApiException as exc:
-            if exc.status == 404:
-                return False
-            if exc.status != 409 or attempt == _ATTEMPTS - 1:
-                raise
-            time.sleep(backoff_delay(attempt + 1, 0.05))
-    raise AssertionError("unreachable")
+        return None if body is None else guarded_write.Patch(body, status)
+
+    return guarded_write.read_modify_write(
+        api_client, constants.EXPORTER_SET, meta["namespace"], meta["name"], plan,
+        uid=meta.get("uid"), check_mode=check_mode).changed
 
 
 def _patch_finalizers(api_client, exporter_set, change, check_mode):

@@ -7,13 +7,14 @@ decides how it is configured.
 """
 
 import hashlib
-import time
 from datetime import UTC, datetime
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import core as k8s_core
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import guarded_write
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import status_compare
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.status import merge_conditions
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.timeutil import backoff_delay, format_time
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.timeutil import format_time
 
 COMPONENT = "exporterset-operator"
 
@@ -67,56 +68,31 @@ def status_with_outcome(status, current_status, outcome):
 
 
 def status_differs(current, desired):
-    """True when writing ``desired`` would change ``current``.
-
-    Conditions are compared without ``lastTransitionTime`` (that field only
-    moves when a status moves, which the comparison already sees).
-    """
-
-    def comparable(status):
-        status = dict(status or {})
-        status["conditions"] = sorted(
-            (
-                {k: v for k, v in c.items() if k != "lastTransitionTime"}
-                for c in status.get("conditions") or []
-            ),
-            key=lambda c: c["type"],
-        )
-        return status
-
-    return comparable(current) != comparable(desired)
+    """True when writing ``desired`` would change ``current`` (the one
+    comparison, ``pool/status_compare.py``: conditions without their
+    ``lastTransitionTime``, in any order)."""
+    return status_compare.status_differs(current, desired)
 
 
-def write_status(api_client, namespace, name, status, outcome=None, attempts=5):
+def write_status(api_client, namespace, name, status, outcome=None, attempts=guarded_write.ATTEMPTS):
     """Write ``status`` through the status subresource.
 
-    Guards with the object's resourceVersion and retries a 409 Conflict on a
-    fresh read, so a concurrent writer is never overwritten blindly. Returns
-    (changed, written status).
+    Guarded by the object's resourceVersion, a 409 Conflict retried on a
+    fresh read (``guarded_write``), so a concurrent writer is never
+    overwritten blindly. Returns (changed, written status); a set that is
+    gone is (False, None).
     """
-    from kubernetes import client
-    from kubernetes.client.rest import ApiException
+    def plan(current):
+        return guarded_write.status_patch(
+            current, status_with_outcome(status, current.get("status"), outcome))
 
-    api = client.CustomObjectsApi(api_client)
-    for attempt in range(attempts):
-        current = api.get_namespaced_custom_object(*constants.EXPORTER_SET.at(namespace), name)
-        desired = status_with_outcome(status, current.get("status"), outcome)
-        if not status_differs(current.get("status"), desired):
-            return False, current.get("status")
-        body = {
-            "metadata": {"resourceVersion": current["metadata"]["resourceVersion"]},
-            "status": desired,
-        }
-        try:
-            api.patch_namespaced_custom_object_status(
-                *constants.EXPORTER_SET.at(namespace), name, body
-            )
-            return True, desired
-        except ApiException as exc:
-            if exc.status != 409 or attempt == attempts - 1:
-                raise
-            time.sleep(backoff_delay(attempt + 1, 0.05))
-    raise AssertionError("unreachable")
+    written = guarded_write.read_modify_write(
+        api_client, constants.EXPORTER_SET, namespace, name, plan, attempts=attempts)
+    if not written.exists:
+        return False, None
+    if written.changed:
+        return True, written.patches[-1].body["status"]
+    return False, written.current.get("status")
 
 
 def patch_annotations(api_client, gvr, namespace, name, annotations):

@@ -30,6 +30,7 @@ client.
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants as c
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import provisioners
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import status_compare
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.parameters import (
     unknown_provisioner_message,
     validate_parameters,
@@ -141,12 +142,6 @@ def desired(vclass, set_names, now, add_finalizer=True):
 
 
 def status_differs(current, wanted):
-    """Whether writing ``wanted`` changes ``current`` (transition times aside)."""
-    def comparable(status):
-        status = dict(status or {})
-        status["conditions"] = sorted(
-            ({k: v for k, v in x.items() if k != "lastTransitionTime"}
-             for x in status.get("conditions") or []),
-            key=lambda x: x["type"])
-        return status
-    return comparable(current) != comparable(wanted)
+    """Whether writing ``wanted`` changes ``current`` (the one comparison,
+    ``pool/status_compare.py``: every field, transition times aside)."""
+    return status_compare.status_differs(current, wanted)

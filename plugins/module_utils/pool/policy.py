@@ -20,6 +20,7 @@ policy, or two policies naming one set, leave the set on the defaults with a
 """
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants as c
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import status_compare
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.status import (
     merge_conditions,
     with_set_healthy,
@@ -363,5 +364,7 @@ def desired_status(esp, policies, exporter_sets, now):
 
 
 def status_differs(current, wanted):
-    """Whether writing ``wanted`` changes ``current``."""
-    return {k: v for k, v in (current or {}).items() if k in wanted} != wanted
+    """Whether writing ``wanted`` changes ``current``: the one comparison
+    (``pool/status_compare.py``) over the fields the policy's status names
+    (it is merge-patched; transition times aside)."""
+    return status_compare.status_differs(current, wanted, wanted_keys_only=True)
