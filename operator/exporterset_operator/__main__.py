@@ -269,5 +269,20 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def entry() -> None:
+    """The process: ``main()``, then the end of the process itself.
+
+    The informers, the election and the metrics server are daemon threads
+    and may still be writing to the log: finalizing the interpreter with
+    them running can abort the process (SIGABRT on stderr's lock, seen as
+    exit -6 after a clean SIGTERM). So it ends here, the logs flushed.
+    """
+    code = main()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

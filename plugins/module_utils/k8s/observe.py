@@ -21,6 +21,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool
     lease_safety,
     policy,
     pool_index,
+    rollout,
     selectors,
     set_overrides,
 )
@@ -178,10 +179,17 @@ def _makes_backends(observed, plan):
 
 
 def running_exporters(observed):
-    """The enabled Exporters of a Pod-backed set whose own Pod exists: the
-    instances whose config a run re-syncs (``exporter_pods`` ``synced``)."""
+    """The enabled Exporters of a Pod-backed set whose own Pod exists and
+    that were made from the set's current template: the instances whose
+    config a run re-syncs (``exporter_pods`` ``synced``). One made from an
+    earlier template is the rollout's (pool/rollout.py): restarting it here
+    would take it out of the pool beside those the rollout takes, past its
+    ``maxUnavailable``, and start it on what its template no longer says."""
     if not provisioners.get(provisioner_of(observed)).has_pods:
         return []
+    resolved = observed.get("resolved")
+    current = rollout.template_hash(observed["class"], observed["set"], resolved["parameters"],
+                                    resolved["images"]) if resolved and observed.get("class") else None
     uids = {e["metadata"]["name"]: e["metadata"].get("uid") for e in observed["owned"]}
     with_pods = {
         _labels(p).get(constants.LABEL_EXPORTER) for p in observed["pods"]
@@ -193,6 +201,7 @@ def running_exporters(observed):
         if e["metadata"]["name"] in with_pods and not e["metadata"].get("deletionTimestamp")
         and constants.ANNOTATION_DORMANT not in (e["metadata"].get("annotations") or {})
         and (e.get("spec") or {}).get("enabled", True)
+        and not rollout.outdated(e["metadata"].get("annotations"), current)
     )
 
 

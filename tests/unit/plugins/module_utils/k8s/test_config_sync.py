@@ -47,6 +47,20 @@ def test_running_instances_are_the_enabled_ones_with_their_own_pod():
         observed_for(exporter_set(), exporters, members()[1], provisioner=c.PROVISIONER_QEMU_BAREMETAL)) == []
 
 
+def test_an_instance_made_from_an_earlier_template_is_the_rollouts_not_resynced():
+    """A class or template change makes a new config for every instance; the
+    outdated ones are replaced by the rollout, within its maxUnavailable,
+    not restarted by the re-sync as well."""
+    exporters, pods = members()
+    observed = observed_for(exporter_set(), exporters, pods)
+    current = k8s_observe.rollout.template_hash(observed["class"], observed["set"],
+                                                observed["resolved"]["parameters"], observed["resolved"]["images"])
+    exporters[0]["metadata"].setdefault("annotations", {})[c.ANNOTATION_TEMPLATE_HASH] = current
+    assert k8s_observe.running_exporters(observed_for(exporter_set(), exporters, pods)) == ["rpi4-0"]
+    exporters[0]["metadata"]["annotations"][c.ANNOTATION_TEMPLATE_HASH] = "0" * 16
+    assert k8s_observe.running_exporters(observed_for(exporter_set(), exporters, pods)) == []
+
+
 def test_a_sync_is_due_on_a_run_by_hand_and_every_interval_otherwise():
     exporters, pods = members()
     young = exporter_set()
