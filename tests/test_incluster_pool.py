@@ -356,7 +356,9 @@ def test_a_killed_qemu_is_reported_on_the_set_and_replaced(pool):
             pod = pool.core.read_namespaced_pod(replacement["metadata"]["name"], pool.namespace)
         except client.ApiException:
             return None
-        return pod.metadata.owner_references[0].uid == replacement["metadata"]["uid"] and pod
-    pod = wait_for(fresh_pod, timeout=60, interval=0.5, message="the replacement's Pod")
+        # Made by the operator, then bound by the scheduler: read once bound.
+        return (pod.metadata.owner_references[0].uid == replacement["metadata"]["uid"]
+                and pod.spec.node_name and pod)
+    pod = wait_for(fresh_pod, timeout=60, interval=0.5, message="the replacement's Pod, scheduled")
     assert pod.spec.node_name == pool.node.name
     print(f"QEMU killed -> replacement Pod in {time.monotonic() - killed:.1f} s")
