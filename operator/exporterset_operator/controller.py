@@ -74,7 +74,7 @@ class Controller:
         # a bookmark (about once a minute), so the server ends each watch
         # well inside the silence bound: a healthy but idle informer never
         # counts as silent.
-        watch_timeout = 300
+        watch_timeout = Informer.watch_timeout
         if watch_silence_timeout:
             watch_timeout = max(1, min(watch_timeout, int(watch_silence_timeout / 2)))
         for resource in RESOURCES:

@@ -257,13 +257,9 @@ class PodManager(ClusterModule):
         if existing is not None and _secret_text(existing) == secret["stringData"]:
             self._note_inputs(name, existing, secret)
             return
-        # Just before acting, on a fresh read: a leased exporter keeps the
+        # Just before acting, on fresh reads: a leased exporter keeps the
         # config it runs with until its lease ends. The restart follows the
         # reset's protocol (disabled first, then seen unleased).
-        if k8s_apply.lease_holders(self.api_client, self.p["exporterset"], name):
-            self.result["waiting"].append(name)
-            return
-
         def restart():
             try:
                 if existing is None:

@@ -90,13 +90,17 @@ def restart_unleased(api_client, exporterset, name, uid, restart, check_mode=Fal
     if current is None or current["metadata"].get("uid") != uid:
         return "gone"
     _, _, _, enabled, _, _ = lease_safety.read_exporter(current)
-    if enabled and not applier.disable(name, {constants.ANNOTATION_RETIRING: constants.RECYCLE_IN_PLACE_REUSE}):
-        return applier.held_why.get(name, "gone")
-    if check_mode:
-        return None
+    if enabled:
+        # The disable reads the Leases first: a leased Exporter is left as it is.
+        if not applier.disable(name, {constants.ANNOTATION_RETIRING: constants.RECYCLE_IN_PLACE_REUSE}):
+            return applier.held_why.get(name, "gone")
+        if check_mode:
+            return None  # nothing was disabled, so nothing more to read
     current = applier.safe_to_act(name, uid)
     if current is None:
         return applier.held_why.get(name, "gone")
+    if check_mode:
+        return None
     restart()
     if not enabled:
         return None
@@ -111,17 +115,6 @@ def restart_unleased(api_client, exporterset, name, uid, restart, check_mode=Fal
         if exc.status not in (404, 409):
             applier._fail(f"enabling Exporter {applier.namespace}/{name} again", exc)
     return None
-
-
-def lease_holders(api_client, exporterset, name):
-    """The leases holding Exporter ``name`` from either side, read now
-    (empty when it is free or gone): for a module about to restart its
-    backend (a config re-sync) to ask just before it acts."""
-    applier = PlanApplier(api_client, exporterset, check_mode=True)
-    current = applier._read_exporter(name)
-    if current is None:
-        return []
-    return lease_safety.LeaseView(applier._active_leases()).holders(current)
 
 
 class PlanApplier:

@@ -187,9 +187,7 @@ def running_exporters(observed):
     ``maxUnavailable``, and start it on what its template no longer says."""
     if not provisioners.get(provisioner_of(observed)).has_pods:
         return []
-    resolved = observed.get("resolved")
-    current = rollout.template_hash(observed["class"], observed["set"], resolved["parameters"],
-                                    resolved["images"]) if resolved and observed.get("class") else None
+    current = _template_hash(observed)
     uids = {e["metadata"]["name"]: e["metadata"].get("uid") for e in observed["owned"]}
     with_pods = {
         _labels(p).get(constants.LABEL_EXPORTER) for p in observed["pods"]
@@ -203,6 +201,18 @@ def running_exporters(observed):
         and (e.get("spec") or {}).get("enabled", True)
         and not rollout.outdated(e["metadata"].get("annotations"), current)
     )
+
+
+def _template_hash(observed):
+    """The hash of what the set's new instances are made from
+    (``rollout.template_hash``), None without a class; computed once per
+    observation (``running_exporters`` is asked several times a pass)."""
+    if "template_hash" not in observed:
+        resolved = observed.get("resolved")
+        observed["template_hash"] = rollout.template_hash(
+            observed["class"], observed["set"], resolved["parameters"],
+            resolved["images"]) if resolved and observed.get("class") else None
+    return observed["template_hash"]
 
 
 def config_sync_due(observed, exporter_set=None):
