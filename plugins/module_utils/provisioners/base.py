@@ -20,6 +20,11 @@ from dataclasses import dataclass, field
 # The run directory of an instance's Pod: an emptyDir its containers share
 # (the exporter's lease-end marker, a QEMU's sockets and serial log).
 POD_RUN_DIR = "/run/jumpstarter"
+# Written in the run directory by a Pod's exporter once its lease has ended
+# (``k8s/exporter_config.lease_end_hooks``); while it is there, an exporter
+# of that Pod does not register (``k8s/pod.py``'s guard). A reset in place
+# removes it once the VM is fresh (``Provisioner.reset_in_pod``).
+LEASE_ENDED_MARKER = "lease-ended"
 # The images the project builds (scripts/images, from images/*/Containerfile):
 # the exporter (jumpstarter 0.9.0 with the collection's VirtualQemu driver)
 # and the QEMU runtime, named as a local build names them and tagged with the
@@ -130,8 +135,13 @@ class Provisioner:
     # container makes and the exporter waits for before it registers.
     exporter_waits_for = ()
     # Its exporter serves one lease whatever the set's recycle strategy (an
-    # in-place reset is a fresh Pod): its config ends it with the lease.
+    # in-place reset is a fresh Pod or ``reset_in_pod``): its config ends it
+    # with the lease.
     serves_one_lease = False
+    # ``(container, argv)`` that resets the instance in its running Pod (run
+    # there through the API's exec); exit code 0 when it did. None: a reset
+    # in place is a fresh Pod.
+    reset_in_pod = None
 
     # --- What a set may change of its class (pool/set_overrides.py) -------
     # Parameter paths that receive or direct a class credential: {path: why}.
