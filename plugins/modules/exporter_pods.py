@@ -59,9 +59,17 @@ options:
   state:
     description:
       - Whether the instances' Pods and config Secrets should exist; C(synced) re-syncs the
-        config of running instances.
+        config of running instances; C(reset) resets the instances in place (InPlaceReuse).
+      - With C(reset), each instance whose Pod runs is reset where it runs when its provisioner
+        can (C(qemu.jumpstarter.dev) runs its reset command in QEMU's container through the API's
+        exec, which asks for C(pods/exec)): a fresh disk and a fresh QEMU, the same Pod, config
+        and Exporter, and the exporter serves again once the VM is fresh (C(reset)). An instance
+        that cannot be reset where it runs (no Pod, a Pod that ended, an exporter that still
+        serves, a failed exec) has its Pod and config Secret deleted as with C(absent), for a
+        later C(present) to start afresh, with a warning that says why. Lease safety is checked on
+        a fresh read just before, as for C(absent).
     type: str
-    choices: [present, absent, synced]
+    choices: [present, absent, synced, reset]
     default: present
 extends_documentation_fragment:
   - jumpstarter.virtual_exporters.attributes
@@ -120,12 +128,21 @@ noted:
   returned: always
   type: list
   elements: str
+reset:
+  description: With I(state=reset), Exporters whose instance was reset in its running Pod.
+  returned: always
+  type: list
+  elements: str
 """
 
 import base64
 from concurrent.futures import ThreadPoolExecutor
 
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants, exporterset_options
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (
+    constants,
+    exporterset_options,
+    provisioners,
+)
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import apply as k8s_apply
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import config_sync, credentials
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import objects as k8s_objects
@@ -138,6 +155,9 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.
 
 # Instances made or removed at once in one run (each is a few API calls).
 PARALLEL = 8
+# How long a reset in place may take, exec included (the provisioner's own
+# command waits for its backend within this).
+RESET_EXEC_SECONDS = 180
 
 
 def _secret_text(secret):
@@ -158,7 +178,7 @@ class PodManager(ClusterModule):
         self.namespace = self.p["exporterset"]["metadata"]["namespace"]
         self.provisioner = (self.p["virtual_target_class"].get("spec") or {}).get("provisioner", "")
         self.by_name = {e["metadata"]["name"]: e for e in self.p["owned_exporters"]}
-        self.result = {"created": [], "deleted": [], "waiting": [], "resynced": [], "noted": []}
+        self.result = {"created": [], "deleted": [], "waiting": [], "resynced": [], "noted": [], "reset": []}
 
     def _api_error(self, what, exc):
         raise InstanceError(f"{what}: {exc.status} {exc.reason}")
@@ -330,6 +350,41 @@ class PodManager(ClusterModule):
             if exc.status not in (404, 409):
                 self._api_error(f"deleting {self.namespace}/{meta['name']}", exc)
 
+    def reset(self, name):
+        """Reset the instance of Exporter ``name`` in its running Pod, or
+        remove its Pod and config Secret for a fresh one."""
+        exporter = self.by_name.get(name)
+        if exporter is None:
+            raise InstanceError(f"Exporter {self.namespace}/{name} is not among owned_exporters")
+        in_pod = provisioners.get(self.provisioner).reset_in_pod
+        pod = self._read("Pod", name) if in_pod else None
+        why = None
+        if in_pod is None:
+            why = None  # a fresh Pod is this provisioner's reset
+        elif pod is None or not k8s_objects.controlled_by(pod, exporter["metadata"].get("uid")):
+            why = "it has no Pod of its own"
+        elif pod["metadata"].get("deletionTimestamp") or (pod.get("status") or {}).get("phase") != "Running":
+            why = f"its Pod is {(pod.get('status') or {}).get('phase') or 'not running'}"
+        else:
+            # Lease safety, on a fresh read just before the reset (k8s/apply.py).
+            if k8s_apply.backend_held(self.api_client, self.p["exporterset"], name) is not None:
+                self.result["waiting"].append(name)
+                return
+            if self.module.check_mode:
+                self.result["reset"].append(name)
+                return
+            container, command = in_pod
+            code, output = self.core.exec(self.namespace, name, container, command, RESET_EXEC_SECONDS)
+            if code == 0:
+                self.result["reset"].append(name)
+                return
+            said = " ".join(output.split())[-300:] or "no output"
+            why = f"its reset in the Pod failed (exit code {code}: {said})"
+        if why:
+            self.module.warn(f"{self.namespace}/{name}: not reset in its running Pod, {why}; "
+                             f"a fresh Pod replaces it")
+        self.absent(name)
+
     def absent(self, name):
         from kubernetes.client.rest import ApiException
 
@@ -364,12 +419,13 @@ def main():
             **exporterset_options.PROVISIONER,
             images=dict(type="dict", default={}),
             controller_tls_ca=dict(type="str", default=""),
-            state=dict(type="str", choices=["present", "absent", "synced"], default="present"),
+            state=dict(type="str", choices=["present", "absent", "synced", "reset"], default="present"),
         ),
         supports_check_mode=True,
     )
     manager = PodManager(module)
-    act = {"present": manager.present, "absent": manager.absent, "synced": manager.synced}[module.params["state"]]
+    act = {"present": manager.present, "absent": manager.absent, "synced": manager.synced,
+           "reset": manager.reset}[module.params["state"]]
     names = module.params["exporters"]
     try:
         with ThreadPoolExecutor(max_workers=max(1, min(PARALLEL, len(names)))) as pool:
@@ -378,7 +434,8 @@ def main():
     except InstanceError as exc:
         module.fail_json(msg=str(exc), **{k: sorted(v) for k, v in manager.result.items()})
     result = {key: sorted(value) for key, value in manager.result.items()}
-    module.exit_json(changed=bool(result["created"] or result["deleted"] or result["resynced"] or result["noted"]),
+    module.exit_json(changed=bool(result["created"] or result["deleted"] or result["resynced"] or result["noted"]
+                                  or result["reset"]),
                      **result)
 
 

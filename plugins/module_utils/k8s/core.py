@@ -81,3 +81,34 @@ class CoreApi:
     def delete(self, kind, namespace, name, body=None, grace_period_seconds=None):
         query = None if grace_period_seconds is None else {"gracePeriodSeconds": grace_period_seconds}
         return self._request("DELETE", kind, namespace, name, body=body, query=query)
+
+    def exec(self, namespace, name, container, command, timeout):
+        """Run ``command`` (an argv) in ``container`` of Pod ``name`` through
+        the API server's exec (a WebSocket), waiting up to ``timeout`` seconds.
+
+        ``(exit code, output)``: the code is None when the command could not
+        be run or did not end in time (the output then says why).
+        """
+        from kubernetes.stream import ws_client
+
+        query = [("container", container), ("stdout", "true"), ("stderr", "true")]
+        query += [("command", arg) for arg in command]
+        _method, url, headers, _body, _post = self.api_client.param_serialize(
+            method="GET", resource_path=f"/api/v1/namespaces/{namespace}/pods/{name}/exec",
+            query_params=query, header_params={}, auth_settings=["BearerToken"])
+        try:
+            stream = ws_client.websocket_call(self.api_client.configuration, "GET", url, headers=headers,
+                                              _preload_content=False, _request_timeout=timeout)
+        except Exception as exc:  # the client wraps every failure to connect in an ApiException
+            return None, str(getattr(exc, "reason", None) or exc)
+        try:
+            stream.run_forever(timeout=timeout)
+            if stream.is_open():
+                return None, f"{stream.read_all()}(no end after {timeout} s)"
+            try:
+                code = stream.returncode  # read before read_all, which drops the status channel
+            except (KeyError, IndexError, TypeError, ValueError):
+                return None, f"{stream.read_all()}(no exit status)"
+            return code, stream.read_all()
+        finally:
+            stream.close()

@@ -18,15 +18,14 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool
     deep_merge,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.base import (
+    LEASE_ENDED_MARKER,
     named_drivers,
 )
 
 API_VERSION = "jumpstarter.dev/v1alpha1"
 KIND = "ExporterConfig"
-# Written in the instance's run directory by the exporter once its lease has
-# ended (``lease_end_hooks``); an exporter started again beside it (the
-# container restarted) sees it and never registers again (``k8s/pod.py``).
-LEASE_ENDED_MARKER = "lease-ended"
+# ``LEASE_ENDED_MARKER`` (provisioners/base.py) is written in the instance's
+# run directory by the exporter once its lease has ended (``lease_end_hooks``).
 
 
 def lease_end_hooks(run_dir):

@@ -33,6 +33,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import objects as k8s_objects
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.base import (
     DEFAULT_IMAGES,
+    LEASE_ENDED_MARKER,
     PodParts,
     named_drivers,
 )
@@ -124,30 +125,36 @@ def config_secret(exporter_set, exporter, provisioner, parameters, token, tls_ca
     }
 
 
-# The exporter container's command: ``jmp run``, unless the exporter of this
-# Pod has already seen its lease end (the marker its afterLease hook writes
-# into the run directory, an emptyDir that outlives the container). A
-# container the kubelet starts again after that (the qemu sidecar always
-# restarts) then waits for the Pod's end without registering, so the used VM
-# is never offered to a second lessee, however late the operator is.
+# The exporter container's command: ``jmp run`` under a guard. While the
+# marker its afterLease hook writes into the run directory (an emptyDir that
+# outlives the container) is there, the exporter of this Pod has seen its
+# lease end and does not register: ``jmp run`` ends with that lease, and the
+# guard waits, as does a container the kubelet starts again (a native
+# sidecar always restarts), so the used VM is never offered to a second
+# lessee, however late the operator is. The marker goes only with a reset of
+# the VM in this Pod (``Provisioner.reset_in_pod``); then ``jmp run`` starts
+# again on the fresh VM. Without a reset it stays until the Pod ends.
 # Before ``jmp run`` it waits for the sockets the provisioner names
 # (``exporter_waits_for``: QEMU's QMP socket), so an exporter that registers
 # has a backend to drive: the native sidecar starts before the backend's
-# container does.
+# container does. SIGTERM is passed on to ``jmp run``, which unregisters.
 _EXPORTER_GUARD = (
-    "trap 'kill $! 2>/dev/null; exit 0' TERM INT; "
+    "child=; trap '[ -n \"$child\" ] && kill -TERM $child 2>/dev/null && wait $child; exit 0' TERM INT; "
+    "while :; do "
     "if [ -e \"{marker}\" ]; then "
-    'echo "the lease of this instance has ended: not serving again"; '
-    'while :; do sleep 3600 & wait $!; done; fi; '
-    "for socket in {sockets}; do while [ ! -S \"$socket\" ]; do sleep 0.2 & wait $!; done; done; "
-    'exec "$@"'
+    'echo "the lease of this instance has ended: not serving again until its VM is reset"; fi; '
+    "while [ -e \"{marker}\" ]; do sleep 0.5 & child=$!; wait $child; done; "
+    "for socket in {sockets}; do while [ ! -S \"$socket\" ]; do sleep 0.2 & child=$!; wait $child; done; done; "
+    '"$@" & child=$!; wait $child; code=$?; child=; '
+    "[ -e \"{marker}\" ] || exit $code; "
+    "done"
 )
 
 
 def exporter_command(name, waits_for=()):
     """The exporter container's command (``sh -c`` guard, then ``jmp run``);
     ``waits_for`` names the sockets in the run directory to wait for."""
-    marker = f"{RUN_DIR}/{exporter_config.LEASE_ENDED_MARKER}"
+    marker = f"{RUN_DIR}/{LEASE_ENDED_MARKER}"
     sockets = " ".join(f'"{RUN_DIR}/{socket}"' for socket in waits_for)
     return ["/bin/sh", "-c", _EXPORTER_GUARD.format(marker=marker, sockets=sockets), "exporter",
             "jmp", "run", "--exporter-config", f"{CONFIG_DIR}/{name}.yaml"]

@@ -2,8 +2,12 @@
 
 The exporter is a native sidecar of the Pod and QEMU its main container
 (k8s/pod.py renders the Pod, asking this provisioner for its parts). The Pod
-is the whole instance: it goes with its Exporter, an in-place reset is a
-fresh Pod, and it ends with QEMU. A set's resources have no ceiling unless
+is the whole instance: it goes with its Exporter and it ends with QEMU. An
+in-place reset (InPlaceReuse) gives the running Pod a fresh VM: QEMU's
+container runs QEMU under a small supervisor (``RUNTIME_SUPERVISOR``) that,
+asked by the reset command the operator runs in the container
+(``reset_in_pod``), stops QEMU, makes a fresh disk and starts QEMU again;
+a QEMU that ends unasked ends the container, and so the Pod. A set's resources have no ceiling unless
 the class names one (the namespace's quota and the class's
 ``scheduling.resources`` bound them).
 
@@ -15,11 +19,14 @@ refused (``guest_network_violations``).
 Pure: no I/O.
 """
 
+import shlex
+
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners import (
     qemu_common,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.base import (
+    LEASE_ENDED_MARKER,
     POD_RUN_DIR,
     Field,
     named_drivers,
@@ -38,6 +45,62 @@ GUEST_SSH_PORT = 22
 FORWARD_BASE_PORT = 22000
 FORWARD_HOST = "127.0.0.1"
 
+# The file in the run directory that asks the supervisor for a fresh VM.
+RESET_REQUEST = "reset-requested"
+# How long the reset command waits for the fresh QEMU's QMP socket.
+RESET_TIMEOUT_SECONDS = 120
+
+# QEMU's container: the supervisor is PID 1 and QEMU ("$@") its child.
+# SIGTERM (the Pod's end) is passed on to QEMU and the container ends with
+# it. SIGUSR1 (the reset command) stops QEMU too; once it has ended with the
+# reset file present, the supervisor removes the old sockets, makes a fresh
+# disk ({disk}), removes the reset file and starts QEMU again. A QEMU that
+# ends without being asked (crashed, killed, powered off) ends the
+# container with QEMU's code: the Pod ends and the instance is replaced,
+# never started again on a used disk.
+RUNTIME_SUPERVISOR = (
+    'run="{run}"; qemu=; term=; '
+    "trap 'term=1; [ -n \"$qemu\" ] && kill -TERM $qemu 2>/dev/null' TERM INT; "
+    "trap '[ -n \"$qemu\" ] && kill -TERM $qemu 2>/dev/null' USR1; "
+    "while :; do "
+    'rm -f "$run/{qmp}" "$run/{serial}"; '
+    '"$@" & qemu=$!; '
+    "while :; do wait $qemu; code=$?; kill -0 $qemu 2>/dev/null || break; done; "
+    'if [ -n "$term" ] || [ ! -e "$run/{reset}" ]; then exit $code; fi; '
+    'echo "reset in place: a fresh disk and a fresh QEMU"; '
+    'rm -f "$run/{qmp}" "$run/{serial}"; '
+    "{disk}"
+    'rm -f "$run/{reset}"; '
+    "done"
+)
+
+# The reset command, run in QEMU's container once the Exporter is disabled
+# and unleased (a fresh read, k8s/apply.py): only an instance whose exporter
+# has ended with its lease (the marker its afterLease hook wrote, so no
+# ``jmp run`` drives the VM) is reset; the supervisor is asked, the command
+# waits for the fresh QEMU's QMP socket and then removes the marker, which
+# lets the exporter's guard (k8s/pod.py) serve the fresh VM. Any other exit
+# code than 0 means no reset was made: the caller replaces the Pod.
+RESET_COMMAND = (
+    'run="{run}"; '
+    'if [ ! -e "$run/{marker}" ]; then echo "no ended lease to reset from"; exit 3; fi; '
+    'touch "$run/{reset}" && kill -USR1 1 || exit 4; '
+    "waited=0; "
+    'while [ -e "$run/{reset}" ] || [ ! -S "$run/{qmp}" ]; do '
+    'if [ $waited -ge {timeout} ]; then echo "QEMU did not start again in {seconds} s"; exit 5; fi; '
+    "sleep 0.1; waited=$((waited + 1)); done; "
+    'rm -f "$run/{marker}"; echo "reset"'
+)
+
+
+def runtime_command(qemu, disk):
+    """QEMU's container command: the supervisor around ``qemu`` (an argv),
+    making a fresh disk with ``disk`` (an argv, or None) on each reset."""
+    make_disk = f"{shlex.join(disk)} || exit 1; " if disk else ""
+    script = RUNTIME_SUPERVISOR.format(run=POD_RUN_DIR, qmp=qemu_argv.QMP_SOCKET, serial=qemu_argv.SERIAL_SOCKET,
+                                       reset=RESET_REQUEST, disk=make_disk)
+    return ["/bin/sh", "-c", script, "qemu", *qemu]
+
 
 class QemuPod(qemu_common.QemuProvisioner):
     name = constants.PROVISIONER_QEMU
@@ -47,13 +110,19 @@ class QemuPod(qemu_common.QemuProvisioner):
 
     has_pods = True
     removed_with_exporter = True
+    # A Pod that cannot be reset where it runs is replaced by a fresh one.
     resets_with_fresh_pod = True
 
     # QEMU that ends is not started again on the used disk: the Pod ends.
     pod_restart_policy = "Never"
-    # A reset in place is a fresh Pod (roles/qemu_pod/tasks/reset.yml), so the
-    # used VM never takes a second lease.
+    # Its exporter ends with each lease and serves again only once the VM
+    # is reset in place (the marker gone) or never, in a Pod that is
+    # replaced: the used VM never takes a second lease.
     serves_one_lease = True
+    # The container that resets the VM in a running Pod, and its command.
+    reset_in_pod = ("qemu", ["/bin/sh", "-c", RESET_COMMAND.format(
+        run=POD_RUN_DIR, marker=LEASE_ENDED_MARKER, reset=RESET_REQUEST, qmp=qemu_argv.QMP_SOCKET,
+        timeout=RESET_TIMEOUT_SECONDS * 10, seconds=RESET_TIMEOUT_SECONDS)])
     # An exporter registers once QEMU listens on QMP: never Online (and so
     # leased) before the VM it drives exists.
     exporter_waits_for = (qemu_argv.QMP_SOCKET,)
@@ -86,8 +155,10 @@ class QemuPod(qemu_common.QemuProvisioner):
             "qemu",
             pod.images["runtime"],
             {
-                "command": qemu_argv.qemu_argv(pod.parameters, run_dir=POD_RUN_DIR, name=pod.name, accel=pod.accel,
-                                               port_forwards=guest_port_forwards(pod.drivers)),
+                "command": runtime_command(
+                    qemu_argv.qemu_argv(pod.parameters, run_dir=POD_RUN_DIR, name=pod.name, accel=pod.accel,
+                                        port_forwards=guest_port_forwards(pod.drivers)),
+                    disk_argv),
                 "volumeMounts": runtime_mounts,
             },
         )

@@ -89,7 +89,9 @@ def test_exporter_is_a_native_sidecar_after_the_disk_init():
 
 def test_runtime_runs_qemu_on_the_shared_sockets():
     (runtime,) = render()["spec"]["containers"]
-    command = runtime["command"]
+    # QEMU under its supervisor: `sh -c SCRIPT qemu` and QEMU's argv as "$@".
+    assert runtime["command"][:2] == ["/bin/sh", "-c"] and runtime["command"][3] == "qemu"
+    command = runtime["command"][4:]
     assert runtime["name"] == "qemu"
     assert command[0] == "qemu-system-x86_64"
     assert "q35,accel=kvm" in command
@@ -342,3 +344,148 @@ def test_a_qemu_that_ends_ends_its_pod():
     assert next(c for c in spec["initContainers"] if c["name"] == "exporter")["restartPolicy"] == "Always"
     corellium = k8s_pod.instance_pod(EXPORTER_SET, CLASS, EXPORTER, "corellium.jumpstarter.dev", {}, {})
     assert corellium["spec"]["restartPolicy"] == "Always"
+
+
+def _mapped(argv, run_dir):
+    return [arg.replace(k8s_pod.RUN_DIR, run_dir) for arg in argv]
+
+
+# What stands in for QEMU under the supervisor: it notes its start and the
+# disk it found, listens on its QMP socket and runs until SIGTERM, or ends
+# with code 7 once the file "crash" appears.
+FAKE_QEMU = """
+import os, signal, socket, sys, time
+run = sys.argv[1]
+with open(os.path.join(run, "starts"), "a") as starts:
+    starts.write(open(os.path.join(run, "disk.qcow2")).read().strip() + "\\n")
+listener = socket.socket(socket.AF_UNIX)
+listener.bind(os.path.join(run, "qmp.sock"))
+listener.listen()
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+while not os.path.exists(os.path.join(run, "crash")):
+    time.sleep(0.05)
+sys.exit(7)
+"""
+
+
+def _supervised(tmp_path):
+    """QEMU's container command as rendered, run by a real /bin/sh with the
+    run directory mapped to ``tmp_path``: the fake QEMU for QEMU and a
+    fresh-disk writer for ``qemu-img``; and the reset command, aimed at that
+    supervisor instead of a container's PID 1."""
+    import subprocess
+    import sys
+
+    from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import provisioners
+
+    run_dir = str(tmp_path)
+    (runtime,) = render()["spec"]["containers"]
+    script = _mapped([runtime["command"][2]], run_dir)[0]
+    disk = next(c for c in render()["spec"]["initContainers"] if c["name"] == "disk")["command"]
+    import shlex
+
+    assert shlex.join(_mapped(disk, run_dir)) in script
+    # The rendered fresh-disk step (qemu-img create ...) writes "fresh" instead.
+    script = script.replace(shlex.join(_mapped(disk, run_dir)), f"sh -c 'echo fresh > {run_dir}/disk.qcow2'")
+    (tmp_path / "disk.qcow2").write_text("first\n")
+    supervisor = subprocess.Popen(["/bin/sh", "-c", script, "qemu", sys.executable, "-c", FAKE_QEMU, run_dir])
+    container, command = provisioners.get("qemu.jumpstarter.dev").reset_in_pod
+    assert container == "qemu" and command[:2] == ["/bin/sh", "-c"]
+    reset = _mapped(command, run_dir)
+    assert "kill -USR1 1 " in reset[2]
+    reset[2] = reset[2].replace("kill -USR1 1 ", f"kill -USR1 {supervisor.pid} ")
+    return supervisor, reset
+
+
+def _wait_for(condition, timeout=10.0):
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def test_reset_in_the_pod_gives_a_fresh_disk_and_qemu_and_lets_the_exporter_serve(tmp_path):
+    """InPlaceReuse in the running Pod, with a real /bin/sh: once the
+    exporter has ended with its lease (the marker), the reset command asks
+    QEMU's supervisor, which stops QEMU, writes a fresh disk and starts QEMU
+    again; the command returns once the new QMP socket listens and then
+    removes the marker. The supervisor and its container stay up."""
+    import subprocess
+
+    supervisor, reset = _supervised(tmp_path)
+    try:
+        _wait_for(lambda: (tmp_path / "qmp.sock").exists())
+        (tmp_path / "disk.qcow2").write_text("used by the first lessee\n")
+        (tmp_path / "lease-ended").touch()
+        done = subprocess.run(reset, capture_output=True, text=True, timeout=30)
+        assert done.returncode == 0 and done.stdout.strip().endswith("reset"), done
+        assert not (tmp_path / "lease-ended").exists() and not (tmp_path / "reset-requested").exists()
+        assert (tmp_path / "starts").read_text().split() == ["first", "fresh"]
+        assert (tmp_path / "qmp.sock").exists() and supervisor.poll() is None
+    finally:
+        supervisor.terminate()
+    assert supervisor.wait(timeout=10) == 0
+
+
+def test_reset_in_the_pod_refuses_an_instance_whose_exporter_still_serves(tmp_path):
+    """No marker, no reset: an exporter that has not ended with a lease may
+    be driving the VM; the command says so (code 3) and QEMU is untouched."""
+    import subprocess
+
+    supervisor, reset = _supervised(tmp_path)
+    try:
+        _wait_for(lambda: (tmp_path / "qmp.sock").exists())
+        done = subprocess.run(reset, capture_output=True, text=True, timeout=30)
+        assert done.returncode == 3 and "no ended lease" in done.stdout, done
+        assert (tmp_path / "starts").read_text().split() == ["first"]
+        assert not (tmp_path / "reset-requested").exists()
+    finally:
+        supervisor.terminate()
+        supervisor.wait(timeout=10)
+
+
+def test_a_qemu_that_ends_unasked_ends_its_container_with_its_code(tmp_path):
+    """QEMU ending without a reset asked (a crash) ends the supervisor, and so
+    the container and (restartPolicy Never) the Pod, with QEMU's code: it is
+    never started again on the used disk."""
+    supervisor, _reset = _supervised(tmp_path)
+    try:
+        _wait_for(lambda: (tmp_path / "qmp.sock").exists())
+        (tmp_path / "crash").touch()
+        assert supervisor.wait(timeout=10) == 7
+        assert (tmp_path / "starts").read_text().split() == ["first"]
+    finally:
+        supervisor.kill()
+
+
+def test_the_exporter_serves_again_once_the_reset_removes_the_marker(tmp_path):
+    """The exporter's guard, with a real /bin/sh: ``jmp run`` (here `echo`)
+    ends with the lease and the marker is there, so the guard waits; once
+    the reset removes the marker, it starts ``jmp run`` again."""
+    import socket
+    import subprocess
+
+    run_dir = str(tmp_path)
+    exporter = next(c for c in render()["spec"]["initContainers"] if c["name"] == "exporter")
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(tmp_path / "qmp.sock"))
+    # `jmp run` stands in as a shell that notes each start and, the first
+    # time, ends as a lease's end does: the hook's marker, exit code 1.
+    starts = tmp_path / "starts"
+    jmp = ["/bin/sh", "-c", f'echo run >> {starts}; [ -e {starts}.1 ] && exit 0; '
+                            f'touch {starts}.1 {run_dir}/lease-ended; exit 1', "jmp"]
+    log = tmp_path / "guard.log"
+    with open(log, "w") as out:
+        guard = subprocess.Popen(_mapped(exporter["command"][:-4], run_dir) + jmp, stdout=out,
+                                 stderr=subprocess.STDOUT)
+    try:
+        _wait_for(lambda: "not serving again" in log.read_text())
+        assert starts.read_text().split() == ["run"] and guard.poll() is None
+        (tmp_path / "lease-ended").unlink()
+        assert guard.wait(timeout=10) == 0
+        assert starts.read_text().split() == ["run", "run"]
+    finally:
+        guard.kill()
+        listener.close()
