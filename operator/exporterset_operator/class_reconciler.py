@@ -1,10 +1,12 @@
 """The VirtualTargetClass reconciler: the class's finalizer (kept while a
 set names it) and its status (its sets, whether its parameters are valid);
-the rules are pool/class_status.py's."""
+the rules are pool/class_status.py's, the pass the core's
+(k8s/reconcile_pass.py ``class_pass``, which the reconcile role's run by
+hand makes too), here on the informer caches."""
 
 from __future__ import annotations
 
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import pool_writes
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import reconcile_pass
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import class_status
 from kubernetes.client.rest import ApiException
 
@@ -39,20 +41,11 @@ class ClassReconciler(CachedKindReconciler):
             return Result(path="gone")
         if not serves_class(vclass, self.provisioners):
             return Result(path="skipped")
-        names = class_status.sets_using(vclass, self.caches["ExporterSet"].list(namespace))
-        wanted = class_status.desired(vclass, names, self.clock())
-        finalizers = vclass["metadata"].get("finalizers") or []
-        status_stale = wanted["status"] is not None and class_status.status_differs(
-            vclass.get("status"), wanted["status"])
-        if not status_stale and wanted["finalizers"] == finalizers:
-            return Result(path="fastpath")
-        # Releasing the class is decided on a fresh list of its sets, not the
-        # cache: a set created a moment ago still holds it.
-        releasing = class_status.FINALIZER in finalizers and class_status.FINALIZER not in wanted["finalizers"]
         try:
-            pool_writes.sync_class(self.api_client, namespace, name,
-                                   None if releasing else self.caches["ExporterSet"].list(namespace),
-                                   now=self.clock(), vclass=vclass)
+            written = reconcile_pass.class_pass(self.api_client, vclass,
+                                                self.caches["ExporterSet"].list(namespace), self.clock())
         except ApiException as exc:
             raise ReconcileError(str(exc), path="class") from exc
+        if written is None:
+            return Result(path="fastpath")
         return Result(path="class")

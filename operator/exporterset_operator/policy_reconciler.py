@@ -1,12 +1,13 @@
 """The ExporterSetPolicy reconciler: a policy's status, the set it is in
-force for and its ``Valid`` condition (pool/policy.py). Written by the
+force for and its ``Valid`` condition (pool/policy.py), as the core's
+``policy_pass`` (k8s/reconcile_pass.py) writes it on the informer caches
+(a run of the reconcile role by hand writes it too). Written by the
 operator that serves the set's class (by every one while there is no such
 set or class: the same status, guarded by resourceVersion)."""
 
 from __future__ import annotations
 
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import pool_writes
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import policy
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import reconcile_pass
 from kubernetes.client.rest import ApiException
 
 from .class_reconciler import CachedKindReconciler, serves_class
@@ -26,12 +27,12 @@ class PolicyReconciler(CachedKindReconciler):
             namespace, (the_set.get("spec") or {}).get("virtualTargetClassName") or "")
         if vclass and not serves_class(vclass, self.provisioners):
             return Result(path="skipped")
-        wanted = policy.desired_status(esp, self.caches["ExporterSetPolicy"].list(namespace),
-                                       self.caches["ExporterSet"].list(namespace), self.clock())
-        if not policy.status_differs(esp.get("status"), wanted):
-            return Result(path="fastpath")
         try:
-            written = pool_writes.write_policy_status(self.api_client, esp, wanted)
+            written = reconcile_pass.policy_pass(
+                self.api_client, esp, self.caches["ExporterSetPolicy"].list(namespace),
+                self.caches["ExporterSet"].list(namespace), self.clock())
         except ApiException as exc:
             raise ReconcileError(str(exc), path="policy") from exc
+        if written.exists and not written.changed:
+            return Result(path="fastpath")
         return Result(path="policy" if written.exists else "gone")

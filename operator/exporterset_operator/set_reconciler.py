@@ -25,6 +25,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import (
     controller_ca,
     lifecycle,
+    reconcile_pass,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import objects as k8s_objects
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import observe as k8s_observe
@@ -180,8 +181,11 @@ class SetReconciler:
 
     def _variables(self, exporter_set, observed, plan, teardown=False) -> dict:
         """Extra vars of a run: the entry's vars (the finalizer's too on
-        teardown), then the set as the SDK passes it."""
-        variables = k8s_observe.playbook_variables(exporter_set, observed, plan, teardown=teardown)
+        teardown), then the set as the SDK passes it. The operator records
+        the outcome, the class's and the policies' status itself (in process,
+        k8s/reconcile_pass.py): the run leaves them to it."""
+        variables = {**k8s_observe.playbook_variables(exporter_set, observed, plan, teardown=teardown),
+                     "reconcile_records": reconcile_pass.RECORDED_BY_OPERATOR}
         if self.watch is None:
             return variables
         if not self.watch.snake_case_parameters:
@@ -229,8 +233,7 @@ class SetReconciler:
         if self.config_inputs is not None and registry.get(provisioner).has_pods:
             # From now on a change of an instance's token or CA brings the set back.
             self.config_inputs.watch(namespace)
-        if lifecycle.needs_finalizer(exporter_set, vclass, self.finalizer):
-            lifecycle.add_finalizer(self.api_client, exporter_set, self.finalizer)
+        reconcile_pass.keep_finalizer(self.api_client, exporter_set, self.finalizer, has_class=vclass is not None)
 
         # A terminating Exporter counts as gone: the plan skips it, and an
         # orphaning delete keeps it until the garbage collector is done.
@@ -379,9 +382,8 @@ class SetReconciler:
         """
         if write_outcome is None:
             write_outcome = self.manage_status
-        applier = k8s_apply.PlanApplier(self.api_client, exporter_set, write_outcome=write_outcome)
-        applier.apply_plan(plan, provisioner or "")
-        return {**applier.result, "versions": dict(applier.versions)}
+        applier = reconcile_pass.pool_applier(self.api_client, exporter_set, write_outcome=write_outcome)
+        return reconcile_pass.apply_pool(applier, plan, provisioner)
 
     def _run_playbook(self, key, exporter_set, observed, backend_plan, plan) -> None:
         """The reconcile playbook with the backends' part of the plan."""
@@ -430,14 +432,9 @@ class SetReconciler:
             self.metrics.failures.labels(namespace, name).inc(len(failed))
 
     def _report_failure(self, exporter_set: dict, plan: dict, message: str) -> None:
-        meta = exporter_set["metadata"]
         try:
-            if self.manage_status:
-                k8s_status.write_status(
-                    self.api_client, meta["namespace"], meta["name"], plan["status"],
-                    outcome=lifecycle.outcome(exporter_set, message),
-                )
-            k8s_status.emit_events(self.api_client, exporter_set, [lifecycle.failure_event(exporter_set, message)])
+            reconcile_pass.record_outcome(self.api_client, exporter_set, message, status=plan["status"],
+                                          write_condition=self.manage_status)
         except ApiException as exc:
             log.warning("could not report failure", extra={"error": str(exc)[:300]})
 

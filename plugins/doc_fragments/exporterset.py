@@ -45,3 +45,19 @@ options:
     type: dict
     default: {}
 """
+
+    # Who records a reconcile's outcome, its class's status and finalizer and
+    # its policies' status (plugins/module_utils/exporterset_options.py).
+    RECORDS = r"""
+options:
+  records:
+    description:
+      - Who records the outcome of the reconcile, the status and in-use finalizer of the set's
+        class and the status of the ExporterSetPolicies naming the set.
+      - C(run) - this run does (the reconcile playbook run by hand or by an AWX job).
+      - C(operator) - nothing is recorded here; the operator that started the run records them
+        in process (C(plugins/module_utils/k8s/reconcile_pass.py)).
+    type: str
+    choices: [run, operator]
+    default: run
+"""

@@ -16,3 +16,13 @@ PROVISIONER = dict(
     exporters=dict(type="list", elements="str", required=True),
     parameters=dict(type="dict", default={}),
 )
+
+# Who records a reconcile's outcome, the status and in-use finalizer of its
+# class and the status of the ExporterSetPolicies naming it: the run itself
+# ("run": by hand, an AWX job), or the operator that started the run
+# ("operator": it records them in process, k8s/reconcile_pass.py).
+RECORDED_BY_RUN = "run"
+RECORDED_BY_OPERATOR = "operator"
+RECORDS = dict(
+    records=dict(type="str", choices=[RECORDED_BY_RUN, RECORDED_BY_OPERATOR], default=RECORDED_BY_RUN),
+)

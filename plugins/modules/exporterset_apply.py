@@ -43,7 +43,9 @@ description:
   - With I(outcome), only the outcome of the whole reconcile is recorded - C(Successful)
     (reason C(LastReconcileSucceeded)) once everything, backends included, is done, or
     C(Failure) (reason C(ReconcileFailed)) with I(failure_message) and a Warning Event; a set
-    being deleted gets a C(TeardownFailed) Event and no condition.
+    being deleted gets a C(TeardownFailed) Event and no condition. A C(Successful) run then
+    writes, as the operator does, the finalizer and status of the set's class and the status
+    of the ExporterSetPolicies naming the set. With I(records=operator) nothing is recorded.
   - Writes are batched into one module run, which matters because every module
     run costs a Python start.
   - The status write is guarded by the object's resourceVersion and retried
@@ -123,9 +125,17 @@ options:
         whose backends were released); the others are held. Unset, the confirmation is made here.
     type: list
     elements: str
+  add_class_finalizer:
+    description:
+      - With I(outcome=Successful) and I(records=run), add the in-use finalizer to the set's class
+        (the class's status is always written, and an unused class released).
+      - Only where an operator runs that removes it once the class's last set is deleted.
+    type: bool
+    default: false
 extends_documentation_fragment:
   - jumpstarter.virtual_exporters.attributes
   - jumpstarter.virtual_exporters.kubernetes
+  - jumpstarter.virtual_exporters.exporterset.records
 """
 
 EXAMPLES = r"""
@@ -210,14 +220,21 @@ outcome_changed:
   description: With I(outcome), whether the outcome condition was written.
   returned: when outcome is not none
   type: bool
+class_changed:
+  description: With I(outcome), whether the finalizer or status of the set's class was written.
+  returned: when outcome is not none
+  type: bool
+policies_changed:
+  description: With I(outcome), the names of the ExporterSetPolicies whose status was written.
+  returned: when outcome is not none
+  type: list
+  elements: str
 """
 
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import lifecycle
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import exporterset_options
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import lifecycle, reconcile_pass
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import status as k8s_status
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.apply import (
-    ApplyError,
-    PlanApplier,
-)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.apply import ApplyError
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.client import (
     k8s_module,
     module_api_client,
@@ -230,21 +247,17 @@ except ImportError:  # reported by k8s_module, which needs the kubernetes client
 
 
 def record_outcome(module, api_client, exporter_set):
-    """The outcome of the whole reconcile (``outcome``), after everything else ran."""
-    check = module.check_mode
-    if module.params["outcome"] == "Successful":
-        changed = False
-        if not lifecycle.deleting(exporter_set):
-            changed = lifecycle.write_outcome(api_client, exporter_set, lifecycle.outcome(exporter_set), check)
-        return {"changed": changed, "outcome_changed": changed, "events": 0}
-    message = module.params["failure_message"] or "the reconcile failed"
-    changed = False
-    if not lifecycle.deleting(exporter_set):
-        changed = lifecycle.write_outcome(api_client, exporter_set, lifecycle.outcome(exporter_set, message), check)
-    events = 0
-    if not check:
-        events = k8s_status.emit_events(api_client, exporter_set, [lifecycle.failure_event(exporter_set, message)])
-    return {"changed": True, "outcome_changed": changed, "events": events}
+    """What the run records once everything else ran (``outcome``): the
+    core's ``finish`` (k8s/reconcile_pass.py), by who records (``records``)."""
+    failed = module.params["outcome"] == "Failure"
+    result = reconcile_pass.finish(
+        api_client, exporter_set, records=module.params["records"],
+        error=(module.params["failure_message"] or "the reconcile failed") if failed else None,
+        write_condition=module.params["write_outcome"], add_class_finalizer=module.params["add_class_finalizer"],
+        check_mode=module.check_mode)
+    result["policies_changed"] = result.pop("policies")
+    result["class_changed"] = bool((result.pop("class") or {}).get("changed"))
+    return result
 
 
 def main():
@@ -261,6 +274,8 @@ def main():
             finalizer=dict(type="str", default=""),
             outcome=dict(type="str", choices=["none", "Successful", "Failure"], default="none"),
             failure_message=dict(type="str", default=""),
+            add_class_finalizer=dict(type="bool", default=False),
+            **exporterset_options.RECORDS,
         ),
         supports_check_mode=True,
     )
@@ -274,12 +289,8 @@ def main():
             meta = exporterset.get("metadata") or {}
             module.fail_json(msg=f"recording the outcome on ExporterSet {meta.get('namespace')}/{meta.get('name')}: "
                                  f"{exc.status} {exc.reason}")
-    applier = PlanApplier(
-        api_client,
-        exporterset,
-        check_mode=module.check_mode,
-        write_outcome=module.params["write_outcome"],
-    )
+    applier = reconcile_pass.pool_applier(api_client, exporterset, write_outcome=module.params["write_outcome"],
+                                          check_mode=module.check_mode)
     try:
         if module.params["confirm_only"] and module.params["teardown"] != "none":
             releasable = applier.confirm_teardown(module.params["teardown"], module.params["owned_exporters"])
@@ -302,9 +313,10 @@ def main():
                                                 module.check_mode)
         else:
             if finalizer:
-                finalizer_changed = _finalizers(lifecycle.add_finalizer, api_client, exporterset, finalizer,
+                # exporterset_info names the finalizer only for a set whose class exists or that has it.
+                finalizer_changed = _finalizers(reconcile_pass.keep_finalizer, api_client, exporterset, finalizer,
                                                 module.check_mode)
-            applier.apply_plan(module.params["plan"], module.params["provisioner"])
+            reconcile_pass.apply_pool(applier, module.params["plan"], module.params["provisioner"])
     except ApplyError as exc:
         module.fail_json(msg=str(exc), **applier.result)
     module.exit_json(changed=applier.changed() or finalizer_changed, finalizer_changed=finalizer_changed,

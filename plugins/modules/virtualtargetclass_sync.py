@@ -10,7 +10,8 @@ version_added: 0.1.0
 description:
   - Reads a VirtualTargetClass and the ExporterSets of its namespace, and
     writes what the operator writes for it (C(plugins/module_utils/pool/class_status.py)),
-    so the reconcile playbook run by hand treats classes as the operator does.
+    with the same core (C(plugins/module_utils/k8s/reconcile_pass.py)) that the reconcile
+    role's C(exporterset_apply) records the class with once a run by hand succeeds.
   - While any ExporterSet names the class (one being deleted included) the
     class carries the finalizer C(virtualtarget.jumpstarter.dev/in-use); once
     none does the finalizer is removed, and a class deleted meanwhile goes.
@@ -84,7 +85,7 @@ status:
   type: dict
 """
 
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import pool_writes
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import reconcile_pass
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.client import (
     k8s_module,
     module_api_client,
@@ -101,8 +102,8 @@ def main():
         supports_check_mode=True,
     )
     name, namespace = module.params["name"], module.params["namespace"]
-    result = pool_writes.sync_class(module_api_client(module), namespace, name,
-                                    add_finalizer=module.params["add_finalizer"], check_mode=module.check_mode)
+    result = reconcile_pass.sync_class(module_api_client(module), namespace, name,
+                                       add_finalizer=module.params["add_finalizer"], check_mode=module.check_mode)
     module.exit_json(changed=result["changed"], exists=result["exists"], sets=result["sets"],
                      finalizers=result.get("finalizers"), status=result.get("status"))
 

@@ -65,13 +65,14 @@ def sync_class(api_client, namespace, name, exporter_sets=None, now=None, attemp
             "finalizers": wanted["finalizers"], "status": wanted["status"]}
 
 
-def write_policy_status(api_client, esp, status):
+def write_policy_status(api_client, esp, status, check_mode=False):
     """Write the policy's status when it changes (``wanted_keys_only``: the
     fields it names), guarded by the resourceVersion of ``esp`` (the
     caller's copy, from its cache): a 409 is raised, for the caller to look
-    again once its cache has the newer object. Returns ``Written``."""
+    again once its cache has the newer object. In ``check_mode`` nothing is
+    written. Returns ``Written``."""
     meta = esp["metadata"]
     return guarded_write.read_modify_write(
         api_client, c.EXPORTER_SET_POLICY, meta["namespace"], meta["name"],
         lambda current: guarded_write.status_patch(current, status, wanted_keys_only=True),
-        given=esp, attempts=1)
+        given=esp, attempts=1, check_mode=check_mode)
