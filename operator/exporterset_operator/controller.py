@@ -89,8 +89,10 @@ class Controller:
         if self.reconciler is not None:
             self.reconciler.config_inputs = self.config_inputs
         # The backend lane: playbook runs for Pods, lab hosts and Corellium,
-        # off the workers, so no pool decision waits for one.
-        self.backends = BackendRuns(lambda key: self.reconciler.run_backends(key), self.queue.add,
+        # off the workers, so no pool decision waits for one; a work queue of
+        # its own, with its own backoff for failed runs, handing each set
+        # back to the pool loop when its run ends.
+        self.backends = BackendRuns(lambda key: self.reconciler.backend_pass(key), self.queue.add,
                                     workers=backend_workers or max(2, workers), clock=clock)
         if self.reconciler is not None:
             self.reconciler.backends = self.backends

@@ -17,10 +17,10 @@ from .expectations import EXPECTATION_TTL, Expectation, Expectations
 from .keys import ClassKey, PolicyKey, SetKey, typed
 from .policy_reconciler import PolicyReconciler
 from .results import ReconcileError, RequeueAfter, Result, TerminalError
-from .set_reconciler import BATCH_POLL, BATCH_WINDOW, FINALIZER, OBSERVED_KINDS, SetReconciler, utcnow
+from .set_reconciler import BATCH_WINDOW, FINALIZER, OBSERVED_KINDS, SetReconciler, utcnow
 
 __all__ = [
-    "BATCH_POLL", "BATCH_WINDOW", "EXPECTATION_TTL", "FINALIZER", "OBSERVED_KINDS",
+    "BATCH_WINDOW", "EXPECTATION_TTL", "FINALIZER", "OBSERVED_KINDS",
     "Expectation", "Expectations", "ReconcileError", "Reconciler", "RequeueAfter", "Result",
     "TerminalError", "utcnow",
 ]

@@ -9,13 +9,14 @@ milliseconds. Whatever needs the provisioner's backends (instances made,
 reset or removed, hosts probed, a set torn down) is handed to the backend
 lane (``backends.BackendRuns``), which runs the reconcile playbook through
 ansible-runner off the pool loop: one run per set at a time, batched,
-bounded across sets. When nothing is asked, nothing runs (fast path).
+bounded across sets, a failed run retried by the lane with the set's own
+backoff. The body of a run (``backend_pass``) raises as a reconcile does
+(results.py). When nothing is asked, nothing runs (fast path).
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from datetime import UTC, datetime
 
@@ -36,82 +37,26 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool
 )
 from kubernetes.client.rest import ApiException
 
+from .backends import BackendRuns
 from .expectations import Expectations
 from .keys import SetKey, typed
 from .metrics import Metrics
-from .results import ReconcileError, RequeueAfter, Result, TerminalError
+from .results import ReconcileError, Result, TerminalError
 from .runner import PlaybookRunner
-from .workqueue import ExponentialBackoff
 
 log = logging.getLogger(__name__)
 
 FINALIZER = lifecycle.FINALIZER
 OBSERVED_KINDS = ("VirtualTargetClass", "ExporterSet", "Exporter", "Lease", "Pod", "ExporterSetPolicy")
 # How long a backend run waits for new Exporters' credentials, so that one
-# run makes the backends of a whole burst. It waits on the Exporter cache's
-# events in the set's namespace and looks at most once per BATCH_POLL, so a
-# busy namespace's events are taken together (a cache that delivers no
-# events is looked at every BATCH_POLL).
+# run makes the backends of a whole burst. It sleeps until an event of one of
+# the set's Exporters wakes it (backends.BackendRuns.changed), and looks at
+# the caches only then; caches that deliver no events are not waited on.
 BATCH_WINDOW = 1.0
-BATCH_POLL = 0.05
 
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
-
-
-class BackendLaneState:
-    """What the pool loop and the backend lane's threads share about each
-    set's runs, under one lock: when a failed set may run again (its backoff
-    grows with each failure in a row and a success resets it), the message
-    of its last failure, and the Exporters a run is at work on (the pool part
-    leaves them be)."""
-
-    def __init__(self, backoff: ExponentialBackoff | None = None) -> None:
-        self.backoff = backoff or ExponentialBackoff(base=1.0, cap=300.0)
-        self._lock = threading.Lock()
-        self._retry_at: dict[SetKey, float] = {}
-        self._failure: dict[SetKey, str] = {}
-        self._acting: dict[SetKey, set[str]] = {}
-
-    def wait_before_run(self, key: SetKey) -> float:
-        """Seconds before ``key`` may run again (<= 0: now)."""
-        with self._lock:
-            return self._retry_at.get(key, 0.0) - time.monotonic()
-
-    def ended(self, key: SetKey, ok: bool, message: str = "") -> None:
-        with self._lock:
-            if ok:
-                self.backoff.forget(key)
-                self._retry_at.pop(key, None)
-                self._failure.pop(key, None)
-            else:
-                self._retry_at[key] = time.monotonic() + self.backoff.when(key)
-                self._failure[key] = message
-
-    def failed(self, key: SetKey) -> bool:
-        with self._lock:
-            return key in self._failure
-
-    def clear_failure(self, key: SetKey) -> None:
-        with self._lock:
-            self._failure.pop(key, None)
-
-    def failures(self) -> dict[SetKey, str]:
-        with self._lock:
-            return dict(self._failure)
-
-    def acting(self, key: SetKey) -> set[str]:
-        with self._lock:
-            return set(self._acting.get(key, ()))
-
-    def act(self, key: SetKey, names: set[str]) -> None:
-        with self._lock:
-            self._acting[key] = set(names)
-
-    def rest(self, key: SetKey) -> None:
-        with self._lock:
-            self._acting.pop(key, None)
 
 
 class SetReconciler:
@@ -148,21 +93,17 @@ class SetReconciler:
         self.finalizer = watch.finalizer.name if watch is not None and watch.finalizer else (
             None if watch is not None else FINALIZER)
         self.manage_status = watch.manage_status if watch is not None else True
-        # The backend lane (backends.BackendRuns); without one (a reconciler
-        # used on its own) backend work runs inline.
-        self.backends = None
-        # What the pool loop and the backend lane share about each set's runs.
-        self.lane = BackendLaneState()
-        self.backend_backoff = self.lane.backoff
+        # The backend lane (backends.BackendRuns), whose threads run
+        # ``backend_pass``; the controller gives the reconciler its own. A
+        # reconciler used on its own has one that is never started: what it
+        # asks for waits, and ``run_backends`` runs a set's pass at once.
+        self.backends = BackendRuns(self.backend_pass)
         # The caches of the instances' config inputs (config_inputs.py),
         # given by the controller; without them a set's config is re-synced
         # on the fallback period (k8s/observe.py config_sync_due).
         self.config_inputs = None
-        # A backend run waiting for credentials wakes on the Exporter
-        # cache's events (a counter per namespace, so that none is missed
-        # between a look and the wait) instead of polling it.
-        self._exporter_events: dict[str, int] = {}
-        self._exporters_changed = threading.Condition()
+        # A backend run waiting for credentials wakes on the events of its
+        # set's Exporters, which the Exporter informer hands the lane.
         exporters = caches.get("Exporter") if hasattr(caches, "get") else None
         self._woken_by_events = hasattr(exporters, "handlers")
         if self._woken_by_events:
@@ -171,13 +112,12 @@ class SetReconciler:
     @property
     def _backend_failure(self) -> dict[SetKey, str]:
         """The message of each set's last failed backend run (a copy)."""
-        return self.lane.failures()
+        return self.backends.failures()
 
     def _exporter_event(self, event_type, obj, previous) -> None:
-        namespace = (obj.get("metadata") or {}).get("namespace") or ""
-        with self._exporters_changed:
-            self._exporter_events[namespace] = self._exporter_events.get(namespace, 0) + 1
-            self._exporters_changed.notify_all()
+        owner = k8s_objects.controller_of(obj, "ExporterSet")
+        if owner:
+            self.backends.changed(SetKey((obj.get("metadata") or {}).get("namespace") or "", owner))
 
     def _variables(self, exporter_set, observed, plan, teardown=False) -> dict:
         """Extra vars of a run: the entry's vars (the finalizer's too on
@@ -251,9 +191,9 @@ class SetReconciler:
             surveys=self.surveys,
         )
         self.metrics.observe_set(namespace, name, plan["status"], len(observed["pending"]))
-        busy = self._backends_busy(key)
+        busy = self.backends.busy(key)
         pool_plan, backend_plan = k8s_observe.split_plan(
-            plan, exporter_set, provisioner, self.lane.acting(key) if busy else ())
+            plan, exporter_set, provisioner, self.backends.acting(key) if busy else ())
         needs_backends = bool(backend_plan or k8s_observe.unprovisioned(observed)
                               or k8s_observe.probe_playbook(observed))
         requeue = plan.get("requeue_after")
@@ -262,14 +202,13 @@ class SetReconciler:
         if sync_wait:
             requeue = min(requeue or sync_wait, sync_wait)
         if needs_backends and not busy:
-            wait = self._ask_backends(key)
-            if wait:
-                requeue = min(requeue or wait, wait)
+            # Held while a failed run's backoff lasts: the lane runs it then.
+            self.backends.submit(key)
         elif not needs_backends and not busy:
-            self.lane.clear_failure(key)
+            self.backends.clear_failure(key)
         # The outcome (the SDK's Successful) is written once nothing is left
         # to do for the set's backends; a failed run's Failure stays until then.
-        settled = not (needs_backends or busy or self.lane.failed(key))
+        settled = not (needs_backends or busy or self.backends.failed(key))
         # A paused set (pool/policy.py) writes nothing once it says so, not
         # even the outcome of a newer generation.
         outcome_due = (self.manage_status and settled and not plan.get("paused")
@@ -296,61 +235,44 @@ class SetReconciler:
         return Result(requeue_after=requeue, path="fastpath")
 
     # -- the backend lane ---------------------------------------------------------
-    def _backends_busy(self, key) -> bool:
-        return self.backends is not None and self.backends.busy(key)
-
-    def _ask_backends(self, key) -> float | None:
-        """Hand ``key`` to the backend lane; the seconds to wait first when
-        its last run failed (the set is looked at again then)."""
-        wait = self.lane.wait_before_run(key)
-        if wait > 0:
-            return wait
-        if self.backends is None:
-            self.run_backends(key)
-        else:
-            self.backends.submit(key)
-        return None
-
-    def _backend_done(self, key, ok: bool, message: str = "", duration: float = 0.0) -> None:
-        extra = {"namespace": key[0], "exporterset": key[1], "seconds": round(duration, 2)}
-        if ok:
-            log.info("backend run succeeded", extra=extra)
-        else:
-            log.warning("backend run failed", extra={**extra, "error": message[:500]})
-        self.lane.ended(key, ok, message)
-
     def run_backends(self, key) -> None:
+        """A backend run of ``key`` now, in the calling thread, its outcome
+        kept by the lane as its threads keep it (never raises)."""
+        self.backends.run_now(key)
+
+    def _ran(self, key, result, what: str) -> None:
+        """Count and log a run; a failed one raises for the lane's backoff."""
+        self.metrics.playbook_runs.labels("successful" if result.ok else "failed").inc()
+        extra = {"namespace": key[0], "exporterset": key[1], "seconds": round(result.duration, 2)}
+        if not result.ok:
+            raise ReconcileError(result.message, path=what)
+        log.info("backend run succeeded", extra={**extra, "path": what})
+
+    def backend_pass(self, key) -> None:
         """One backend run of a set (on a backend lane thread): plan afresh
         from the caches and run the reconcile playbook once for every backend
         the set needs now: instances made, reset or removed, hosts probed, or
-        the set's teardown."""
+        the set's teardown. Raises ``ReconcileError`` when the run failed
+        (the set says so first), ``TerminalError`` for a key that is no set's."""
         key = typed(key)
         if not isinstance(key, SetKey):
-            return
+            raise TerminalError(f"backend lane key {key!r}: not an ExporterSet", path="backends")
         namespace, _ = key
         # Batched: Exporters just created get their credential from the
         # Jumpstarter controller within moments; a run waits for them (at
-        # most BATCH_WINDOW, woken by the Exporter cache's events) so that
-        # one run makes every backend of a burst.
+        # most BATCH_WINDOW, woken by the events of the set's Exporters) so
+        # that one run makes every backend of a burst.
         deadline = time.monotonic() + BATCH_WINDOW
         while True:
-            with self._exporters_changed:
-                seen = self._exporter_events.get(namespace, 0)
-            looked = time.monotonic()
+            seen = self.backends.changes(key)
             exporter_set = self.caches["ExporterSet"].get(*key)
             if exporter_set is None:
                 return
             observed = self.observe(exporter_set)
             remaining = deadline - time.monotonic()
-            if remaining <= 0 or not _awaiting_credentials(observed):
+            if remaining <= 0 or not self._woken_by_events or not _awaiting_credentials(observed):
                 break
-            with self._exporters_changed:
-                self._exporters_changed.wait_for(
-                    lambda seen=seen: self._exporter_events.get(namespace, 0) != seen,
-                    remaining if self._woken_by_events else min(remaining, BATCH_POLL))
-            pace = min(looked + BATCH_POLL, deadline) - time.monotonic()
-            if pace > 0:
-                time.sleep(pace)  # a burst's events are taken together
+            self.backends.wait_change(key, seen, remaining)
         if lifecycle.deleting(exporter_set):
             self._run_teardown(key, exporter_set, observed)
             return
@@ -363,12 +285,10 @@ class SetReconciler:
         _, backend_plan = k8s_observe.split_plan(plan, exporter_set, k8s_observe.provisioner_of(observed))
         unprovisioned = k8s_observe.unprovisioned(observed)
         if backend_plan or unprovisioned:
-            self.lane.act(key, {e["name"] for e in (backend_plan or {}).get("delete", [])
-                                + (backend_plan or {}).get("recycle", [])} | set(unprovisioned))
-            try:
+            acting = {e["name"] for e in (backend_plan or {}).get("delete", [])
+                      + (backend_plan or {}).get("recycle", [])} | set(unprovisioned)
+            with self.backends.acting_on(key, acting):
                 self._run_playbook(key, exporter_set, observed, backend_plan or {}, plan)
-            finally:
-                self.lane.rest(key)
             return
         probe = k8s_observe.probe_playbook(observed)
         if probe:
@@ -389,7 +309,6 @@ class SetReconciler:
         """The reconcile playbook with the backends' part of the plan."""
         variables = self._variables(exporter_set, observed, backend_plan)
         result = self.runner.run(self.playbook, key, variables)
-        self.metrics.playbook_runs.labels("successful" if result.ok else "failed").inc()
         if result.applied is not None:
             # What the run's writes really were: a name that met a 409 or a
             # blocking Secret was not deleted and is not waited for.
@@ -398,10 +317,9 @@ class SetReconciler:
             created = []
             deleted = [d["name"] for d in backend_plan.get("delete") or []]
         self._count_actions(key, backend_plan)
-        self._backend_done(key, result.ok, result.message, result.duration)
         if not result.ok:
             self._report_failure(exporter_set, plan, result.message)
-            return
+        self._ran(key, result, "playbook")
         if created or deleted:
             self.expectations.expect(key, created, deleted)
 
@@ -413,10 +331,9 @@ class SetReconciler:
         """
         variables = self._variables(exporter_set, observed, plan)
         result = self.runner.run(playbook, key, variables)
-        self.metrics.playbook_runs.labels("successful" if result.ok else "failed").inc()
-        self._backend_done(key, result.ok, result.message, result.duration)
         if not result.ok:
             self._report_failure(exporter_set, plan, result.message)
+        self._ran(key, result, "probe")
 
     def _count_actions(self, key, plan: dict) -> None:
         namespace, name = key
@@ -475,15 +392,13 @@ class SetReconciler:
                 except ApiException as exc:
                     raise ReconcileError(str(exc), path="teardown") from exc
                 return Result(path="teardown")
-            if not self._backends_busy(key):
-                wait = self._ask_backends(key)
-                if wait:
-                    # The last teardown run failed: the next waits its backoff.
-                    raise RequeueAfter(wait, path="teardown")
+            # After a failed teardown run the lane runs the next once its
+            # backoff ends.
+            self.backends.submit(key)
             return Result(path="teardown")
         lifecycle.remove_finalizer(self.api_client, exporter_set, self.finalizer)
         self.runner.forget(key)
-        self.lane.clear_failure(key)
+        self.backends.clear_failure(key)
         return Result(path="teardown")
 
     def _run_teardown(self, key, exporter_set: dict, observed: dict) -> None:
@@ -496,12 +411,10 @@ class SetReconciler:
         variables = self._variables(exporter_set, observed, {}, teardown=True)
         teardown = self.watch.finalizer_runnable() if self.watch is not None else self.playbook
         result = self.runner.run(teardown, key, variables)
-        self.metrics.playbook_runs.labels("successful" if result.ok else "failed").inc()
-        self._backend_done(key, result.ok, result.message, result.duration)
         if not result.ok:
             k8s_status.emit_events(self.api_client, exporter_set,
                                    [lifecycle.failure_event(exporter_set, result.message)])
-            return
+        self._ran(key, result, "teardown")
         # The cache shows the deletions shortly; the pool loop waits for them
         # (a run that deleted nothing, having held or only disabled, waits for none).
         deleted = ((result.applied or {}).get("deleted") if result.applied is not None

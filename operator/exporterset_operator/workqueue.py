@@ -5,6 +5,9 @@
   again only after ``done()``; so at most one reconcile per key is in flight.
 * ``add_after`` schedules a key for later; ``add_rate_limited`` does the same
   with a per-key exponential backoff (with jitter) that ``forget`` resets.
+
+Two run on it: the pool loop's queue (controller.py) and the backend lane's
+(backends.py), which passes the lock its own state shares with the queue.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ class WorkQueue:
         self,
         backoff: ExponentialBackoff | None = None,
         clock: Callable[[], float] = time.monotonic,
+        lock: threading.RLock | None = None,
     ):
         self._queue: deque[Hashable] = deque()
         self._dirty: set[Hashable] = set()
@@ -56,7 +60,9 @@ class WorkQueue:
         self._waiting: list[tuple[float, int, Hashable]] = []
         self._waiting_until: dict[Hashable, float] = {}
         self._sequence = 0
-        self._cond = threading.Condition()
+        # ``lock``: a caller's own lock, when its state must change together
+        # with the queue's.
+        self._cond = threading.Condition(lock)
         self._shutdown = False
         self._clock = clock
         self.backoff = backoff or ExponentialBackoff()
@@ -97,6 +103,22 @@ class WorkQueue:
 
     def forget(self, key: Hashable) -> None:
         self.backoff.forget(key)
+
+    def pending(self, key: Hashable) -> bool:
+        """Whether ``key`` waits in the queue or is being processed."""
+        with self._cond:
+            return key in self._dirty or key in self._processing
+
+    def scheduled_in(self, key: Hashable) -> float | None:
+        """Seconds until ``key``'s delayed add (<= 0: due), None when none is scheduled."""
+        with self._cond:
+            due = self._waiting_until.get(key)
+            return None if due is None else due - self._clock()
+
+    def unschedule(self, key: Hashable) -> None:
+        """Drop ``key``'s delayed add, if any."""
+        with self._cond:
+            self._waiting_until.pop(key, None)
 
     def _promote_due_locked(self) -> float | None:
         """Move due delayed keys into the queue; return seconds to the next one."""

@@ -1,11 +1,16 @@
 """The backend lane: coalesced per set, bounded across sets, never blocking
-the one who asks, and handing the set back when a run ends."""
+the one who asks, and handing the set back when a run ends; a failed run
+retried by the lane after the set's own backoff (grown by each failure in a
+row, reset by a success), a requeue after its delay, a terminal error kept
+and not retried; a run waiting for its set's Exporters woken by their
+changes."""
 
 import threading
 import time
 from contextlib import contextmanager
 
 from exporterset_operator.backends import BackendRuns
+from exporterset_operator.results import ReconcileError, RequeueAfter, TerminalError
 
 BOUND = 10.0
 
@@ -136,3 +141,104 @@ def test_shutdown_takes_no_more_runs_and_waits_for_the_one_in_flight():
     runs.gate(key).set()
     assert lane.wait_idle(BOUND)
     assert runs.started == [key]
+
+
+# -- the lane's own retries: a fake clock, no threads ---------------------------------
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+class Scripted:
+    """A run body that raises (or returns) what it is given, one outcome a run."""
+
+    def __init__(self, *outcomes):
+        self.outcomes = list(outcomes)
+        self.runs = 0
+
+    def __call__(self, key):
+        self.runs += 1
+        outcome = self.outcomes.pop(0)
+        if isinstance(outcome, BaseException):
+            raise outcome
+
+
+def fake_lane(*outcomes):
+    clock = Clock()
+    return BackendRuns(Scripted(*outcomes), workers=1, clock=clock), clock
+
+
+KEY = ("ns", "a")
+
+
+def due(lane):
+    """The key the lane would take next, without waiting (None: none is due)."""
+    return lane.queue.get(timeout=0)
+
+
+def test_a_failed_runs_backoff_grows_with_each_failure_in_a_row_and_a_success_resets_it():
+    lane, clock = fake_lane(*[ReconcileError(f"rc {n}", path="playbook") for n in range(4)], None,
+                            ReconcileError("rc 9", path="playbook"))
+    waits = []
+    for failures in range(1, 5):
+        lane.run_now(KEY)
+        assert lane.backoff.failures(KEY) == failures and lane.failures() == {KEY: f"rc {failures - 1}"}
+        waits.append(lane.retry_in(KEY))
+    # 1 s doubled with each failure, jittered over the upper half of each step.
+    for failures, wait in enumerate(waits, 1):
+        assert 2 ** (failures - 1) / 2 <= wait <= 2 ** (failures - 1), waits
+    assert waits == sorted(waits) and waits[-1] > 2 * waits[0], waits
+    lane.run_now(KEY)
+    assert lane.backoff.failures(KEY) == 0 and lane.failures() == {} and lane.retry_in(KEY) is None
+    lane.run_now(KEY)
+    assert lane.backoff.failures(KEY) == 1 and lane.retry_in(KEY) <= 1.0, "a success starts the backoff anew"
+
+
+def test_a_set_held_by_its_backoff_is_run_again_by_the_lane_once_due():
+    lane, clock = fake_lane(ReconcileError("rc 2", path="playbook"), None)
+    lane.run_now(KEY)
+    wait = lane.retry_in(KEY)
+    assert not lane.submit(KEY), "asked again during its backoff: held"
+    assert due(lane) is None and not lane.busy(KEY)
+    clock.now += wait
+    assert due(lane) == KEY, "the lane takes it itself, nobody asking"
+    assert lane.busy(KEY) and not lane.submit(KEY)
+
+
+def test_requeue_after_runs_the_set_again_after_its_delay_without_growing_its_backoff():
+    lane, clock = fake_lane(ReconcileError("rc 2", path="playbook"), RequeueAfter(7.0, path="waiting"))
+    lane.run_now(KEY)
+    lane.run_now(KEY)
+    assert lane.backoff.failures(KEY) == 1 and lane.retry_in(KEY) == 7.0
+    assert lane.failures() == {KEY: "rc 2"}, "a requeue is no failure: the last one stays until a success"
+    clock.now += 6.9
+    assert due(lane) is None
+    clock.now += 0.1
+    assert due(lane) == KEY
+
+
+def test_a_terminal_error_is_kept_and_not_retried_until_asked_again():
+    lane, clock = fake_lane(ReconcileError("rc 2", path="playbook"), TerminalError("not a set", path="backends"))
+    lane.run_now(KEY)
+    lane.run_now(KEY)
+    assert lane.failures() == {KEY: "not a set"}
+    assert lane.retry_in(KEY) is None and lane.backoff.failures(KEY) == 0
+    clock.now += 10 ** 6
+    assert due(lane) is None, "never run again by itself"
+    assert lane.submit(KEY) and due(lane) == KEY, "asked again, it runs"
+
+
+def test_a_run_waiting_for_a_change_wakes_on_its_own_sets_change_only():
+    lane = BackendRuns(lambda key: None)
+    seen = lane.changes(KEY)
+    lane.changed(("ns", "b"))
+    assert not lane.wait_change(KEY, seen, 0.05)
+    threading.Timer(0.05, lane.changed, (KEY,)).start()
+    started = time.monotonic()
+    assert lane.wait_change(KEY, seen, BOUND)
+    assert time.monotonic() - started < BOUND / 2
+    assert lane.changes(KEY) == seen + 1

@@ -11,12 +11,13 @@ import threading
 import time
 
 import pytest
+from exporterset_operator.backends import BackendRuns
 from exporterset_operator.controller import Controller
 from exporterset_operator.keys import ClassKey, PolicyKey, SetKey, typed
 from exporterset_operator.metrics import Metrics
 from exporterset_operator.reconciler import Reconciler
 from exporterset_operator.results import ReconcileError, RequeueAfter, Result, TerminalError
-from exporterset_operator.set_reconciler import BATCH_WINDOW, BackendLaneState
+from exporterset_operator.set_reconciler import BATCH_WINDOW
 from pool_builders import NOW, exporter, exporter_set, target_class
 
 
@@ -177,16 +178,23 @@ def test_any_other_exception_is_retried_with_backoff_as_an_error():
 # -- the backend lane's shared state ----------------------------------------------
 
 def test_a_failed_run_holds_the_set_for_its_backoff_and_a_success_releases_it():
-    lane = BackendLaneState()
-    assert lane.wait_before_run(KEY) <= 0 and not lane.failed(KEY)
-    lane.ended(KEY, False, "rc 2")
-    assert lane.wait_before_run(KEY) > 0 and lane.failures() == {KEY: "rc 2"}
-    lane.ended(KEY, True)
-    assert lane.wait_before_run(KEY) <= 0 and lane.failures() == {}
+    outcomes = [ReconcileError("rc 2", path="playbook"), None]
+
+    def run(key):
+        outcome = outcomes.pop(0)
+        if outcome is not None:
+            raise outcome
+
+    lane = BackendRuns(run)
+    assert (lane.retry_in(KEY) or 0) <= 0 and not lane.failed(KEY)
+    lane.run_now(KEY)
+    assert lane.retry_in(KEY) > 0 and lane.failures() == {KEY: "rc 2"}
+    assert not lane.submit(KEY), "held while its backoff lasts"
+    lane.run_now(KEY)
+    assert (lane.retry_in(KEY) or 0) <= 0 and lane.failures() == {}
     assert lane.backoff.failures(KEY) == 0
-    lane.act(KEY, {"pool-0"})
-    assert lane.acting(KEY) == {"pool-0"} and lane.acting(SetKey("lab", "other")) == set()
-    lane.rest(KEY)
+    with lane.acting_on(KEY, {"pool-0"}):
+        assert lane.acting(KEY) == {"pool-0"} and lane.acting(SetKey("lab", "other")) == set()
     assert lane.acting(KEY) == set()
 
 
@@ -216,12 +224,15 @@ def test_a_backend_run_waiting_for_a_credential_wakes_on_the_exporters_event():
 
 
 def test_a_backend_run_waiting_for_a_credential_does_not_poll_the_caches():
-    """Nor does an Exporter's event in another namespace wake it."""
+    """Nor does an Exporter's event in another namespace, or of another set
+    of its namespace, wake it."""
     stores = caches([deleted_set_without_our_finalizer()], [target_class()], [exporter("pool-0", ready=False)])
     reconciler = Reconciler(stores, None, None, Metrics(), {"qemu.jumpstarter.dev"})
     elsewhere = exporter("pool-0", ready=False)
     elsewhere["metadata"]["namespace"] = "other"
-    timer = threading.Timer(0.2, lambda: [h("MODIFIED", elsewhere, None) for h in stores["Exporter"].handlers])
+    another_sets = exporter("other-0", ready=False, owner="other")
+    timer = threading.Timer(0.2, lambda: [h("MODIFIED", e, None) for h in stores["Exporter"].handlers
+                                          for e in (elsewhere, another_sets)])
     started = time.monotonic()
     timer.start()
     reconciler.run_backends(SetKey("lab", "rpi4"))
@@ -229,3 +240,13 @@ def test_a_backend_run_waiting_for_a_credential_does_not_poll_the_caches():
     assert time.monotonic() - started >= BATCH_WINDOW - 0.05
     # One look at the start and one when the window ends: nothing between.
     assert stores["ExporterSet"].gets == 2, stores["ExporterSet"].gets
+
+
+def test_a_backend_run_of_a_key_that_is_no_sets_is_terminal():
+    reconciler = Reconciler(caches(), None, None, Metrics(), {"qemu.jumpstarter.dev"})
+    with pytest.raises(TerminalError, match="not an ExporterSet") as raised:
+        reconciler.backend_pass(ClassKey("lab", "small"))
+    assert raised.value.path == "backends"
+    reconciler.run_backends(ClassKey("lab", "small"))
+    assert "not an ExporterSet" in reconciler._backend_failure[ClassKey("lab", "small")]
+    assert reconciler.backends.retry_in(ClassKey("lab", "small")) is None
