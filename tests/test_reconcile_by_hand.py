@@ -1,17 +1,21 @@
 """The reconcile role run by hand, more than once in one play (an admin's or
 an AWX job's playbook over several sets): each run observes and plans for
-its own set, never for the one a previous run left in the host's facts."""
+its own set, never for the one a previous run left in the host's facts.
+Run by hand, the role records what the operator records in process: the
+outcome, and the status of the ExporterSetPolicies naming the set."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+from datetime import UTC, datetime
 
 import yaml
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import policy
 from jumpstarter_standin import wait_for
 from kubernetes import client
 from operator_process import ROOT
-from pool_helpers import SET_LABEL, get_set, make_class, make_set
+from pool_helpers import GROUP, SET_LABEL, get_set, make_class, make_set
 
 
 def test_two_sets_in_one_play_each_get_their_own_plan(api, namespace, standin, tmp_path):
@@ -87,10 +91,11 @@ def test_successful_only_once_the_backends_are_made(api, namespace, standin):
 
 def test_check_mode_writes_nothing(api, namespace):
     """--check reports the finalizer, the Exporters and the outcome it would
-    write, and writes none of them."""
+    write, and writes none of them, nor the status of the set's policy."""
     custom = client.CustomObjectsApi(api)
     make_class(custom, namespace)
     make_set(custom, namespace, minAvailableReplicas=1)
+    _make_policy(custom, namespace, "steady")
     before = get_set(custom, namespace)
     checked = _reconcile(namespace, "--check")
     assert checked.returncode == 0, checked.stdout[-4000:]
@@ -100,3 +105,49 @@ def test_check_mode_writes_nothing(api, namespace):
     assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
     assert not after["metadata"].get("finalizers") and not after.get("status")
     assert custom.list_namespaced_custom_object("jumpstarter.dev", "v1alpha1", namespace, "exporters")["items"] == []
+    assert not _policies(custom, namespace)["steady"].get("status")
+
+
+def _make_policy(custom, namespace, name, **spec):
+    body = {"apiVersion": "virtualtarget.jumpstarter.dev/v1alpha1", "kind": "ExporterSetPolicy",
+            "metadata": {"name": name, "namespace": namespace}, "spec": {"exporterSetName": "pool", **spec}}
+    return custom.create_namespaced_custom_object(*GROUP, namespace, "exportersetpolicies", body)
+
+
+def _policies(custom, namespace):
+    return {p["metadata"]["name"]: p for p in
+            custom.list_namespaced_custom_object(*GROUP, namespace, "exportersetpolicies")["items"]}
+
+
+def _valid(esp):
+    return next(c for c in esp["status"]["conditions"] if c["type"] == "Valid")
+
+
+def test_a_run_by_hand_writes_the_status_of_the_policies_naming_the_set(api, namespace):
+    """The policy's status as the operator's policy reconciler writes it
+    (pool/policy.py): in force for the set, then in conflict with a second
+    policy naming it (test_check_mode_writes_nothing: --check writes none)."""
+    custom = client.CustomObjectsApi(api)
+    make_class(custom, namespace)
+    make_set(custom, namespace, minAvailableReplicas=0)
+    _make_policy(custom, namespace, "steady", paused=True)
+    first = _reconcile(namespace)
+    assert first.returncode == 0, first.stdout[-4000:]
+    steady = _policies(custom, namespace)["steady"]
+    assert steady["status"]["exporterSet"] == "pool", steady
+    assert steady["status"]["observedGeneration"] == steady["metadata"]["generation"], steady
+    assert (_valid(steady)["status"], _valid(steady)["reason"]) == ("True", "Valid"), steady
+    # What the operator would write on these objects is what the run wrote.
+    sets = custom.list_namespaced_custom_object(*GROUP, namespace, "exportersets")["items"]
+    wanted = policy.desired_status(steady, [steady], sets, datetime.now(UTC))
+    assert not policy.status_differs(steady["status"], wanted), (steady["status"], wanted)
+
+    _make_policy(custom, namespace, "rival")
+    second = _reconcile(namespace)
+    assert second.returncode == 0, second.stdout[-4000:]
+    for name, other in (("steady", "rival"), ("rival", "steady")):
+        esp = _policies(custom, namespace)[name]
+        assert esp["status"]["exporterSet"] == "", esp
+        assert (_valid(esp)["status"], _valid(esp)["reason"]) == ("False", "ConflictingPolicies"), esp
+        assert f"ExporterSetPolicies {other} also name ExporterSet pool" in _valid(esp)["message"], esp
+

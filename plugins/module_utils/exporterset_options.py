@@ -26,3 +26,12 @@ RECORDED_BY_OPERATOR = "operator"
 RECORDS = dict(
     records=dict(type="str", choices=[RECORDED_BY_RUN, RECORDED_BY_OPERATOR], default=RECORDED_BY_RUN),
 )
+
+
+def records_here(records):
+    """Whether a run told ``records`` records the outcome, the class's and
+    the policies' status itself (else the operator that started it does)."""
+    choices = RECORDS["records"]["choices"]
+    if records not in choices:
+        raise ValueError(f"records: {records!r} is not one of {choices}")
+    return records == RECORDED_BY_RUN

@@ -279,9 +279,9 @@ def main():
         ),
         supports_check_mode=True,
     )
-    api_client = module_api_client(module)
     exporterset = module.params["exporterset"]
     finalizer = module.params["finalizer"]
+    api_client = module_api_client(module)
     if module.params["outcome"] != "none":
         try:
             module.exit_json(**record_outcome(module, api_client, exporterset))

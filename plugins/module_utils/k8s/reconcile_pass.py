@@ -176,6 +176,11 @@ def _list(api_client, gvr, namespace, missing_ok=False):
         raise
 
 
+def records_here(records):
+    """Whether a run told ``records`` records them itself (``exporterset_options``)."""
+    return exporterset_options.records_here(records)
+
+
 def finish(api_client, exporter_set, records=exporterset_options.RECORDS["records"]["default"], error=None,
            write_condition=True, add_class_finalizer=False, now=None, check_mode=False):
     """What a run of the reconcile role records once its work is done
@@ -187,9 +192,7 @@ def finish(api_client, exporter_set, records=exporterset_options.RECORDS["record
     started the run records them. Returns {"changed", "outcome_changed",
     "events", "class", "policies"}."""
     result = {"changed": False, "outcome_changed": False, "events": 0, "class": None, "policies": []}
-    if records not in RECORDERS:
-        raise ValueError(f"records: {records!r} is not one of {list(RECORDERS)}")
-    if records != RECORDED_BY_RUN:
+    if not records_here(records):
         return result
     result.update(record_outcome(api_client, exporter_set, error, write_condition=write_condition,
                                  check_mode=check_mode))
