@@ -3,15 +3,18 @@
 One bed, one real node (containerd + kubelet, tests/testbed/node.py) with
 the images the project builds (scripts/images) under the provisioner's
 default names, one controller stand-in serving gRPC over TLS on the node's
-bridge address (where the Pods reach it), and the real operator, for the
-module. The instance Pods really run: the images init container fetches
-the guest's kernel and initramfs from a server on the node's address, QEMU
+bridge address (where the Pods reach it), and, for each test, the real
+operator installed with ``kubectl apply -k`` and run as a Pod on the node
+(tests/operator_pod.py). The instance Pods really run: the images init
+container fetches the guest's kernel and initramfs from a server on the node's address, QEMU
 (TCG) boots them in the runtime container, and the exporter sidecar's own
 ``jmp run`` registers with the controller using the config Secret the
 operator wrote. A lessee's program under a real ``jmp shell`` leases by
 label, powers the VM off and on, reads its console and reads the
 line the guest's port 22 writes, through the exporter's ``TcpNetwork``
 driver (JEP-0014's entry, ``port: 22`` and no host) and QEMU's forward.
+With ``InPlaceReuse`` the next lessee finds the same Pod with a fresh VM:
+what the first one wrote on the guest's disk is gone.
 
 Select with ``-m realnode`` (root; ``scripts/realnode build`` installs what
 it needs).
@@ -34,7 +37,7 @@ from image_servers import ImageServer
 from jumpstarter_standin import condition_true, wait_for
 from jumpstarter_standin.pytest_plugin import serve_namespace
 from kubernetes import client
-from operator_process import OperatorProcess
+from operator_pod import OPERATOR_IMAGE, OperatorPod
 from pool_helpers import GROUP, SET_LABEL, make_class, make_set
 from qemu_vm import GUEST_BANNER, GUEST_DIR, guest_parameters
 from testbed import namespace_name
@@ -87,6 +90,31 @@ print("lessee: released", flush=True)
 """
 
 
+# A lessee's program for the guest's disk, under `jmp shell`: after a power
+# cycle, "write" writes MARK at the start of the virtio disk (through to
+# QEMU), "read" says whether the disk starts with it.
+MARK = "lessee-one-was-here"
+LESSEE_DISK = """
+import sys
+from jumpstarter.utils.env import env
+banner, action, mark = sys.argv[1:4]
+with env() as client:
+    vm = client.qemu
+    vm.power.off()
+    vm.power.on()
+    with vm.console.pexpect() as console:
+        console.expect(banner, timeout=150)
+        if action == "write":
+            console.sendline(f"echo {mark} | dd of=/dev/vda conv=fsync 2>/dev/null; sync; echo wrote-$((1 + 1))")
+            console.expect("wrote-2", timeout=60)
+            print("lessee: disk written", flush=True)
+        else:
+            console.sendline(f"echo disk-$(head -c {len(mark)} /dev/vda | grep -c {mark})-end")
+            console.expect(r"disk-(\\d)-end", timeout=60)
+            print(f"lessee: the disk holds the mark: {console.match.group(1).decode()}", flush=True)
+"""
+
+
 class Pool:
     """The module's bed, node, controller and operator, and what a test asks of them."""
 
@@ -123,9 +151,11 @@ def real_node(testbed, tmp_path_factory):
     node's address."""
     workdir = tmp_path_factory.mktemp("incluster")
     defaults = {"exporter": k8s_pod.DEFAULT_IMAGES["exporter"]["image"],
-                "qemu-runtime": k8s_pod.DEFAULT_IMAGES["runtime"]["image"]}
-    node = RealNode(testbed, workdir / "node", name="incluster-node", images=("qemu-runtime", "exporter"),
-                    aliases=defaults)
+                "qemu-runtime": k8s_pod.DEFAULT_IMAGES["runtime"]["image"],
+                # The name the operator's kustomize overlay gives its image.
+                "operator": OPERATOR_IMAGE}
+    node = RealNode(testbed, workdir / "node", name="incluster-node",
+                    images=("qemu-runtime", "exporter", "operator"), aliases=defaults)
     node.up()
     print(f"real node {node.name} ready in {node.startup_seconds:.1f} s")
     # The node's image cache, made as docs/install.md tells a node's admin:
@@ -149,19 +179,18 @@ def pool(testbed, real_node, request, tmp_path):
     namespace = namespace_name(request.node.name)
     with testbed.api_client() as api_client, \
             serve_namespace(testbed.kubeconfig, namespace, grpc_host=real_node.ip, pod_exporters=False) as standin:
-        operator = OperatorProcess(str(testbed.kubeconfig), namespace, tmp_path,
-                                   provisioners=("qemu.jumpstarter.dev",)).start()
-        operator.wait_ready()
+        operator = OperatorPod(real_node, namespace, tmp_path).start()
         view = Pool(testbed, real_node, namespace, standin, operator, api_client, tmp_path)
         view.images = real_node.images
         try:
+            operator.wait_ready()
             yield view
         finally:
-            operator.stop()
             if request.session.testsfailed:
-                print(f"--- operator log ---\n{operator.log_tail(30)}")
+                print(f"--- operator log ---\n{operator.log_tail(60)}")
                 for what in (("get", "events", "--sort-by=.lastTimestamp"), ("get", "pods", "-o", "wide")):
                     print(testbed.kubectl(*what, "-n", namespace, check=False).stdout[-4000:])
+            operator.stop()
             client.CoreV1Api(api_client).delete_namespace(namespace)
 
 
@@ -219,8 +248,8 @@ def test_a_lessee_gets_a_real_qemu_pod_and_its_vm_is_never_offered_again(pool):
     """ExitAndReplace on the real node: the set's Pod boots QEMU and its
     exporter registers over TLS; a lessee leases it by label, powers it
     off and on and reads its console. The lease ends while the operator is
-    stopped (SIGSTOP) and a second lease waits: the used exporter
-    unregisters and its restarted sidecar does not serve again, so the
+    not running (its Deployment scaled to none) and a second lease waits:
+    the used exporter unregisters and its guard does not serve again, so the
     second lease is never given the used VM; once the operator runs again
     it replaces the instance with a fresh Pod, which takes the second lease."""
     guest_class(pool, "guest")
@@ -270,7 +299,7 @@ def test_a_lessee_gets_a_real_qemu_pod_and_its_vm_is_never_offered_again(pool):
 
         # A second lessee waits; the operator stops; the first lease ends.
         pool.standin.create_lease("second", {"board": BOARD}, client_name=USER)
-        os.kill(pool.operator.proc.pid, signal.SIGSTOP)
+        pool.operator.scale(0)
         with StatusLog(pool.standin, used) as statuses:
             try:
                 go.touch()
@@ -291,21 +320,20 @@ def test_a_lessee_gets_a_real_qemu_pod_and_its_vm_is_never_offered_again(pool):
                 assert "lessee: released" in "".join(output), "".join(output)
                 wait_for(lambda: pool.standin.lease(first)["status"].get("ended"), timeout=30,
                          message="the first lease ended")
-                # The exporter unregistered and its sidecar, started again by
-                # the kubelet, does not serve (the guard's line); or else the
-                # second lease got the used VM.
+                # The exporter unregistered and its guard does not serve
+                # again (its line); or else the second lease got the used VM.
                 def settled():
                     lease = pool.standin.lease("second")
                     if (lease.get("status") or {}).get("exporterRef"):
                         return lease
                     return "not serving again" in pool.logs(used, "exporter") and lease
                 second = wait_for(settled, timeout=90, interval=0.5,
-                                  message="the used instance's restarted exporter keeping out")
+                                  message="the used instance's exporter keeping out")
                 assert not (second.get("status") or {}).get("exporterRef"), (
                     f"the second lease was given {second['status']['exporterRef']}; states {statuses.seen}")
                 assert pool.standin.exporter(used)["status"]["exporterStatus"] == "Offline"
             finally:
-                os.kill(pool.operator.proc.pid, signal.SIGCONT)
+                pool.operator.scale(1)
         print(f"used exporter's states after the lease: {statuses.seen}")
         after_lease = statuses.seen[next(i for i, s in enumerate(statuses.seen) if s[3] is None):]
         assert all(state[0] != "Available" for state in after_lease), statuses.seen
@@ -362,3 +390,78 @@ def test_a_killed_qemu_is_reported_on_the_set_and_replaced(pool):
     pod = wait_for(fresh_pod, timeout=60, interval=0.5, message="the replacement's Pod, scheduled")
     assert pod.spec.node_name == pool.node.name
     print(f"QEMU killed -> replacement Pod in {time.monotonic() - killed:.1f} s")
+
+
+def run_lessee(pool, config, name, *args, done="lessee: released", timeout=300):
+    """``LESSEE_DISK`` under a real `jmp shell` that leases by label; its
+    output once the program has ended and `jmp shell` released the lease
+    (with the Ctrl+C docs/lessee.md tells users of, should it wait on)."""
+    script = pool.workdir / f"{name}.py"
+    script.write_text(LESSEE_DISK + 'print("lessee: released", flush=True)\n')
+    env = {**os.environ, "HOME": str(pool.workdir), "JMP_CLIENT_CONFIG_HOME": str(pool.workdir), "NO_COLOR": "1"}
+    lessee = subprocess.Popen(
+        [JMP, "shell", "--client-config", str(config), "--selector", f"board={BOARD}", "--duration", "30m",
+         "--", sys.executable, str(script), GUEST_BANNER.decode(), *args],
+        env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    output = []
+    reader = threading.Thread(target=lambda: output.extend(lessee.stdout), daemon=True)
+    reader.start()
+    try:
+        wait_for(lambda: done in "".join(output) or lessee.poll() is not None, timeout=timeout, interval=0.2,
+                 message=f"the lessee's program ({name})")
+        try:
+            lessee.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            lessee.send_signal(signal.SIGINT)
+            lessee.wait(timeout=60)
+        reader.join(timeout=5)
+    finally:
+        if lessee.poll() is None:
+            lessee.kill()
+    return "".join(output)
+
+
+def test_in_place_reuse_gives_the_next_lessee_the_same_pod_with_a_fresh_vm(pool):
+    """InPlaceReuse on the real node: a lessee writes on the guest's disk
+    and its lease ends; the operator resets the instance in its running Pod
+    (the reset command in QEMU's container, through the API's exec, run by
+    the operator's Pod under its own account): the same Exporter and Pod,
+    QEMU's container never restarted, a fresh disk. The exporter serves
+    again and the next lessee, on the same instance, finds no trace of the
+    first one's write."""
+    guest_class(pool, "guest")
+    make_set(pool.custom, pool.namespace, board=BOARD, virtualTargetClassName="guest",
+             minAvailableReplicas=1, maxReplicas=1, recycleStrategy="InPlaceReuse",
+             template={"metadata": {"labels": {"board": BOARD, "virtual": "true"}}, "spec": {"drivers": DRIVERS}})
+    config = make_client(pool, USER)
+    name = wait_for(lambda: next(iter(pool.live_exporters("pool")), None), timeout=60, interval=0.1,
+                    message="the set's Exporter")
+    uid = pool.standin.wait_online(name, timeout=240)["metadata"]["uid"]
+    pod_uid = pool.core.read_namespaced_pod(name, pool.namespace).metadata.uid
+    qemu = pool.container_status(name, "qemu")
+
+    first = run_lessee(pool, config, "first", "write", MARK)
+    assert "lessee: disk written" in first, first
+    ended = time.monotonic()
+    # The lease ended: the exporter stops serving, then, reset in place,
+    # registers again on the fresh VM.
+    wait_for(lambda: "not serving again" in pool.logs(name, "exporter"), timeout=60, interval=0.5,
+             message="the used exporter keeping out")
+
+    def serving_again():
+        exporter = pool.standin.exporter(name)
+        return (condition_true(exporter, "Online") and exporter.get("spec", {}).get("enabled", True)
+                and "reused-after" in str(exporter["metadata"].get("annotations")) and exporter)
+    exporter = wait_for(serving_again, timeout=180, interval=0.5, message="the instance reset and serving again")
+    print(f"lease ended -> reset in place and Online again in {time.monotonic() - ended:.1f} s")
+    assert exporter["metadata"]["uid"] == uid
+    pod = pool.core.read_namespaced_pod(name, pool.namespace)
+    assert pod.metadata.uid == pod_uid
+    again = pool.container_status(name, "qemu")
+    assert again.container_id == qemu.container_id and again.restart_count == 0, again
+    assert "reset in place: a fresh disk and a fresh QEMU" in pool.logs(name, "qemu")
+
+    second = run_lessee(pool, config, "second", "read", MARK)
+    assert "lessee: the disk holds the mark: 0" in second, second
+    leases = [lease for lease in pool.standin.leases() if (lease.get("status") or {}).get("exporterRef")]
+    assert {lease["status"]["exporterRef"]["name"] for lease in leases} == {name}, leases

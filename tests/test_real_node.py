@@ -27,6 +27,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu
     qemu_argv,
 )
 from kubernetes import client
+from operator_pod import OPERATOR_IMAGE
 from pool_helpers import SET_LABEL, make_class, make_set
 from qemu_vm import GUEST_BANNER, GUEST_DIR, guest_parameters
 from testbed.bed import free_ports
@@ -35,9 +36,8 @@ from testbed.node import NODE_LABEL, TAINT_KEY, RealNode
 pytestmark = [pytest.mark.realnode, pytest.mark.testbed]
 
 ROOT = Path(__file__).resolve().parents[1]
-# The overlay installing the operator on the real node, and the image name it uses.
+# The overlay installing the operator on the real node (the image name it uses: OPERATOR_IMAGE).
 OPERATOR_OVERLAY = ROOT / "tests" / "overlays" / "realnode-operator"
-OPERATOR_LOCAL_IMAGE = "jve.local/operator:local"
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +45,7 @@ def real_node(testbed_factory):
     bed = testbed_factory("realnode")
     # The operator image also under the name the kustomize overlay gives it.
     node = RealNode(bed, images=("busybox", "qemu-runtime", "exporter", "operator"),
-                    aliases={"operator": OPERATOR_LOCAL_IMAGE})
+                    aliases={"operator": OPERATOR_IMAGE})
     node.up()
     print(f"real node {node.name} ready in {node.startup_seconds:.1f} s")
     yield node
@@ -362,7 +362,7 @@ def test_operator_installed_with_kubectl_apply_k_runs_as_a_pod_and_reconciles_a_
         [pod] = pods
         assert pod["spec"]["nodeName"] == real_node.name
         assert pod["spec"]["serviceAccountName"] == deployment
-        assert pod["spec"]["containers"][0]["image"] == OPERATOR_LOCAL_IMAGE
+        assert pod["spec"]["containers"][0]["image"] == OPERATOR_IMAGE
 
         with bed.api_client() as api:
             custom = client.CustomObjectsApi(api)

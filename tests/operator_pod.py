@@ -1,0 +1,124 @@
+"""The operator installed as a user installs it, with ``kubectl apply -k``,
+and run as a Pod on a real node (tests/testbed/node.py).
+
+``tests/overlays/realnode-operator`` (config/rbac and config/manager, the
+image scripts/images builds from operator/Containerfile) is built once more
+by an overlay of the test's own: the operator's objects in a namespace of
+their own with a name prefix (so that several tests, and the cluster-wide
+objects of each, never meet on a shared bed), the Deployment limited to the
+test's pool namespace. The pool namespace is bound with config/rbac/pool,
+pointed at that service account. The operator then runs as config/manager
+describes it: its ServiceAccount's projected token, its probes, a read-only
+root filesystem.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import yaml
+from testbed.bed import free_ports
+
+ROOT = Path(__file__).resolve().parents[1]
+OVERLAY = ROOT / "tests" / "overlays" / "realnode-operator"
+DEPLOYMENT = "exporterset-operator-qemu"
+# The image the overlay names (its `images` entry): the node's containerd
+# must hold the operator image under this name.
+OPERATOR_IMAGE = "jve.local/operator:local"
+
+
+class OperatorPod:
+    """The operator of pool namespace ``namespace``, as a Pod of ``node``."""
+
+    def __init__(self, node, namespace: str, workdir: Path):
+        self.node = node
+        self.bed = node.bed
+        self.namespace = namespace
+        self.prefix = f"{namespace[:40]}-"
+        self.operator_namespace = f"{namespace[:50]}-op"
+        self.deployment = self.prefix + DEPLOYMENT
+        self.dir = workdir / "operator-install"
+        self.pool_dir = workdir / "operator-pool-rbac"
+        self.started = None
+
+    def _write(self) -> None:
+        container = yaml.safe_load((ROOT / "config/manager/qemu.yaml").read_text())["spec"]["template"]["spec"][
+            "containers"][0]
+        metrics_arg = next(i for i, arg in enumerate(container["args"])
+                           if arg.startswith("--metrics-bind-address="))
+        # On the host's network: a free port of the host for its probes.
+        port = free_ports(1)[0]
+        base = "/spec/template/spec/containers/0"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        (self.dir / "kustomization.yaml").write_text(json.dumps({
+            "resources": [os.path.relpath(OVERLAY, self.dir)],
+            "namespace": self.operator_namespace,
+            "namePrefix": self.prefix,
+            "patches": [{"target": {"kind": "Deployment", "name": DEPLOYMENT}, "patch": json.dumps([
+                {"op": "add", "path": f"{base}/env/-",
+                 "value": {"name": "KUBERNETES_SERVICE_PORT", "value": str(self.bed.config.apiserver_port)}},
+                {"op": "replace", "path": f"{base}/args/{metrics_arg}",
+                 "value": f"--metrics-bind-address=0.0.0.0:{port}"},
+                {"op": "add", "path": f"{base}/args/-", "value": f"--namespace={self.namespace}"},
+                {"op": "add", "path": f"{base}/args/-", "value": "--log-level=DEBUG"},
+                {"op": "replace", "path": f"{base}/ports/0/containerPort", "value": port},
+            ])}],
+        }))
+        # config/rbac/pool in the pool namespace, its subject the prefixed
+        # account of the qemu Deployment alone.
+        self.pool_dir.mkdir(parents=True, exist_ok=True)
+        (self.pool_dir / "kustomization.yaml").write_text(json.dumps({
+            "resources": [os.path.relpath(ROOT / "config/rbac/pool", self.pool_dir)],
+            "namespace": self.namespace,
+            "patches": [{"target": {"kind": "RoleBinding"}, "patch": json.dumps([
+                {"op": "replace", "path": "/roleRef/name", "value": f"{self.prefix}exporterset-operator-pool"},
+                {"op": "replace", "path": "/subjects", "value": [
+                    {"kind": "ServiceAccount", "name": self.deployment, "namespace": self.operator_namespace}]},
+            ])}],
+        }))
+
+    def start(self) -> OperatorPod:
+        self._write()
+        self.started = time.monotonic()
+        self.bed.kubectl("apply", "--server-side", "-k", str(self.pool_dir))
+        self.bed.kubectl("apply", "--server-side", "-k", str(self.dir))
+        return self
+
+    def wait_ready(self, timeout: float = 180) -> None:
+        rollout = self.bed.kubectl("rollout", "status", "-n", self.operator_namespace,
+                                   f"deployment/{self.deployment}", f"--timeout={int(timeout)}s", check=False)
+        assert rollout.returncode == 0, (rollout.stdout + rollout.stderr, self.log_tail(40))
+        print(f"operator Pod Ready {time.monotonic() - self.started:.1f} s after kubectl apply -k")
+
+    def pod(self) -> dict:
+        pods = json.loads(self.bed.kubectl("get", "pods", "-n", self.operator_namespace, "-o", "json").stdout)
+        running = [p for p in pods["items"] if not p["metadata"].get("deletionTimestamp")]
+        assert len(running) == 1, [p["metadata"]["name"] for p in pods["items"]]
+        return running[0]
+
+    def scale(self, replicas: int, timeout: float = 120) -> None:
+        """The Deployment scaled to ``replicas`` (0 or 1), waited for: no
+        operator Pod left, or the new one Ready."""
+        self.bed.kubectl("scale", "-n", self.operator_namespace, f"deployment/{self.deployment}",
+                         f"--replicas={replicas}")
+        if replicas:
+            self.started = time.monotonic()
+            self.wait_ready(timeout)
+            return
+        deadline = time.monotonic() + timeout
+        while json.loads(self.bed.kubectl("get", "pods", "-n", self.operator_namespace, "-o", "json").stdout)["items"]:
+            assert time.monotonic() < deadline, "the operator's Pod still there"
+            time.sleep(0.2)
+
+    def log_tail(self, lines: int = 30) -> str:
+        result = self.bed.kubectl("logs", "-n", self.operator_namespace, f"deployment/{self.deployment}",
+                                  f"--tail={lines}", check=False)
+        return result.stdout + result.stderr
+
+    def stop(self) -> None:
+        """Uninstalls it as it was installed (``kubectl delete -k``): its
+        namespace and cluster-wide objects go, and the Pod with them."""
+        self.bed.kubectl("delete", "-k", str(self.dir), "--wait=false", "--ignore-not-found", check=False)
