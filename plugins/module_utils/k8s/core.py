@@ -105,10 +105,17 @@ class CoreApi:
             stream.run_forever(timeout=timeout)
             if stream.is_open():
                 return None, f"{stream.read_all()}(no end after {timeout} s)"
+            # The status the API server or the kubelet ended with (a JSON
+            # Status), read before returncode and read_all drop it.
+            status = stream.peek_channel(ws_client.ERROR_CHANNEL)
             try:
-                code = stream.returncode  # read before read_all, which drops the status channel
-            except (KeyError, IndexError, TypeError, ValueError):
-                return None, f"{stream.read_all()}(no exit status)"
+                code = stream.returncode
+            except (KeyError, IndexError, TypeError, ValueError, AttributeError):
+                try:
+                    said = (json.loads(status) or {}).get("message") or status
+                except ValueError:
+                    said = status
+                return None, f"{stream.read_all()}{said or 'no exit status'}"
             return code, stream.read_all()
         finally:
             stream.close()
