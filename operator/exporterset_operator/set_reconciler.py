@@ -192,10 +192,9 @@ class SetReconciler:
         )
         self.metrics.observe_set(namespace, name, plan["status"], len(observed["pending"]))
         busy = self.backends.busy(key)
-        pool_plan, backend_plan = k8s_observe.split_plan(
-            plan, exporter_set, provisioner, self.backends.acting(key) if busy else ())
-        needs_backends = bool(backend_plan or k8s_observe.unprovisioned(observed)
-                              or k8s_observe.probe_playbook(observed))
+        work = reconcile_pass.backend_work(plan, exporter_set, observed, provisioner,
+                                           self.backends.acting(key) if busy else ())
+        pool_plan, needs_backends = work.pool_plan, work.needed
         requeue = plan.get("requeue_after")
         # A re-sync held back for a moment (k8s/observe.py): looked at again then.
         sync_wait = k8s_observe.config_sync_wait(observed)
@@ -209,10 +208,7 @@ class SetReconciler:
         # The outcome (the SDK's Successful) is written once nothing is left
         # to do for the set's backends; a failed run's Failure stays until then.
         settled = not (needs_backends or busy or self.backends.failed(key))
-        # A paused set (pool/policy.py) writes nothing once it says so, not
-        # even the outcome of a newer generation.
-        outcome_due = (self.manage_status and settled and not plan.get("paused")
-                       and _outcome_missing(exporter_set))
+        outcome_due = reconcile_pass.outcome_due(exporter_set, plan, settled, self.manage_status)
         if pool_plan["changed"] or outcome_due:
             # Creating, enabling or disabling Exporters touches no backend (a
             # new Exporter gets its backend once its credential exists), so it
@@ -431,14 +427,3 @@ def _awaiting_credentials(observed: dict) -> bool:
         and (e.get("spec") or {}).get("enabled", True)
         and not ((e.get("status") or {}).get("credential") or {}).get("name")
         for e in observed["owned"])
-
-
-def _outcome_missing(exporter_set: dict) -> bool:
-    """Whether the set's status lacks the SDK's Successful=True for its
-    current generation."""
-    generation = exporter_set["metadata"].get("generation", 0)
-    for condition in (exporter_set.get("status") or {}).get("conditions") or []:
-        if condition.get("type") == "Successful":
-            return not (condition.get("status") == "True"
-                        and condition.get("observedGeneration", generation) == generation)
-    return True

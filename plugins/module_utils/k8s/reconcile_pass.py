@@ -11,9 +11,11 @@ paths write the same things, in the same order, with the same code:
 2. the plan (``k8s/observe.py`` ``plan_for``, on the observation);
 3. ``apply_pool``: the plan's Exporters, annotations, status and Events
    (``k8s/apply.py``); the backends are the provisioner role's, between
-   this step and the next;
-4. ``record_outcome``: ``Successful`` once the backends, too, are settled,
-   or ``Failure`` naming what failed, with its Warning Event;
+   this step and the next (``backend_work``: the plan parted between the
+   pool pass and a backend pass, and whether a backend pass is needed);
+4. ``record_outcome``: ``Successful`` once the backends, too, are settled
+   (``outcome_due``), or ``Failure`` naming what failed, with its Warning
+   Event;
 5. ``class_pass`` / ``sync_class``: the class's in-use finalizer and status;
 6. ``policy_pass`` / ``sync_policies``: the status of the
    ExporterSetPolicies naming the set.
@@ -26,6 +28,7 @@ policy reconcilers) and keeps every read in its caches.
 """
 
 from datetime import UTC, datetime
+from typing import NamedTuple
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants as c
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import exporterset_options
@@ -35,6 +38,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s 
     lifecycle,
     pool_writes,
 )
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import observe as k8s_observe
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import status as k8s_status
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import class_status, policy
 
@@ -75,7 +79,55 @@ def apply_pool(applier, plan, provisioner):
     return {**applier.result, "versions": dict(applier.versions)}
 
 
+# -- between 3 and 4: the backends' part ----------------------------------------------------
+
+class BackendWork(NamedTuple):
+    """A plan parted between the pool pass and the backends
+    (``k8s/observe.py`` ``split_plan``): what the pool pass writes now,
+    and what a backend pass (the reconcile playbook with the provisioner's
+    role) has to do: the backends' part of the plan, the Exporters that
+    have their credential and no backend yet, the probe playbook due."""
+    pool_plan: dict
+    backend_plan: dict | None
+    unprovisioned: list
+    probe: str | None
+
+    @property
+    def needed(self):
+        """Whether a backend pass has anything to do now."""
+        return bool(self.backend_plan or self.unprovisioned or self.probe)
+
+
+def backend_work(plan, exporter_set, observed, provisioner, acting=()):
+    """Part ``plan``; ``acting``: the Exporters a backend pass is at work
+    on, which the pool part leaves be. Returns ``BackendWork``."""
+    pool_plan, backend_plan = k8s_observe.split_plan(plan, exporter_set, provisioner, acting)
+    return BackendWork(pool_plan, backend_plan, k8s_observe.unprovisioned(observed),
+                       k8s_observe.probe_playbook(observed))
+
+
 # -- 4. the outcome ------------------------------------------------------------------------
+
+def outcome_missing(exporter_set):
+    """Whether the set's status lacks the SDK's ``Successful=True`` for its
+    current generation."""
+    generation = _meta(exporter_set).get("generation", 0)
+    for condition in (exporter_set.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Successful":
+            return not (condition.get("status") == "True"
+                        and condition.get("observedGeneration", generation) == generation)
+    return True
+
+
+def outcome_due(exporter_set, plan, settled, write_condition=True):
+    """Whether a pool pass writes the outcome now: the caller writes the
+    conditions (``write_condition``: the watch's ``manageStatus``), nothing
+    is left to do for the set's backends and no failed backend run's
+    ``Failure`` stands (``settled``), the set is not paused (a paused set
+    writes nothing once it says so, not even the outcome of a newer
+    generation) and its status lacks the outcome."""
+    return bool(write_condition and settled and not plan.get("paused") and outcome_missing(exporter_set))
+
 
 def record_outcome(api_client, exporter_set, error=None, status=None, write_condition=True, check_mode=False):
     """Record the outcome of the whole reconcile: ``Successful`` when

@@ -60,3 +60,16 @@ def test_who_records_is_one_option_with_its_default():
     assert not reconcile_pass.records_here(reconcile_pass.RECORDED_BY_OPERATOR)
     with pytest.raises(ValueError, match=r"records: 'nobody' is not one of \['run', 'operator'\]"):
         reconcile_pass.finish(NO_API, a_set(), records="nobody")
+
+
+def test_the_outcome_is_due_once_settled_and_only_when_missing():
+    successful = {"type": "Successful", "status": "True", "observedGeneration": 2}
+    done = {**a_set(), "status": {"conditions": [successful]}}
+    newer = {**done, "metadata": {**done["metadata"], "generation": 3}}
+    assert reconcile_pass.outcome_due(a_set(), {}, settled=True)
+    assert reconcile_pass.outcome_due(newer, {}, settled=True)
+    assert not reconcile_pass.outcome_due(done, {}, settled=True)
+    assert not reconcile_pass.outcome_due(a_set(), {}, settled=False)
+    assert not reconcile_pass.outcome_due(a_set(), {}, settled=True, write_condition=False)
+    # A paused set writes nothing once it says so, not even a newer generation's outcome.
+    assert not reconcile_pass.outcome_due(newer, {"paused": True}, settled=True)
