@@ -11,6 +11,7 @@ from contextlib import contextmanager
 
 from exporterset_operator.backends import BackendRuns
 from exporterset_operator.results import ReconcileError, RequeueAfter, TerminalError
+from exporterset_operator.workqueue import ExponentialBackoff
 
 BOUND = 10.0
 
@@ -49,9 +50,9 @@ class Runs:
 
 
 @contextmanager
-def running_lane(run, on_done, workers):
+def running_lane(run, on_done, workers, backoff=None):
     """A started lane, shut down when the test ends."""
-    lane = BackendRuns(run, on_done, workers=workers)
+    lane = BackendRuns(run, on_done, workers=workers, backoff=backoff)
     lane.start()
     try:
         yield lane
@@ -119,7 +120,8 @@ def test_a_run_that_raises_still_hands_the_set_back():
     def run(key):
         raise RuntimeError("boom")
 
-    with running_lane(run, done.append, 1) as lane:
+    # The lane runs it again itself once its backoff (here 10 ms) ends.
+    with running_lane(run, done.append, 1, ExponentialBackoff(base=0.01)) as lane:
         lane.submit(("ns", "a"))
         wait_for(lambda: done == [("ns", "a")], "the set is handed back")
         wait_for(lambda: all(t.is_alive() for t in lane.threads), "the lane lives on")
