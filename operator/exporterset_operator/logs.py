@@ -23,6 +23,18 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, default=str)
 
 
+class _Routine(logging.Filter):
+    """INFO records of a logger that says the same thing on every retry
+    (the client's leader election: each renewal of the Lease, each failed
+    attempt of a standby, every retry period), logged as DEBUG."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno == logging.INFO:
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            return logging.getLogger().isEnabledFor(logging.DEBUG)
+        return True
+
+
 def configure(level: str = "INFO") -> None:
     handler = logging.StreamHandler()
     handler.setFormatter(JsonFormatter())
@@ -31,3 +43,6 @@ def configure(level: str = "INFO") -> None:
     root.setLevel(level.upper())
     # The client logs every retry of its own at WARNING; ours say more.
     logging.getLogger("urllib3").setLevel(logging.ERROR)
+    # Leading starts and ends are the operator's own INFO and ERROR lines.
+    election = logging.getLogger("leaderelection")
+    election.filters[:] = [_Routine()]
