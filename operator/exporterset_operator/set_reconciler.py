@@ -392,7 +392,7 @@ class SetReconciler:
             # backoff ends.
             self.backends.submit(key)
             return Result(path="teardown")
-        lifecycle.remove_finalizer(self.api_client, exporter_set, self.finalizer)
+        reconcile_pass.release_finalizer(self.api_client, exporter_set, self.finalizer, remaining)
         self.runner.forget(key)
         self.backends.clear_failure(key)
         return Result(path="teardown")

@@ -231,8 +231,10 @@ policies_changed:
   elements: str
 """
 
+import functools
+
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import exporterset_options
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import lifecycle, reconcile_pass
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import reconcile_pass
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import status as k8s_status
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.apply import ApplyError
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.client import (
@@ -308,9 +310,9 @@ def main():
         if module.params["teardown"] != "none":
             applier.teardown(module.params["teardown"], module.params["owned_exporters"],
                              module.params["provisioner"], only=module.params["teardown_only"])
-            if finalizer and not applier.result["held"]:
-                finalizer_changed = _finalizers(lifecycle.remove_finalizer, api_client, exporterset, finalizer,
-                                                module.check_mode)
+            finalizer_changed = _finalizers(functools.partial(reconcile_pass.release_finalizer,
+                                                              left=applier.result["held"]),
+                                            api_client, exporterset, finalizer, module.check_mode)
         else:
             if finalizer:
                 # exporterset_info names the finalizer only for a set whose class exists or that has it.

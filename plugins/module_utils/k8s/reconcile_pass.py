@@ -7,7 +7,8 @@ operator's backend runs) run it on what they read. Each step is a plain
 function taking an API client and what the caller observed, so that both
 paths write the same things, in the same order, with the same code:
 
-1. ``keep_finalizer``: the set's teardown finalizer, once its class exists;
+1. ``keep_finalizer``: the set's teardown finalizer, once its class exists
+   (``release_finalizer`` removes it once a teardown left nothing);
 2. the plan (``k8s/observe.py`` ``plan_for``, on the observation);
 3. ``apply_pool``: the plan's Exporters, annotations, status and Events
    (``k8s/apply.py``); the backends are the provisioner role's, between
@@ -60,6 +61,16 @@ def keep_finalizer(api_client, exporter_set, finalizer=lifecycle.FINALIZER, has_
     if not lifecycle.needs_finalizer(exporter_set, {} if has_class else None, finalizer):
         return False
     return lifecycle.add_finalizer(api_client, exporter_set, finalizer, check_mode=check_mode)
+
+
+def release_finalizer(api_client, exporter_set, finalizer=lifecycle.FINALIZER, left=(), check_mode=False):
+    """Remove ``finalizer`` from a set being torn down once nothing of it is
+    left (``left``: what the teardown still holds: ``lifecycle.teardown_remaining``
+    of the observation, or the Exporters a teardown run held); the set then
+    goes. Returns whether it changed."""
+    if not finalizer or left:
+        return False
+    return lifecycle.remove_finalizer(api_client, exporter_set, finalizer, check_mode=check_mode)
 
 
 # -- 3. the pool writes ---------------------------------------------------------------

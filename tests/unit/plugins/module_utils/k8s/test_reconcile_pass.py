@@ -73,3 +73,8 @@ def test_the_outcome_is_due_once_settled_and_only_when_missing():
     assert not reconcile_pass.outcome_due(a_set(), {}, settled=True, write_condition=False)
     # A paused set writes nothing once it says so, not even a newer generation's outcome.
     assert not reconcile_pass.outcome_due(newer, {"paused": True}, settled=True)
+
+
+def test_the_finalizer_stays_while_a_teardown_holds_anything():
+    assert not reconcile_pass.release_finalizer(NO_API, a_set([lifecycle.FINALIZER], deleting=True), left=["pool-0"])
+    assert not reconcile_pass.release_finalizer(NO_API, a_set([lifecycle.FINALIZER], deleting=True), finalizer="")
