@@ -1,7 +1,9 @@
 """The in-cluster pool on the real node, timed: cold start (Exporter created
 -> Online: the Pod scheduled, the guest's images fetched, the disk made,
-QEMU started, the sidecar's ``jmp run`` registered over TLS) and lease ->
-Ready from a warm pool, as ``tests/test_incluster_pool.py`` measures them.
+QEMU started, the sidecar's ``jmp run`` registered over TLS), lease ->
+Ready from a warm pool, and an InPlaceReuse reset (lease ended -> the same
+Exporter Online again on a fresh VM in its running Pod), as
+``tests/test_incluster_pool.py`` measures them.
 
 Each run is one run of that test (its own bed, real node, controller
 stand-in and operator); the figures are read from what it prints. Root
@@ -28,6 +30,7 @@ FIGURES = {
     "set_created_to_online_s": re.compile(r"cold start: ExporterSet created -> Exporter \S+ Online in ([\d.]+) s"),
     "exporter_created_to_online_s": re.compile(r"\(Exporter created -> Online in ([\d.]+) s\)"),
     "lease_to_ready_warm_s": re.compile(r"warm lease: lessee started -> lease Ready in ([\d.]+) s"),
+    "lease_end_to_reset_online_s": re.compile(r"lease ended -> reset in place and Online again in ([\d.]+) s"),
     "node_up_s": re.compile(r"real node \S+ ready in ([\d.]+) s"),
 }
 

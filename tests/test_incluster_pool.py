@@ -56,62 +56,52 @@ DRIVERS = [
 PORT22_BANNER = "SSH-2.0-jumpstarter-guest"
 JMP = os.path.join(os.path.dirname(sys.executable), "jmp")
 # The lessee's program, run by a real `jmp shell` that leases by label (as
-# docs/lessee.md shows: `jmp shell -- pytest ...`): the VM's power and
-# console and the guest's port 22 through the exporter of the Pod, then it
-# waits for the test's go-ahead, so the test decides when the lease ends
-# (jmp shell releases it when the program exits). Its result is the file it
-# writes: `jmp shell` 0.9.0 exits non-zero after a lease whose exporter ends
-# with it (docs/lessee.md).
+# docs/lessee.md shows: `jmp shell -- pytest ...`), after a power cycle of
+# the VM and its banner on the console, one of:
+# - "network": a command on the console, then the guest's port 22 through
+#   the exporter of the Pod; then it waits for the test's go-ahead, so the
+#   test decides when the lease ends (jmp shell releases it when the program
+#   exits). Its result is the file it writes: `jmp shell` 0.9.0 exits
+#   non-zero after a lease whose exporter ends with it (docs/lessee.md).
+# - "write": MARK at the start of the guest's virtio disk (through to QEMU);
+# - "read": whether the disk starts with MARK.
+MARK = "lessee-one-was-here"
 LESSEE = """
 import os, sys, time
 from jumpstarter.utils.env import env
-banner, port22, done, go = sys.argv[1:5]
+banner, action, *rest = sys.argv[1:]
 with env() as client:
     vm = client.qemu
     vm.power.off()
     vm.power.on()
     with vm.console.pexpect() as console:
         console.expect(banner, timeout=150)
-        console.sendline("echo answer-$((40 + 2))")
-        console.expect("answer-42", timeout=60)
-    print("lessee: power and console ok", flush=True)
-    with client.ssh.stream() as stream:
-        line = b""
-        while b"\\n" not in line:
-            line += stream.receive()
-    print(f"lessee: port 22 of the guest says {line.decode().strip()!r}", flush=True)
-    if line.decode().strip() != port22:
-        sys.exit(f"lessee: port 22 answered {line!r}, not {port22!r}")
-    open(done, "w").close()
-    deadline = time.monotonic() + 300
-    while not os.path.exists(go) and time.monotonic() < deadline:
-        time.sleep(0.1)
-print("lessee: released", flush=True)
-"""
-
-
-# A lessee's program for the guest's disk, under `jmp shell`: after a power
-# cycle, "write" writes MARK at the start of the virtio disk (through to
-# QEMU), "read" says whether the disk starts with it.
-MARK = "lessee-one-was-here"
-LESSEE_DISK = """
-import sys
-from jumpstarter.utils.env import env
-banner, action, mark = sys.argv[1:4]
-with env() as client:
-    vm = client.qemu
-    vm.power.off()
-    vm.power.on()
-    with vm.console.pexpect() as console:
-        console.expect(banner, timeout=150)
-        if action == "write":
-            console.sendline(f"echo {mark} | dd of=/dev/vda conv=fsync 2>/dev/null; sync; echo wrote-$((1 + 1))")
+        if action == "network":
+            console.sendline("echo answer-$((40 + 2))")
+            console.expect("answer-42", timeout=60)
+            print("lessee: power and console ok", flush=True)
+        elif action == "write":
+            console.sendline(f"echo {rest[0]} | dd of=/dev/vda conv=fsync 2>/dev/null; sync; echo wrote-$((1 + 1))")
             console.expect("wrote-2", timeout=60)
             print("lessee: disk written", flush=True)
         else:
-            console.sendline(f"echo disk-$(head -c {len(mark)} /dev/vda | grep -c {mark})-end")
+            console.sendline(f"echo disk-$(head -c {len(rest[0])} /dev/vda | grep -c {rest[0]})-end")
             console.expect(r"disk-(\\d)-end", timeout=60)
             print(f"lessee: the disk holds the mark: {console.match.group(1).decode()}", flush=True)
+    if action == "network":
+        port22, done, go = rest
+        with client.ssh.stream() as stream:
+            line = b""
+            while b"\\n" not in line:
+                line += stream.receive()
+        print(f"lessee: port 22 of the guest says {line.decode().strip()!r}", flush=True)
+        if line.decode().strip() != port22:
+            sys.exit(f"lessee: port 22 answered {line!r}, not {port22!r}")
+        open(done, "w").close()
+        deadline = time.monotonic() + 300
+        while not os.path.exists(go) and time.monotonic() < deadline:
+            time.sleep(0.1)
+print("lessee: released", flush=True)
 """
 
 
@@ -275,17 +265,8 @@ def test_a_lessee_gets_a_real_qemu_pod_and_its_vm_is_never_offered_again(pool):
 
     # The lessee, as a user's program runs it.
     done, go = pool.workdir / "lessee-done", pool.workdir / "lessee-go"
-    script = pool.workdir / "lessee.py"
-    script.write_text(LESSEE)
-    env = {**os.environ, "HOME": str(pool.workdir), "JMP_CLIENT_CONFIG_HOME": str(pool.workdir), "NO_COLOR": "1"}
     leased_at = time.monotonic()
-    lessee = subprocess.Popen(
-        [JMP, "shell", "--client-config", str(config), "--selector", f"board={BOARD}", "--duration", "30m",
-         "--", sys.executable, str(script), GUEST_BANNER.decode(), PORT22_BANNER, str(done), str(go)],
-        env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    output = []
-    reader = threading.Thread(target=lambda: output.extend(lessee.stdout), daemon=True)
-    reader.start()
+    lessee, output, reader = start_lessee(pool, config, "lessee", "network", PORT22_BANNER, str(done), str(go))
     try:
         first = wait_for(lambda: next((lease for lease in pool.standin.leases()), None), timeout=60,
                          message="the lessee's lease")["metadata"]["name"]
@@ -303,19 +284,7 @@ def test_a_lessee_gets_a_real_qemu_pod_and_its_vm_is_never_offered_again(pool):
         with StatusLog(pool.standin, used) as statuses:
             try:
                 go.touch()
-                wait_for(lambda: "lessee: released" in "".join(output) or lessee.poll() is not None, timeout=60,
-                         message="the lessee's program to end")
-                # jmp shell 0.9.0 then waits for the exporter's afterLease
-                # hook; it may miss the hook's failure (the exporter goes
-                # Offline at once) and wait five minutes: the user's Ctrl+C,
-                # which it offers, skips that wait and releases the lease
-                # (docs/lessee.md).
-                try:
-                    lessee.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    lessee.send_signal(signal.SIGINT)
-                    lessee.wait(timeout=60)
-                reader.join(timeout=5)
+                end_lessee(lessee, output, reader, timeout=60)
                 # The program's own end (jmp shell's code is the exporter's, above).
                 assert "lessee: released" in "".join(output), "".join(output)
                 wait_for(lambda: pool.standin.lease(first)["status"].get("ended"), timeout=30,
@@ -392,12 +361,12 @@ def test_a_killed_qemu_is_reported_on_the_set_and_replaced(pool):
     print(f"QEMU killed -> replacement Pod in {time.monotonic() - killed:.1f} s")
 
 
-def run_lessee(pool, config, name, *args, done="lessee: released", timeout=300):
-    """``LESSEE_DISK`` under a real `jmp shell` that leases by label; its
-    output once the program has ended and `jmp shell` released the lease
-    (with the Ctrl+C docs/lessee.md tells users of, should it wait on)."""
+def start_lessee(pool, config, name, *args):
+    """``LESSEE`` (with ``args``) started under a real `jmp shell` that
+    leases by label: the process, the list its output goes to, and the
+    thread reading it."""
     script = pool.workdir / f"{name}.py"
-    script.write_text(LESSEE_DISK + 'print("lessee: released", flush=True)\n')
+    script.write_text(LESSEE)
     env = {**os.environ, "HOME": str(pool.workdir), "JMP_CLIENT_CONFIG_HOME": str(pool.workdir), "NO_COLOR": "1"}
     lessee = subprocess.Popen(
         [JMP, "shell", "--client-config", str(config), "--selector", f"board={BOARD}", "--duration", "30m",
@@ -406,19 +375,42 @@ def run_lessee(pool, config, name, *args, done="lessee: released", timeout=300):
     output = []
     reader = threading.Thread(target=lambda: output.extend(lessee.stdout), daemon=True)
     reader.start()
+    return lessee, output, reader
+
+
+def end_lessee(lessee, output, reader, timeout):
+    """Once the lessee's program has ended (within ``timeout`` seconds):
+    `jmp shell` 0.9.0 then waits for the exporter's afterLease hook; it may
+    miss the hook's failure (the exporter goes Offline at once) and wait five
+    minutes: the user's Ctrl+C, which it offers, skips that wait and
+    releases the lease (docs/lessee.md)."""
+    wait_for(lambda: "lessee: released" in "".join(output) or lessee.poll() is not None, timeout=timeout,
+             interval=0.2, message="the lessee's program to end")
     try:
-        wait_for(lambda: done in "".join(output) or lessee.poll() is not None, timeout=timeout, interval=0.2,
-                 message=f"the lessee's program ({name})")
-        try:
-            lessee.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            lessee.send_signal(signal.SIGINT)
-            lessee.wait(timeout=60)
-        reader.join(timeout=5)
+        lessee.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        lessee.send_signal(signal.SIGINT)
+        lessee.wait(timeout=60)
+    reader.join(timeout=5)
+
+
+def run_lessee(pool, config, name, *args, timeout=300):
+    """``LESSEE`` under a real `jmp shell` that leases by label; its
+    output once the program has ended and `jmp shell` released the lease
+    (with the Ctrl+C docs/lessee.md tells users of, should it wait on)."""
+    before = {lease["metadata"]["name"] for lease in pool.standin.leases()}
+    lessee, output, reader = start_lessee(pool, config, name, *args)
+    try:
+        end_lessee(lessee, output, reader, timeout=timeout)
     finally:
         if lessee.poll() is None:
             lessee.kill()
-    return "".join(output)
+    said = "".join(output)
+    leases = [lease for lease in pool.standin.leases() if lease["metadata"]["name"] not in before]
+    assert len(leases) == 1, (leases, said)
+    wait_for(lambda: pool.standin.lease(leases[0]["metadata"]["name"])["status"].get("ended"), timeout=30,
+             message=f"the lease of {name} ended; jmp shell said:\n{said}")
+    return said
 
 
 def test_in_place_reuse_gives_the_next_lessee_the_same_pod_with_a_fresh_vm(pool):
@@ -445,8 +437,12 @@ def test_in_place_reuse_gives_the_next_lessee_the_same_pod_with_a_fresh_vm(pool)
     ended = time.monotonic()
     # The lease ended: the exporter stops serving, then, reset in place,
     # registers again on the fresh VM.
-    wait_for(lambda: "not serving again" in pool.logs(name, "exporter"), timeout=60, interval=0.5,
-             message="the used exporter keeping out")
+    try:
+        wait_for(lambda: "not serving again" in pool.logs(name, "exporter"), timeout=60, interval=0.5,
+                 message="the used exporter keeping out")
+    except AssertionError as error:
+        raise AssertionError(f"{error}; the exporter's log:\n{pool.logs(name, 'exporter')[-3000:]}\n"
+                             f"the first lessee's jmp shell:\n{first}") from None
 
     def serving_again():
         exporter = pool.standin.exporter(name)
@@ -459,6 +455,8 @@ def test_in_place_reuse_gives_the_next_lessee_the_same_pod_with_a_fresh_vm(pool)
     assert pod.metadata.uid == pod_uid
     again = pool.container_status(name, "qemu")
     assert again.container_id == qemu.container_id and again.restart_count == 0, again
+    # The exporter's own container went on too: its guard waited for the reset.
+    assert pool.container_status(name, "exporter").restart_count == 0
     assert "reset in place: a fresh disk and a fresh QEMU" in pool.logs(name, "qemu")
 
     second = run_lessee(pool, config, "second", "read", MARK)

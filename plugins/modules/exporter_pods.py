@@ -60,14 +60,14 @@ options:
     description:
       - Whether the instances' Pods and config Secrets should exist; C(synced) re-syncs the
         config of running instances; C(reset) resets the instances in place (InPlaceReuse).
-      - With C(reset), each instance whose Pod runs is reset where it runs when its provisioner
+      - "With C(reset), each instance whose Pod runs is reset where it runs when its provisioner
         can (C(qemu.jumpstarter.dev) runs its reset command in QEMU's container through the API's
         exec, which asks for C(pods/exec)): a fresh disk and a fresh QEMU, the same Pod, config
-        and Exporter, and the exporter serves again once the VM is fresh (C(reset)). An instance
-        that cannot be reset where it runs (no Pod, a Pod that ended, an exporter that still
-        serves, a failed exec) has its Pod and config Secret deleted as with C(absent), for a
-        later C(present) to start afresh, with a warning that says why. Lease safety is checked on
-        a fresh read just before, as for C(absent).
+        and Exporter, and the exporter serves again once the VM is fresh (returned in C(reset))."
+      - "An instance that cannot be reset where it runs (no Pod, a Pod that ended, an exporter
+        that still serves, a failed exec) has its Pod and config Secret deleted as with
+        C(absent), for a later C(present) to start afresh, with a warning that says why. Lease
+        safety is checked on a fresh read just before, as for C(absent)."
     type: str
     choices: [present, absent, synced, reset]
     default: present

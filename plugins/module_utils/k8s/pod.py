@@ -33,6 +33,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import objects as k8s_objects
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.base import (
     DEFAULT_IMAGES,
+    EXPORTER_STOPPED_MARKER,
     LEASE_ENDED_MARKER,
     PodParts,
     named_drivers,
@@ -133,7 +134,9 @@ def config_secret(exporter_set, exporter, provisioner, parameters, token, tls_ca
 # sidecar always restarts), so the used VM is never offered to a second
 # lessee, however late the operator is. The marker goes only with a reset of
 # the VM in this Pod (``Provisioner.reset_in_pod``); then ``jmp run`` starts
-# again on the fresh VM. Without a reset it stays until the Pod ends.
+# again on the fresh VM. Without a reset it stays until the Pod ends. While
+# it waits so, with no ``jmp run`` left, it notes that it has stopped
+# (``EXPORTER_STOPPED_MARKER``), which a reset waits for.
 # Before ``jmp run`` it waits for the sockets the provisioner names
 # (``exporter_waits_for``: QEMU's QMP socket), so an exporter that registers
 # has a backend to drive: the native sidecar starts before the backend's
@@ -142,8 +145,10 @@ _EXPORTER_GUARD = (
     "child=; trap '[ -n \"$child\" ] && kill -TERM $child 2>/dev/null && wait $child; exit 0' TERM INT; "
     "while :; do "
     "if [ -e \"{marker}\" ]; then "
-    'echo "the lease of this instance has ended: not serving again until its VM is reset"; fi; '
+    'echo "the lease of this instance has ended: not serving again until its VM is reset"; '
+    "touch \"{stopped}\"; fi; "
     "while [ -e \"{marker}\" ]; do sleep 0.5 & child=$!; wait $child; done; "
+    "rm -f \"{stopped}\"; "
     "for socket in {sockets}; do while [ ! -S \"$socket\" ]; do sleep 0.2 & child=$!; wait $child; done; done; "
     '"$@" & child=$!; wait $child; code=$?; child=; '
     "[ -e \"{marker}\" ] || exit $code; "
@@ -155,8 +160,9 @@ def exporter_command(name, waits_for=()):
     """The exporter container's command (``sh -c`` guard, then ``jmp run``);
     ``waits_for`` names the sockets in the run directory to wait for."""
     marker = f"{RUN_DIR}/{LEASE_ENDED_MARKER}"
+    stopped = f"{RUN_DIR}/{EXPORTER_STOPPED_MARKER}"
     sockets = " ".join(f'"{RUN_DIR}/{socket}"' for socket in waits_for)
-    return ["/bin/sh", "-c", _EXPORTER_GUARD.format(marker=marker, sockets=sockets), "exporter",
+    return ["/bin/sh", "-c", _EXPORTER_GUARD.format(marker=marker, stopped=stopped, sockets=sockets), "exporter",
             "jmp", "run", "--exporter-config", f"{CONFIG_DIR}/{name}.yaml"]
 
 

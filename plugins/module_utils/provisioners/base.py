@@ -25,6 +25,11 @@ POD_RUN_DIR = "/run/jumpstarter"
 # of that Pod does not register (``k8s/pod.py``'s guard). A reset in place
 # removes it once the VM is fresh (``Provisioner.reset_in_pod``).
 LEASE_ENDED_MARKER = "lease-ended"
+# Written there by the exporter's guard while it waits on that marker with
+# no ``jmp run`` left (``k8s/pod.py``), removed before it starts one again:
+# a reset in place waits for it, so the VM is never reset under an exporter
+# still ending its lease.
+EXPORTER_STOPPED_MARKER = "exporter-stopped"
 # The images the project builds (scripts/images, from images/*/Containerfile):
 # the exporter (jumpstarter 0.9.0 with the collection's VirtualQemu driver)
 # and the QEMU runtime, named as a local build names them and tagged with the

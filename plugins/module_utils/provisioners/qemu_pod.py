@@ -26,6 +26,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.prov
     qemu_common,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.base import (
+    EXPORTER_STOPPED_MARKER,
     LEASE_ENDED_MARKER,
     POD_RUN_DIR,
     Field,
@@ -76,14 +77,19 @@ RUNTIME_SUPERVISOR = (
 
 # The reset command, run in QEMU's container once the Exporter is disabled
 # and unleased (a fresh read, k8s/apply.py): only an instance whose exporter
-# has ended with its lease (the marker its afterLease hook wrote, so no
-# ``jmp run`` drives the VM) is reset; the supervisor is asked, the command
-# waits for the fresh QEMU's QMP socket and then removes the marker, which
-# lets the exporter's guard (k8s/pod.py) serve the fresh VM. Any other exit
-# code than 0 means no reset was made: the caller replaces the Pod.
+# has ended with its lease (the marker its afterLease hook wrote) is reset,
+# once its guard says no ``jmp run`` is left (it may still be ending that
+# lease); the supervisor is asked, the command waits for the fresh QEMU's
+# QMP socket and then removes the marker, which lets the exporter's guard
+# (k8s/pod.py) serve the fresh VM. Any other exit code than 0 means no reset
+# was made: the caller replaces the Pod.
 RESET_COMMAND = (
     'run="{run}"; '
     'if [ ! -e "$run/{marker}" ]; then echo "no ended lease to reset from"; exit 3; fi; '
+    "waited=0; "
+    'while [ ! -e "$run/{stopped}" ]; do '
+    'if [ $waited -ge {timeout} ]; then echo "the exporter did not stop in {seconds} s"; exit 6; fi; '
+    "sleep 0.1; waited=$((waited + 1)); done; "
     'touch "$run/{reset}" && kill -USR1 1 || exit 4; '
     "waited=0; "
     'while [ -e "$run/{reset}" ] || [ ! -S "$run/{qmp}" ]; do '
@@ -121,7 +127,8 @@ class QemuPod(qemu_common.QemuProvisioner):
     serves_one_lease = True
     # The container that resets the VM in a running Pod, and its command.
     reset_in_pod = ("qemu", ["/bin/sh", "-c", RESET_COMMAND.format(
-        run=POD_RUN_DIR, marker=LEASE_ENDED_MARKER, reset=RESET_REQUEST, qmp=qemu_argv.QMP_SOCKET,
+        run=POD_RUN_DIR, marker=LEASE_ENDED_MARKER, stopped=EXPORTER_STOPPED_MARKER, reset=RESET_REQUEST,
+        qmp=qemu_argv.QMP_SOCKET,
         timeout=RESET_TIMEOUT_SECONDS * 10, seconds=RESET_TIMEOUT_SECONDS)])
     # An exporter registers once QEMU listens on QMP: never Online (and so
     # leased) before the VM it drives exists.

@@ -413,13 +413,21 @@ def test_reset_in_the_pod_gives_a_fresh_disk_and_qemu_and_lets_the_exporter_serv
     again; the command returns once the new QMP socket listens and then
     removes the marker. The supervisor and its container stay up."""
     import subprocess
+    import time
 
     supervisor, reset = _supervised(tmp_path)
     try:
         _wait_for(lambda: (tmp_path / "qmp.sock").exists())
         (tmp_path / "disk.qcow2").write_text("used by the first lessee\n")
         (tmp_path / "lease-ended").touch()
-        done = subprocess.run(reset, capture_output=True, text=True, timeout=30)
+        # The exporter is still ending its lease: the reset waits for its guard.
+        waiting = subprocess.Popen(reset, stdout=subprocess.PIPE, text=True)
+        time.sleep(0.5)
+        assert waiting.poll() is None and not (tmp_path / "reset-requested").exists()
+        assert (tmp_path / "starts").read_text().split() == ["first"]
+        (tmp_path / "exporter-stopped").touch()
+        out, _ = waiting.communicate(timeout=30)
+        done = subprocess.CompletedProcess(reset, waiting.returncode, out, "")
         assert done.returncode == 0 and done.stdout.strip().endswith("reset"), done
         assert not (tmp_path / "lease-ended").exists() and not (tmp_path / "reset-requested").exists()
         assert (tmp_path / "starts").read_text().split() == ["first", "fresh"]
@@ -482,10 +490,13 @@ def test_the_exporter_serves_again_once_the_reset_removes_the_marker(tmp_path):
                                  stderr=subprocess.STDOUT)
     try:
         _wait_for(lambda: "not serving again" in log.read_text())
+        # No `jmp run` left: the guard says so, for the reset to go ahead.
+        _wait_for(lambda: (tmp_path / "exporter-stopped").exists())
         assert starts.read_text().split() == ["run"] and guard.poll() is None
         (tmp_path / "lease-ended").unlink()
         assert guard.wait(timeout=10) == 0
         assert starts.read_text().split() == ["run", "run"]
+        assert not (tmp_path / "exporter-stopped").exists()
     finally:
         guard.kill()
         listener.close()
