@@ -60,6 +60,14 @@ for a subset):
   (from /proc, every 0.5 s), CPU per scenario, API requests by verb (audit
   log), and the load average while it ran.
 
+Two regimes: as is, each controller may use every CPU of the machine; with
+``--cpu-limit N`` each controller's process tree runs in a cgroup of its
+own whose CPU quota is N CPUs (``cpu.cfs_quota_us``, or ``cpu.max`` on
+cgroup v2), as a container under a Deployment's CPU limit does (ours asks
+for ``limits.cpu: "1"``, config/manager). Both sides run under the same
+quota; the results then go to ``results/peers-cpu<N>.json`` unless
+``--json`` says otherwise. Root only, for the cgroup.
+
 A figure a repetition does not reach is a miss with its reason (in the
 run's ``misses``), never left out: the summary gives n per figure, the
 median and min–max of what was measured, every miss, and for issue 16's
@@ -266,6 +274,62 @@ class AnsibleOperator(Controller):
                 "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
             },
         )
+
+
+# -- a CPU quota for a process tree -------------------------------------------
+
+
+class CpuQuota:
+    """A cgroup of its own with a CPU quota of ``cpus`` CPUs; a process moved
+    into it takes its threads along, and whatever it starts after is in it
+    too."""
+
+    ROOT = Path("/sys/fs/cgroup")
+    PERIOD_US = 100_000
+
+    def __init__(self, cpus: float, name: str):
+        self.cpus = cpus
+        v1 = self.ROOT / "cpu"
+        self.v2 = not (v1 / "cpu.cfs_quota_us").exists()
+        self.path = (self.ROOT if self.v2 else v1) / name
+        self.path.mkdir(exist_ok=True)
+        quota = int(cpus * self.PERIOD_US)
+        if self.v2:
+            (self.path / "cpu.max").write_text(f"{quota} {self.PERIOD_US}")
+        else:
+            (self.path / "cpu.cfs_period_us").write_text(str(self.PERIOD_US))
+            (self.path / "cpu.cfs_quota_us").write_text(str(quota))
+
+    def add(self, pid: int) -> None:
+        (self.path / "cgroup.procs").write_text(str(pid))
+
+    def throttled_s(self) -> float:
+        """Seconds the group was held back by its quota so far."""
+        for line in (self.path / "cpu.stat").read_text().splitlines():
+            key, _, value = line.partition(" ")
+            if key == "throttled_time":  # v1, nanoseconds
+                return int(value) / 1e9
+            if key == "throttled_usec":  # v2
+                return int(value) / 1e6
+        return 0.0
+
+    def remove(self) -> None:
+        """Once every process of the group has ended (a kill waits for that)."""
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                self.path.rmdir()
+                return
+            except OSError:
+                left = (self.path / "cgroup.procs").read_text().split()
+                for pid in left:
+                    try:
+                        os.kill(int(pid), signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
 
 
 # -- measuring a process tree ----------------------------------------------
@@ -786,6 +850,11 @@ def run_scenarios(bed, standin: JumpstarterStandIn, kind, kubeconfig, user, name
     audit.seek(0, os.SEEK_END)
     begin = datetime.now(UTC)
     controller.start()
+    quota = None
+    if args.cpu_limit:
+        quota = CpuQuota(args.cpu_limit, f"jve-peers-{namespace}")
+        quota.add(controller.proc.pid)
+        figures["cpu_limit"] = args.cpu_limit
     sampler = TreeSampler(controller.proc.pid)
     steps = {
         "fill": lambda: scenario_fill(standin, custom, namespace, figures, args.event_timeout),
@@ -832,6 +901,9 @@ def run_scenarios(bed, standin: JumpstarterStandIn, kind, kubeconfig, user, name
         sampler.sample()
         controller.stop()
         figures.update(sampler.stop())
+        if quota is not None:
+            figures["cpu_throttled_s"] = quota.throttled_s()
+            quota.remove()
         figures["cpu_outside_shrink_s"] = figures["cpu_s"] - cpu_by_step.get("shrink", 0.0)
         with audit:
             figures["requests_over_run"] = audited_requests(audit, user, begin, datetime.now(UTC))
@@ -1013,8 +1085,21 @@ def main():
         default=180,
         help="for the fill, the 20 burst exporters (the shrink goes on) and each latency event, seconds",
     )
-    parser.add_argument("--json", default=str(ROOT / "bench" / "results" / "peers.json"))
+    parser.add_argument(
+        "--cpu-limit",
+        type=float,
+        default=None,
+        help="CPUs each controller's process tree may use (a cgroup CPU quota, as a Deployment's CPU limit); "
+        "the same for every controller",
+    )
+    parser.add_argument("--json", default=None,
+                        help="results file (default bench/results/peers.json, or peers-cpu<N>.json with --cpu-limit)")
     args = parser.parse_args()
+    if args.json is None:
+        name = f"peers-cpu{args.cpu_limit:g}.json" if args.cpu_limit else "peers.json"
+        args.json = str(ROOT / "bench" / "results" / name)
+    if args.cpu_limit is not None and args.cpu_limit <= 0:
+        parser.error("--cpu-limit: a number of CPUs above 0")
     unknown = [step for step in args.scenarios if step not in SCENARIOS]
     if unknown:
         parser.error(f"--scenarios: unknown {', '.join(unknown)} (known: {', '.join(SCENARIOS)})")
@@ -1051,6 +1136,8 @@ def main():
         result = {
             "date": datetime.now(UTC).isoformat(timespec="seconds"),
             "machine": {"cpus": os.cpu_count(), "load_before": load_before, "load_after": os.getloadavg()},
+            "regime": f"each controller's process tree under a CPU quota of {args.cpu_limit:g} CPU"
+            if args.cpu_limit else "each controller may use every CPU of the machine",
             "duration_s": time.monotonic() - started,
             "command": sys.argv,
             "revision": revision,
