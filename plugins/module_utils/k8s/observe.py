@@ -232,6 +232,19 @@ def config_sync_due(observed, exporter_set=None):
     return _since_sync(observed, exporter_set) >= CONFIG_SYNC_SECONDS
 
 
+def exporters_to_resync(observed, exporter_set=None):
+    """The running instances whose config a run re-syncs: none unless a
+    re-sync is due (``config_sync_due``), so a run that makes or removes
+    backends starts no module for it; then those whose config Secret notes
+    other inputs than now's where the inputs are seen (``stale_configs``),
+    else (a run by hand, no inputs seen) every running one."""
+    if not config_sync_due(observed, exporter_set):
+        return []
+    if observed.get("config_inputs") is not None and not observed.get("sync_config"):
+        return stale_configs(observed)
+    return running_exporters(observed)
+
+
 def config_sync_wait(observed, exporter_set=None):
     """Seconds until a re-sync that is wanted but held back by
     CONFIG_SYNC_MIN_SECONDS may run (the set is looked at again then), or None."""
@@ -416,8 +429,8 @@ def playbook_variables(exporter_set, observed, plan, teardown=False):
                 if constants.ANNOTATION_DORMANT not in (e["metadata"].get("annotations") or {})
             ],
             "controller_tls_ca": (observed.get("controller_ca") or {}).get("tls_ca", ""),
-            # Pod-backed instances that run, their config re-synced (exporter_pods synced).
-            "running_exporters": running_exporters(observed),
+            # Pod-backed instances whose config this run re-syncs (exporter_pods synced).
+            "running_exporters": exporters_to_resync(observed, exporter_set),
             "config_synced_annotation": ANNOTATION_CONFIG_SYNCED,
             "merged_parameters": resolved["parameters"],
             "merged_images": resolved["images"],

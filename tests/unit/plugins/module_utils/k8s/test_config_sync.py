@@ -169,6 +169,28 @@ def test_a_new_token_endpoint_ca_or_driver_list_makes_the_sync_due_on_that_pass(
     assert not k8s_observe.config_sync_due(pool.observed())
 
 
+def test_a_run_re_syncs_only_the_instances_a_due_sync_names():
+    """What a reconcile run is given to re-sync (``running_exporters``):
+    nothing while no re-sync is due, so a run that makes backends starts no
+    re-sync module; once due, the stale instances where the inputs are seen,
+    and every running one on a run by hand."""
+    pool = Pool()
+    observed = pool.observed()
+    assert k8s_observe.running_exporters(observed) == ["rpi4-0"]
+    assert k8s_observe.playbook_variables(pool.set, observed, {})["running_exporters"] == []
+    pool.credential["metadata"]["resourceVersion"] = "11"
+    observed = pool.observed()
+    assert k8s_observe.playbook_variables(pool.set, observed, {})["running_exporters"] == ["rpi4-0"]
+    # Held back for a moment after the last sync: nothing yet.
+    held = Pool(since_sync=-2)
+    held.credential["metadata"]["resourceVersion"] = "11"
+    assert k8s_observe.playbook_variables(held.set, held.observed(), {})["running_exporters"] == []
+    # By hand: every running instance, whatever the inputs say.
+    by_hand = Pool().observed()
+    by_hand["sync_config"] = True
+    assert k8s_observe.playbook_variables(pool.set, by_hand, {})["running_exporters"] == ["rpi4-0"]
+
+
 def test_a_leased_instance_is_left_until_its_lease_ends():
     pool = Pool()
     pool.credential["metadata"]["resourceVersion"] = "11"
