@@ -125,7 +125,9 @@ def test_no_secret_or_configmap_is_listed_watched_or_written_outside_the_pool_na
     """Secrets and ConfigMaps are read, listed and watched (Secrets as
     metadata only, for the config re-sync on change) only where the pool
     ClusterRole is bound, with no verb beyond those; the cluster-wide role
-    grants nothing on them, nor pods/exec, nor any write on Pods or Exporters."""
+    grants nothing on them, nor pods/exec, nor any write on Pods or Exporters;
+    pods/exec (the reset in place of a QEMU Pod) is the pool role's, a rule of
+    its own with get and create only."""
     by_name = {obj["metadata"]["name"]: obj for obj in _listed(CONFIG / "rbac") if obj["kind"] == "ClusterRole"}
     cluster_wide = {(group, resource, verb) for rule in by_name["exporterset-operator"]["rules"]
                     for group in rule["apiGroups"] for resource in rule["resources"] for verb in rule["verbs"]}
@@ -136,7 +138,8 @@ def test_no_secret_or_configmap_is_listed_watched_or_written_outside_the_pool_na
             allowed = {"get", "list", "watch"} | ({"create", "update", "delete"} if "secrets" in rule["resources"]
                                                   else set())
             assert set(rule["verbs"]) <= allowed and rule["resources"] in (["secrets"], ["configmaps"]), rule
-        assert "pods/exec" not in rule["resources"]
+        if "pods/exec" in rule["resources"]:
+            assert rule["resources"] == ["pods/exec"] and set(rule["verbs"]) <= {"get", "create"}, rule
     (binding,) = [obj for obj in _kustomize(CONFIG / "default") if obj["kind"] == "ClusterRoleBinding"]
     assert binding["roleRef"]["name"] == "exporterset-operator"
     assert _pool_binding("x")["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
@@ -352,6 +355,7 @@ def test_every_deployment_gets_scheduled_pods(cluster):
     ("watch", "exporters.jumpstarter.dev", "yes"),
     ("create", "exporters.jumpstarter.dev", "no"),
     ("create", "pods", "no"),
+    ("create", "pods/exec", "no"),
     ("get", "secrets", "no"),
     ("list", "configmaps", "no"),
     ("delete", "exportersets.virtualtarget.jumpstarter.dev", "no"),
@@ -384,7 +388,8 @@ def test_a_pool_namespace_gets_the_writes_and_reads_by_name(cluster, request):
                     # re-sync on change; ConfigMaps never written.
                     ("list", "secrets", "yes"), ("watch", "secrets", "yes"), ("list", "configmaps", "yes"),
                     ("update", "configmaps", "no"),
-                    ("create", "pods/exec", "no"), ("update", "leases.jumpstarter.dev", "no")]
+                    # The reset in place of a QEMU Pod, in the set's own namespace.
+                    ("create", "pods/exec", "yes"), ("update", "leases.jumpstarter.dev", "no")]
 
         def decided():
             answers = [(verb, resource, _can_i(cluster, verb, resource, namespace)) for verb, resource, _ in expected]
