@@ -13,8 +13,9 @@ operator wrote. A lessee's program under a real ``jmp shell`` leases by
 label, powers the VM off and on, reads its console and reads the
 line the guest's port 22 writes, through the exporter's ``TcpNetwork``
 driver (JEP-0014's entry, ``port: 22`` and no host) and QEMU's forward.
-With ``InPlaceReuse`` the next lessee finds the same Pod with a fresh VM:
-what the first one wrote on the guest's disk is gone.
+With ``InPlaceReuse`` a lessee flashes an image onto the guest's disk
+through the exporter's flasher and the guest reads it; the next lessee
+finds the same Pod with a fresh VM, the image gone.
 
 Select with ``-m realnode`` (root; ``scripts/realnode build`` installs what
 it needs).
@@ -56,23 +57,29 @@ DRIVERS = [
 PORT22_BANNER = "SSH-2.0-jumpstarter-guest"
 JMP = os.path.join(os.path.dirname(sys.executable), "jmp")
 # The lessee's program, run by a real `jmp shell` that leases by label (as
-# docs/lessee.md shows: `jmp shell -- pytest ...`), after a power cycle of
-# the VM and its banner on the console, one of:
+# docs/lessee.md shows: `jmp shell -- pytest ...`): the VM powered off, then
+# for "flash" MARK flashed onto the guest's disk through the exporter's
+# flasher (only while off), then powered on, its banner on the console, and:
 # - "network": a command on the console, then the guest's port 22 through
 #   the exporter of the Pod; then it waits for the test's go-ahead, so the
 #   test decides when the lease ends (jmp shell releases it when the program
 #   exits). Its result is the file it writes: `jmp shell` 0.9.0 exits
 #   non-zero after a lease whose exporter ends with it (docs/lessee.md).
-# - "write": MARK at the start of the guest's virtio disk (through to QEMU);
-# - "read": whether the disk starts with MARK.
+# - "flash" and "read": whether the guest's disk starts with MARK, read by
+#   the guest.
 MARK = "lessee-one-was-here"
 LESSEE = """
-import os, sys, time
+import os, sys, tempfile, time
 from jumpstarter.utils.env import env
 banner, action, *rest = sys.argv[1:]
 with env() as client:
     vm = client.qemu
     vm.power.off()
+    if action == "flash":
+        with tempfile.NamedTemporaryFile("w", suffix=".img", delete=False) as image:
+            image.write(rest[0] + "\\n")
+        vm.flasher.flash(image.name)
+        print("lessee: flashed", flush=True)
     vm.power.on()
     with vm.console.pexpect() as console:
         console.expect(banner, timeout=150)
@@ -80,10 +87,6 @@ with env() as client:
             console.sendline("echo answer-$((40 + 2))")
             console.expect("answer-42", timeout=60)
             print("lessee: power and console ok", flush=True)
-        elif action == "write":
-            console.sendline(f"echo {rest[0]} | dd of=/dev/vda conv=fsync 2>/dev/null; sync; echo wrote-$((1 + 1))")
-            console.expect("wrote-2", timeout=60)
-            print("lessee: disk written", flush=True)
         else:
             console.sendline(f"echo disk-$(head -c {len(rest[0])} /dev/vda | grep -c {rest[0]})-end")
             console.expect(r"disk-(\\d)-end", timeout=60)
@@ -414,13 +417,13 @@ def run_lessee(pool, config, name, *args, timeout=300):
 
 
 def test_in_place_reuse_gives_the_next_lessee_the_same_pod_with_a_fresh_vm(pool):
-    """InPlaceReuse on the real node: a lessee writes on the guest's disk
-    and its lease ends; the operator resets the instance in its running Pod
+    """InPlaceReuse on the real node: a lessee flashes the guest's disk
+    through the exporter and its lease ends; the operator resets the instance in its running Pod
     (the reset command in QEMU's container, through the API's exec, run by
     the operator's Pod under its own account): the same Exporter and Pod,
     QEMU's container never restarted, a fresh disk. The exporter serves
     again and the next lessee, on the same instance, finds no trace of the
-    first one's write."""
+    first one's image."""
     guest_class(pool, "guest")
     make_set(pool.custom, pool.namespace, board=BOARD, virtualTargetClassName="guest",
              minAvailableReplicas=1, maxReplicas=1, recycleStrategy="InPlaceReuse",
@@ -432,8 +435,9 @@ def test_in_place_reuse_gives_the_next_lessee_the_same_pod_with_a_fresh_vm(pool)
     pod_uid = pool.core.read_namespaced_pod(name, pool.namespace).metadata.uid
     qemu = pool.container_status(name, "qemu")
 
-    first = run_lessee(pool, config, "first", "write", MARK)
-    assert "lessee: disk written" in first, first
+    first = run_lessee(pool, config, "first", "flash", MARK)
+    # Flashed through the exporter, read back by the guest.
+    assert "lessee: flashed" in first and "lessee: the disk holds the mark: 1" in first, first
     ended = time.monotonic()
     # The lease ended: the exporter stops serving, then, reset in place,
     # registers again on the fresh VM.
