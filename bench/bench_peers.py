@@ -66,7 +66,10 @@ own whose CPU quota is N CPUs (``cpu.cfs_quota_us``, or ``cpu.max`` on
 cgroup v2), as a container under a Deployment's CPU limit does (ours asks
 for ``limits.cpu: "1"``, config/manager). Both sides run under the same
 quota; the results then go to ``results/peers-cpu<N>.json`` unless
-``--json`` says otherwise. Root only, for the cgroup.
+``--json`` says otherwise. Root only, for the cgroup. ``--background-load
+N`` keeps N busy processes (a Python loop each) running beside the whole
+run, so that the controllers compete for the CPU as on a busy machine;
+with it the results go to ``results/peers-load<N>[-cpu<M>].json``.
 
 A figure a repetition does not reach is a miss with its reason (in the
 run's ``misses``), never left out: the summary gives n per figure, the
@@ -1092,12 +1095,20 @@ def main():
         help="CPUs each controller's process tree may use (a cgroup CPU quota, as a Deployment's CPU limit); "
         "the same for every controller",
     )
+    parser.add_argument(
+        "--background-load",
+        type=int,
+        default=0,
+        help="busy processes kept running beside the whole run (a busy machine), the same for every controller",
+    )
     parser.add_argument("--json", default=None,
-                        help="results file (default bench/results/peers.json, or peers-cpu<N>.json with --cpu-limit)")
+                        help="results file (default bench/results/peers.json, peers-cpu<N>.json with --cpu-limit, "
+                        "peers-load<N>[-cpu<M>].json with --background-load)")
     args = parser.parse_args()
     if args.json is None:
-        name = f"peers-cpu{args.cpu_limit:g}.json" if args.cpu_limit else "peers.json"
-        args.json = str(ROOT / "bench" / "results" / name)
+        parts = ([f"load{args.background_load}"] if args.background_load else []) + (
+            [f"cpu{args.cpu_limit:g}"] if args.cpu_limit else [])
+        args.json = str(ROOT / "bench" / "results" / ("-".join(["peers", *parts]) + ".json"))
     if args.cpu_limit is not None and args.cpu_limit <= 0:
         parser.error("--cpu-limit: a number of CPUs above 0")
     unknown = [step for step in args.scenarios if step not in SCENARIOS]
@@ -1136,8 +1147,9 @@ def main():
         result = {
             "date": datetime.now(UTC).isoformat(timespec="seconds"),
             "machine": {"cpus": os.cpu_count(), "load_before": load_before, "load_after": os.getloadavg()},
-            "regime": f"each controller's process tree under a CPU quota of {args.cpu_limit:g} CPU"
-            if args.cpu_limit else "each controller may use every CPU of the machine",
+            "regime": (f"each controller's process tree under a CPU quota of {args.cpu_limit:g} CPU"
+                       if args.cpu_limit else "each controller may use every CPU of the machine")
+            + (f", beside {args.background_load} busy processes" if args.background_load else ""),
             "duration_s": time.monotonic() - started,
             "command": sys.argv,
             "revision": revision,
@@ -1156,6 +1168,8 @@ def main():
         workdir = Path(tmp)
         bed = TestBed(workdir / "bed", audit=True)
         bed.up()
+        # A busy machine: loops that take the CPU whenever the run does not.
+        load = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.background_load)]
         try:
             identities = {name: make_identity(bed, name, workdir) for name in controllers}
             with bed.api_client() as api:
@@ -1181,6 +1195,9 @@ def main():
                         print(json.dumps(runs[-1], default=str), flush=True)
                         write_results()
         finally:
+            for busy in load:
+                busy.kill()
+                busy.wait()
             bed.down(remove=True)
     print(table(write_results(), controllers))
     if floor:
