@@ -278,17 +278,14 @@ class SetReconciler:
             read_controller_ca=lambda: controller_ca.read_controller_ca(self.api_client, namespace, vclass),
             surveys=self.surveys,
         )
-        _, backend_plan = k8s_observe.split_plan(plan, exporter_set, k8s_observe.provisioner_of(observed))
-        unprovisioned = k8s_observe.unprovisioned(observed)
-        if backend_plan or unprovisioned:
-            acting = {e["name"] for e in (backend_plan or {}).get("delete", [])
-                      + (backend_plan or {}).get("recycle", [])} | set(unprovisioned)
-            with self.backends.acting_on(key, acting):
-                self._run_playbook(key, exporter_set, observed, backend_plan or {}, plan)
-            return
-        probe = k8s_observe.probe_playbook(observed)
-        if probe:
-            self._run_probe(key, exporter_set, observed, plan, probe)
+        work = reconcile_pass.backend_work(plan, exporter_set, observed, k8s_observe.provisioner_of(observed))
+        backend_plan = work.backend_plan or {}
+        if backend_plan or work.unprovisioned:
+            acting = {e["name"] for e in backend_plan.get("delete", []) + backend_plan.get("recycle", [])}
+            with self.backends.acting_on(key, acting | set(work.unprovisioned)):
+                self._run_playbook(key, exporter_set, observed, backend_plan, plan)
+        elif work.probe:
+            self._run_probe(key, exporter_set, observed, plan, work.probe)
 
     def _apply_in_process(self, exporter_set: dict, plan: dict, provisioner: str,
                           write_outcome: bool | None = None) -> dict:

@@ -357,14 +357,17 @@ class PodManager(ClusterModule):
         if exporter is None:
             raise InstanceError(f"Exporter {self.namespace}/{name} is not among owned_exporters")
         in_pod = provisioners.get(self.provisioner).reset_in_pod
-        pod = self._read("Pod", name) if in_pod else None
-        why = None
         if in_pod is None:
-            why = None  # a fresh Pod is this provisioner's reset
-        elif pod is None or not k8s_objects.controlled_by(pod, exporter["metadata"].get("uid")):
+            self.absent(name)  # a fresh Pod is this provisioner's reset
+            return
+        pod = self._read("Pod", name)
+        phase = ((pod or {}).get("status") or {}).get("phase")
+        if pod is None or not k8s_objects.controlled_by(pod, exporter["metadata"].get("uid")):
             why = "it has no Pod of its own"
-        elif pod["metadata"].get("deletionTimestamp") or (pod.get("status") or {}).get("phase") != "Running":
-            why = f"its Pod is {(pod.get('status') or {}).get('phase') or 'not running'}"
+        elif pod["metadata"].get("deletionTimestamp"):
+            why = "its Pod is being deleted"
+        elif phase != "Running":
+            why = f"its Pod is {phase or 'not running'}"
         else:
             # Lease safety, on a fresh read just before the reset (k8s/apply.py).
             if k8s_apply.backend_held(self.api_client, self.p["exporterset"], name) is not None:
@@ -380,9 +383,7 @@ class PodManager(ClusterModule):
                 return
             said = " ".join(output.split())[-300:] or "no output"
             why = f"its reset in the Pod failed (exit code {code}: {said})"
-        if why:
-            self.module.warn(f"{self.namespace}/{name}: not reset in its running Pod, {why}; "
-                             f"a fresh Pod replaces it")
+        self.module.warn(f"{self.namespace}/{name}: not reset in its running Pod, {why}; a fresh Pod replaces it")
         self.absent(name)
 
     def absent(self, name):
