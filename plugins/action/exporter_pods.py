@@ -23,6 +23,7 @@ import json
 import os
 import sys
 
+from ansible import constants as C
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.common.json import Direction, get_module_encoder
 from ansible.module_utils.common.parameters import remove_values
@@ -137,12 +138,14 @@ class ActionModule(ActionBase):
         variables = task_vars
         if self._task.delegate_to:
             variables = (task_vars.get("ansible_delegated_vars") or {}).get(self._task.delegate_to) or {}
-        interpreter = variables.get("ansible_python_interpreter")
-        if interpreter:
-            interpreter = str(self._templar.template(interpreter)).strip()
-            if interpreter not in _AUTO_INTERPRETERS and \
-                    os.path.realpath(os.path.expanduser(interpreter)) != os.path.realpath(sys.executable):
-                return False
+        # The interpreter the module would run under (ansible_python_interpreter,
+        # else the configuration's interpreter_python): another one may have
+        # other packages.
+        interpreter = C.config.get_config_value("INTERPRETER_PYTHON", variables=variables)
+        interpreter = str(self._templar.template(interpreter) or "").strip()
+        if interpreter and interpreter not in _AUTO_INTERPRETERS and \
+                os.path.realpath(os.path.expanduser(interpreter)) != os.path.realpath(sys.executable):
+            return False
         try:
             import kubernetes  # noqa: F401  (the module may find it under its own interpreter)
         except ImportError:
