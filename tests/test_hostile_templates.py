@@ -137,6 +137,7 @@ def operator_in_process(testbed, api, namespace, artifacts):
         yield controller
     finally:
         controller.stop()
+        runner.close()
 
 
 def make_pool_0(controller, custom, namespace):

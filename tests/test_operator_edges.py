@@ -118,6 +118,7 @@ def test_a_name_taken_before_the_set_creates_it_does_not_stall_the_set(
         assert "pool-1" not in owned()
     finally:
         controller.stop()
+        runner.close()
 
 
 def test_recycled_exporters_each_get_an_event(api, namespace, standin, operator):

@@ -9,7 +9,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "operator"))
 
+import pytest  # noqa: E402
 from exporterset_operator.runner import PlaybookRunner  # noqa: E402
+
+OPENED = []
+
+
+@pytest.fixture(autouse=True)
+def _close_runners():
+    # Each runner's fork server ends with the runner.
+    yield
+    while OPENED:
+        OPENED.pop().close()
 
 PLAYBOOK = """
 - hosts: localhost
@@ -23,7 +34,8 @@ PLAYBOOK = """
 
 def runner(tmp_path, max_artifacts=3):
     (tmp_path / "check.yml").write_text(PLAYBOOK)
-    return PlaybookRunner(str(tmp_path), str(tmp_path / "artifacts"), max_artifacts=max_artifacts)
+    OPENED.append(PlaybookRunner(str(tmp_path), str(tmp_path / "artifacts"), max_artifacts=max_artifacts))
+    return OPENED[-1]
 
 
 def test_extra_vars_larger_than_a_command_line_arrive_whole(tmp_path):
@@ -141,6 +153,7 @@ def test_artifacts_do_not_record_the_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("JVE_OPERATOR_SECRET", operator_secret)
     (tmp_path / "env.yml").write_text(ENV_PLAYBOOK)
     run = PlaybookRunner(str(tmp_path), str(tmp_path / "artifacts"), env={"JVE_RUN_SECRET": run_secret})
+    OPENED.append(run)
     result = run.run("env.yml", ("ns", "pool"), {
         "operator_hash": hashlib.sha256(operator_secret.encode()).hexdigest(),
         "run_hash": hashlib.sha256(run_secret.encode()).hexdigest()})

@@ -266,6 +266,8 @@ def main(argv: list[str] | None = None) -> int:
             lock.release()
         else:
             log.warning("a reconcile is still running; the leader election Lease is left to expire")
+    # A run still going ends with the fork server.
+    runner.close()
     return 0
 
 

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -26,6 +28,7 @@ from pathlib import Path
 
 import ansible_runner
 
+from . import forkclient
 from .watches import Role, Runnable
 
 
@@ -164,6 +167,65 @@ def _failure_message(runner) -> str:
     return f"playbook ended with status {runner.status} (rc={runner.rc})"
 
 
+class ForkServer:
+    """The operator's fork server (forkserver.py): started on the first
+    run, started again on the run after it ended, stopped with the runner
+    (or when this process ends: it reads our end of a pipe).
+
+    ``binary`` is what ansible-runner runs in place of ``ansible-playbook``
+    (forkclient.py, a file in a private directory of ours), ``env`` what
+    the run's environment needs to reach the server."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._process: subprocess.Popen | None = None
+        self.directory = tempfile.mkdtemp(prefix="jve-forkserver-")
+        self.socket = os.path.join(self.directory, "socket")
+        self.binary = os.path.join(self.directory, "ansible-playbook")
+        source = Path(forkclient.__file__).read_text()
+        with open(os.open(self.binary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o700), "w") as out:
+            out.write(f"#!{sys.executable} -IS\n{source}")
+        playbook = Path(sys.executable).with_name("ansible-playbook")
+        self.env = {forkclient.SERVER_ENV: self.socket,
+                    forkclient.PLAYBOOK_ENV: str(playbook) if playbook.exists() else "ansible-playbook"}
+        self.starts = 0
+
+    def ensure(self) -> None:
+        with self._lock:
+            if self._process is not None and self._process.poll() is None:
+                return
+            if self._process is not None:
+                self._process.stdin.close()
+            try:
+                os.unlink(self.socket)
+            except FileNotFoundError:
+                pass
+            self._process = subprocess.Popen(
+                [sys.executable, "-m", "exporterset_operator.forkserver", "--socket", self.socket],
+                stdin=subprocess.PIPE, cwd=self.directory, start_new_session=True)
+            self.starts += 1
+        # The client runs ansible-playbook itself until the socket is there.
+        deadline = time.monotonic() + 5
+        while not os.path.exists(self.socket) and time.monotonic() < deadline and self._process.poll() is None:
+            time.sleep(0.01)
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None and self._process.poll() is None else None
+
+    def close(self) -> None:
+        with self._lock:
+            if self._process is not None:
+                self._process.stdin.close()
+                try:
+                    self._process.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    self._process.kill()
+                    self._process.wait()
+                self._process = None
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
 class PlaybookRunner:
     def __init__(
         self,
@@ -172,6 +234,7 @@ class PlaybookRunner:
         max_artifacts: int = 20,
         verbosity: int = 0,
         env: dict[str, str] | None = None,
+        fork_server: bool = True,
     ):
         self.collection_root = Path(collection_root)
         self.artifacts_dir = Path(artifacts_dir)
@@ -180,6 +243,18 @@ class PlaybookRunner:
         self.verbosity = verbosity
         self.env = dict(env or {})
         self._lock = threading.Lock()
+        self.fork_server = ForkServer() if fork_server else None
+
+    def close(self) -> None:
+        """Stop the fork server; a later run starts it again."""
+        if self.fork_server is not None:
+            self.fork_server.close()
+
+    def __enter__(self) -> "PlaybookRunner":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def run(self, playbook: Runnable, key: tuple[str, str], extravars: dict) -> RunResult:
         """Run ``playbook`` (a path, relative to the collection root or
@@ -208,6 +283,11 @@ class PlaybookRunner:
             "ANSIBLE_PIPELINING": "1",
             **self.env,
         }
+        binary = None
+        if self.fork_server is not None:
+            self.fork_server.ensure()
+            envvars.update(self.fork_server.env)
+            binary = self.fork_server.binary
         try:
             if isinstance(playbook, Role):
                 generated = Path(private_data_dir) / "role.yml"
@@ -222,6 +302,10 @@ class PlaybookRunner:
                 ident=ident,
                 playbook=str(playbook_path),
                 project_dir=str(self.collection_root),
+                binary=binary,
+                # ansible-runner names the playbook only when it runs
+                # ansible-playbook itself; the fork server's client gets it here.
+                cmdline=shlex.quote(str(playbook_path)) if binary else None,
                 envvars=envvars,
                 # envvars stay off disk; the extra vars file is ours.
                 suppress_env_files=True,

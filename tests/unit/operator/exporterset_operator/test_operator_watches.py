@@ -130,10 +130,10 @@ def test_a_role_runs_from_a_generated_playbook_with_its_vars(tmp_path):
     (role / "tasks" / "main.yml").write_text(ROLE_TASKS)
     (tmp_path / "operator").mkdir()
     watch = load(tmp_path, {**GVK, "role": "greeter", "vars": {"greeting": "hello"}}, root=tmp_path).entry(*SERVED)
-    runner = PlaybookRunner(str(tmp_path), str(tmp_path / "artifacts"))
     out = tmp_path / "out.json"
-    result = runner.run(watch.runnable(), ("ns", "pool"), {
-        **watch.vars, "out": str(out), "ansible_operator_meta": {"name": "pool", "namespace": "ns"}})
+    with PlaybookRunner(str(tmp_path), str(tmp_path / "artifacts")) as runner:
+        result = runner.run(watch.runnable(), ("ns", "pool"), {
+            **watch.vars, "out": str(out), "ansible_operator_meta": {"name": "pool", "namespace": "ns"}})
     assert result.ok, result.message
     assert json.loads(out.read_text()) == {"name": "pool", "greeting": "hello"}
     # No exporterset_apply task ran: nothing is known of its writes.

@@ -1,0 +1,410 @@
+"""A long-lived process that has imported Ansible once and forks one child
+per playbook run: what a run costs without an interpreter start and the
+imports of ansible-core, Jinja2, PyYAML and the kubernetes client (about
+0.7 CPU-s of a run's 0.9 on a 2-core machine, bench/README.md).
+
+The operator starts it (runner.py, ``ForkServer``) and ansible-runner
+starts ``forkclient.py`` in place of ``ansible-playbook``; the client hands
+over its command line, environment, working directory and standard
+streams, and the child runs ``ansible-playbook``'s own entry point with
+them, in a process group of its own, and its exit code goes back to the
+client.
+
+ansible-core reads its configuration (``ansible.constants``) once, when it
+is imported. The server imports it on its first request, with that
+request's environment and directory, and serves a later request only when
+everything the configuration reads is the same: each base setting's
+environment variable, ``ANSIBLE_CONFIG``, ``HOME`` and the directory
+(where ``ansible.cfg`` is looked up). Any other request is answered
+``cold`` with the variable that differs, and the client runs
+``ansible-playbook`` itself. Plugin options (the fact cache's directory
+among them) are read when the run loads the plugin, so they may differ.
+
+Each child gets a local temporary directory of its own (the one Ansible
+made at import is the server's) and removes it when it ends.
+
+The server ends when its standard input closes (the operator ended), and
+kills the runs still going. A run is killed whole (its process group and
+the task workers that left it, by the mark in their environment) when its
+client goes away first, or when a signal ended it before it could stop
+its workers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import io
+import json
+import os
+import selectors
+import shutil
+import signal
+import socket
+import struct
+import sys
+import tempfile
+
+# Imported on the first request, with its environment; a run then forks
+# from here with them loaded.
+PRELOAD = (
+    "ansible.cli.playbook",
+    "ansible.executor.playbook_executor",
+    "ansible.executor.task_queue_manager",
+    "ansible.executor.process.worker",
+    "ansible.playbook.handler_task_include",
+    "ansible._internal._json._profiles._inventory_legacy",
+    "ansible.utils.shlex",
+    "ansible.module_utils.common.arg_spec",
+    # What loading a run's plugins imports: the plugin loader reuses a
+    # module already imported under the plugin's name.
+    *(f"ansible.plugins.{name}" for name in (
+        "strategy.linear", "action.normal", "action.set_fact",
+        "become.su", "become.sudo",
+        "cache.memory", "cache.jsonfile",
+        "callback.default", "callback.minimal", "callback.junit", "callback.oneline", "callback.tree",
+        "connection.local", "connection.ssh", "connection.paramiko_ssh", "connection.psrp",
+        "connection.winrm",
+        "doc_fragments.connection_pipelining", "doc_fragments.default_callback",
+        "doc_fragments.result_format_callback", "doc_fragments.shell_common",
+        "doc_fragments.shell_windows", "doc_fragments.vars_plugin_staging",
+        "filter.core", "filter.mathstuff", "filter.urlsplit", "filter.encryption",
+        "inventory.auto", "inventory.host_list", "inventory.ini", "inventory.script",
+        "inventory.toml", "inventory.yaml",
+        "lookup.env",
+        "shell.sh", "shell.cmd", "shell.powershell",
+        "test.core", "test.files", "test.mathstuff", "test.uri",
+        "vars.host_group_vars",
+    )),
+    "multiprocessing.popen_fork",
+    "multiprocessing.synchronize",
+    "kubernetes.client",
+    "kubernetes.config",
+)
+# Read when a run loads its plugin, not at import: free to differ per run.
+PER_RUN = frozenset({"ANSIBLE_CACHE_PLUGIN_CONNECTION"})
+MAX_REQUEST = 16 * 1024 * 1024
+# Every process of a run carries it in its environment (Ansible's task
+# workers leave the run's process group for sessions of their own).
+RUN_MARK = "JVE_FORK_RUN"
+
+
+class Refused(Exception):
+    """A request this server does not run; the client runs it cold."""
+
+
+def read_request(conn: socket.socket) -> tuple[dict, list[int]]:
+    """The request's JSON body and the three descriptors sent with it."""
+    fds = []
+    header, ancillary, _, _ = conn.recvmsg(4, socket.CMSG_SPACE(3 * 4))
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.extend(struct.unpack(f"{len(data) // 4}i", data[: len(data) - len(data) % 4]))
+    try:
+        if len(header) != 4 or len(fds) != 3:
+            raise Refused(f"a request with {len(header)} header bytes and {len(fds)} descriptors")
+        (size,) = struct.unpack("!I", header)
+        if size > MAX_REQUEST:
+            raise Refused(f"a request of {size} bytes")
+        body = b""
+        while len(body) < size:
+            chunk = conn.recv(min(65536, size - len(body)))
+            if not chunk:
+                raise Refused("the client closed its request half sent")
+            body += chunk
+        request = json.loads(body)
+        if not (isinstance(request.get("argv"), list) and isinstance(request.get("env"), dict)
+                and isinstance(request.get("cwd"), str)):
+            raise Refused("a request without argv, env and cwd")
+        return request, fds
+    except (Refused, ValueError):
+        for fd in fds:
+            os.close(fd)
+        raise
+
+
+# Plugins every run loads, by loader: loading one here reads its
+# documentation's options into the configuration once (YAML, the largest
+# part of what a run does before its first task). Their classes only: not
+# the vars plugins, whose loader keeps instances.
+WARM_PLUGINS = {
+    "become": ("su", "sudo"),
+    "cache": ("memory", "jsonfile"),
+    "callback": ("default", "minimal", "junit", "oneline", "tree"),
+    "connection": ("local", "ssh", "paramiko_ssh", "psrp", "winrm"),
+    "inventory": ("auto", "host_list", "ini", "script", "toml", "yaml"),
+    "shell": ("sh", "cmd", "powershell"),
+    "strategy": ("linear",),
+}
+
+
+def warm_plugins() -> None:
+    """The collection loader as ``ansible-playbook`` configures it (its
+    command line has no collections path), the ``ansible.builtin``
+    collection's routing, and the plugins of ``WARM_PLUGINS``."""
+    import importlib
+
+    from ansible import constants
+    from ansible.plugins import loader
+
+    loader.init_plugin_loader([])
+    importlib.import_module("ansible_collections.ansible.builtin")
+    for kind, names in WARM_PLUGINS.items():
+        plugin_loader = getattr(loader, f"{kind}_loader")
+        for name in names:
+            try:
+                plugin = plugin_loader.get(f"ansible.builtin.{name}", class_only=True)
+            except Exception as exc:  # a run loads it itself
+                sys.stderr.write(f"fork server: not preloaded: {kind} plugin {name}: {exc}\n")
+                continue
+            if kind == "callback" and plugin is not None:
+                # A run loads every callback by its file's name (the
+                # callback loader's all()), not by its collection name.
+                options = constants.config.get_configuration_definitions(kind, plugin.__module__)
+                if options:
+                    constants.config.initialize_plugin_configuration_definitions(kind, name, options)
+
+
+def config_names() -> list[str]:
+    """Every environment variable ansible-core's base configuration reads
+    when it is imported, with the ones that decide which file it reads."""
+    from ansible import constants
+
+    names = {"ANSIBLE_CONFIG", "HOME"}
+    for definition in constants.config.get_configuration_definitions().values():
+        for entry in definition.get("env") or ():
+            names.add(entry["name"])
+    return sorted(names - PER_RUN)
+
+
+def config_key(names: list[str], request: dict) -> dict:
+    env = request["env"]
+    key = {name: env.get(name) for name in names}
+    key["(working directory)"] = request["cwd"]
+    return key
+
+
+def kill_run(pid: int) -> None:
+    """SIGKILL every process of the run ``pid``: its process group and the
+    processes that left it (found by ``RUN_MARK``)."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    mark = f"{RUN_MARK}={pid}".encode() + b"\0"
+    for _ in range(2):  # a process may have forked while we looked
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry.name}/environ", "rb") as environ:
+                    if mark in environ.read() + b"\0":
+                        os.kill(int(entry.name), signal.SIGKILL)
+            except (OSError, ValueError):
+                continue
+
+
+def reply(conn: socket.socket, **message) -> None:
+    try:
+        conn.sendall(json.dumps(message).encode() + b"\n")
+    except OSError:
+        pass
+
+
+class Server:
+    def __init__(self, path: str):
+        self.path = path
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(path)
+        os.chmod(path, 0o600)
+        self.listener.listen(64)
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(self.listener, selectors.EVENT_READ, "accept")
+        self.selector.register(sys.stdin, selectors.EVENT_READ, "parent")
+        self.names: list[str] | None = None
+        self.key: dict | None = None
+        # pid → (connection, pidfd) of each run still going.
+        self.runs: dict[int, tuple[socket.socket, int]] = {}
+
+    def load(self, request: dict) -> None:
+        """Import Ansible under the first request's environment."""
+        os.environ.clear()
+        os.environ.update(request["env"])
+        os.chdir(request["cwd"])
+        for name in PRELOAD:
+            try:
+                __import__(name)
+            except ImportError as exc:  # a run imports it itself, as ansible-playbook does
+                sys.stderr.write(f"fork server: not preloaded: {name}: {exc}\n")
+        self.names = config_names()
+        self.key = config_key(self.names, request)
+        warm_plugins()
+        # The imported objects stay out of the collector's passes, so a
+        # child's collections do not copy the pages it shares with us.
+        gc.collect()
+        gc.freeze()
+
+    def serve(self) -> None:
+        while True:
+            for key, _ in self.selector.select():
+                if key.data == "accept":
+                    self.accept()
+                elif key.data == "parent":
+                    if not os.read(sys.stdin.fileno(), 4096):
+                        self.stop()
+                        return
+                elif key.data[0] == "run":
+                    self.reap(key.data[1])
+                elif key.data[0] == "client":
+                    self.client_gone(key.data[1])
+
+    def accept(self) -> None:
+        conn, _ = self.listener.accept()
+        try:
+            request, fds = read_request(conn)
+        except (Refused, OSError) as exc:
+            reply(conn, cold=str(exc))
+            conn.close()
+            return
+        try:
+            if self.key is None:
+                try:
+                    self.load(request)
+                except Exception as exc:
+                    self.key = None
+                    raise Refused(f"cannot load Ansible: {exc!r}") from None
+            differs = [name for name, value in config_key(self.names, request).items()
+                       if self.key.get(name) != value]
+            if differs:
+                raise Refused(f"{differs[0]} differs from the environment the server loaded Ansible with")
+            sys.stdout.flush()
+            sys.stderr.flush()
+            pid = os.fork()
+        except Refused as exc:
+            for fd in fds:
+                os.close(fd)
+            reply(conn, cold=str(exc))
+            conn.close()
+            return
+        if pid == 0:
+            self.child(request, fds, conn)
+        for fd in fds:
+            os.close(fd)
+        pidfd = os.pidfd_open(pid)
+        self.runs[pid] = (conn, pidfd)
+        self.selector.register(pidfd, selectors.EVENT_READ, ("run", pid))
+        self.selector.register(conn, selectors.EVENT_READ, ("client", pid))
+        reply(conn, pid=pid)
+
+    def child(self, request: dict, fds: list[int], conn: socket.socket) -> None:
+        """The run: never returns."""
+        rc = 1
+        try:
+            os.setpgid(0, 0)
+            for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE, signal.SIGCHLD):
+                signal.signal(signum, signal.SIG_DFL)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            self.selector.close()
+            self.listener.close()
+            conn.close()
+            for other_conn, pidfd in self.runs.values():
+                other_conn.close()
+                os.close(pidfd)
+            for target, fd in enumerate(fds):
+                os.dup2(fd, target)
+                os.close(fd)
+            sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8")
+            sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8",
+                                          errors="backslashreplace", line_buffering=True)
+            sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8",
+                                          errors="backslashreplace", line_buffering=True)
+            sys.__stdout__, sys.__stderr__, sys.__stdin__ = sys.stdout, sys.stderr, sys.stdin
+            os.environ.clear()
+            os.environ.update(request["env"])
+            os.environ[RUN_MARK] = str(os.getpid())
+            os.chdir(request["cwd"])
+            sys.argv = list(request["argv"])
+            import warnings
+
+            from ansible import constants
+            from ansible.cli.playbook import main
+
+            # Configured here already, the same way (warm_plugins).
+            warnings.filterwarnings("ignore", message="AnsibleCollectionFinder has already been configured")
+
+            # The server's own local temporary directory is not the run's.
+            local_tmp = tempfile.mkdtemp(prefix=f"ansible-local-{os.getpid()}",
+                                         dir=os.path.dirname(constants.DEFAULT_LOCAL_TMP))
+            constants.DEFAULT_LOCAL_TMP = local_tmp
+            try:
+                main(sys.argv)
+                rc = 0
+            except SystemExit as exc:
+                rc = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            finally:
+                shutil.rmtree(local_tmp, ignore_errors=True)
+        except BaseException as exc:  # the run must end here, whatever happens
+            try:
+                sys.stderr.write(f"fork server: the run failed to start: {exc!r}\n")
+            except Exception:
+                pass
+        finally:
+            try:
+                sys.stdout.flush()
+                sys.stderr.flush()
+            except Exception:
+                pass
+            os._exit(rc if 0 <= rc < 256 else 1)
+
+    def reap(self, pid: int) -> None:
+        conn, pidfd = self.runs.pop(pid)
+        self.selector.unregister(pidfd)
+        if conn.fileno() in self.selector.get_map():
+            self.selector.unregister(conn)
+        os.close(pidfd)
+        _, status = os.waitpid(pid, 0)
+        if os.WIFSIGNALED(status):
+            # Killed before it could stop its task workers.
+            kill_run(pid)
+        reply(conn, rc=128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status))
+        conn.close()
+
+    def client_gone(self, pid: int) -> None:
+        """The client closed its end (killed, or done): a run whose client
+        is gone has no one to report to, so its process group ends."""
+        conn, _ = self.runs[pid]
+        try:
+            if conn.recv(1, socket.MSG_PEEK):
+                conn.recv(4096)  # nothing is expected; keep the socket drained
+                return
+        except OSError:
+            pass
+        self.selector.unregister(conn)
+        kill_run(pid)
+
+    def stop(self) -> None:
+        for pid in list(self.runs):
+            kill_run(pid)
+        for pid, (conn, pidfd) in list(self.runs.items()):
+            os.waitpid(pid, 0)
+            conn.close()
+            os.close(pidfd)
+        self.runs.clear()
+        self.listener.close()
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--socket", required=True, help="the Unix socket to listen on")
+    args = parser.parse_args(argv)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the operator stops us by closing our stdin
+    Server(args.socket).serve()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
