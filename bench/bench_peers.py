@@ -460,39 +460,59 @@ FLOOR_PLAYBOOK = """\
       changed_when: false
 """
 FLOOR_SCRIPT = """\
-import json, resource, shutil, sys, tempfile
+import json, os, resource, shutil, sys, tempfile, time
 from pathlib import Path
 from exporterset_operator.runner import PlaybookRunner
-def used():
+TICK = os.sysconf("SC_CLK_TCK")
+def used(server=None):
+    # This process, the children it reaped (the client; a cold run whole)
+    # and, through the fork server, the runs it forked and reaped.
     usage = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
-    return sum(u.ru_utime + u.ru_stime for u in usage)
+    total = sum(u.ru_utime + u.ru_stime for u in usage)
+    if server:
+        fields = Path(f"/proc/{server}/stat").read_text().rsplit(")", 1)[1].split()
+        total += sum(int(f) for f in fields[11:15]) / TICK
+    return total
 work = Path(tempfile.mkdtemp(prefix="jve-floor-"))
 (work / "floor.yml").write_text(sys.argv[2])
-runner = PlaybookRunner(sys.argv[1], str(work / "artifacts"))
-cpu = used()
-result = runner.run(str(work / "floor.yml"), ("floor", "floor"), {})
-cpu = used() - cpu
+figures = {}
+for mode in ("cold", "warm"):
+    with PlaybookRunner(sys.argv[1], str(work / mode), fork_server=mode == "warm") as runner:
+        server = None
+        if mode == "warm":  # the server's start and first run are not a run's cost
+            runner.run(str(work / "floor.yml"), ("floor", "floor"), {})
+            server = runner.fork_server.pid
+        cpu, wall = used(server), time.monotonic()
+        result = runner.run(str(work / "floor.yml"), ("floor", "floor"), {})
+        figures[mode] = {"status": result.status, "cpu_s": used(server) - cpu, "wall_s": time.monotonic() - wall}
 shutil.rmtree(work, ignore_errors=True)
-print(json.dumps({"status": result.status, "wall_s": result.duration, "cpu_s": cpu}))
+print(json.dumps(figures))
 """
 
 
 def runner_floor(repetitions: int) -> dict:
     """CPU and wall seconds of a one-module playbook run through the
-    operator's PlaybookRunner: the run alone, from a Python that has it
-    imported already, as the operator has (the ansible-playbook process and
-    the module's own Python, which every run starts, count)."""
+    operator's PlaybookRunner, from a Python that has it imported already,
+    as the operator has: ``cold``, ansible-playbook started afresh (and the
+    module's own Python, which every run starts); ``warm``, forked from the
+    operator's fork server once it serves runs (forkserver.py), as the
+    operator runs them."""
     samples = []
     for _ in range(repetitions):
         out = subprocess.run([sys.executable, "-c", FLOOR_SCRIPT, str(ROOT), FLOOR_PLAYBOOK],
                              capture_output=True, text=True, check=True, timeout=120)
         sample = json.loads(out.stdout.strip().splitlines()[-1])
-        if sample["status"] != "successful":
-            raise RuntimeError(f"the floor run ended {sample['status']}: {out.stderr[-500:]}")
+        for mode, figures in sample.items():
+            if figures["status"] != "successful":
+                raise RuntimeError(f"the {mode} floor run ended {figures['status']}: {out.stderr[-500:]}")
         samples.append(sample)
-    return {key: {"median": statistics.median(s[key] for s in samples),
-                  "min": min(s[key] for s in samples), "max": max(s[key] for s in samples)}
-            for key in ("cpu_s", "wall_s")} | {"n": len(samples)}
+
+    def summary(mode):
+        return {key: {"median": statistics.median(s[mode][key] for s in samples),
+                      "min": min(s[mode][key] for s in samples), "max": max(s[mode][key] for s in samples)}
+                for key in ("cpu_s", "wall_s")}
+
+    return {**summary("warm"), "cold": summary("cold"), "n": len(samples)}
 
 
 # -- what the Jumpstarter controller shows ------------------------------------
@@ -1201,9 +1221,12 @@ def main():
             bed.down(remove=True)
     print(table(write_results(), controllers))
     if floor:
-        print(f"\nfloor of one playbook run (one module, ansible-runner), n={floor['n']}: "
-              f"CPU {floor['cpu_s']['median']:.2f} s ({floor['cpu_s']['min']:.2f}–{floor['cpu_s']['max']:.2f}), "
-              f"wall {floor['wall_s']['median']:.2f} s")
+        for label, figures in (("forked from the fork server", floor), ("ansible-playbook started afresh",
+                                                                         floor["cold"])):
+            print(f"\nfloor of one playbook run (one module, ansible-runner), {label}, n={floor['n']}: "
+                  f"CPU {figures['cpu_s']['median']:.2f} s "
+                  f"({figures['cpu_s']['min']:.2f}–{figures['cpu_s']['max']:.2f}), "
+                  f"wall {figures['wall_s']['median']:.2f} s")
 
 
 if __name__ == "__main__":
