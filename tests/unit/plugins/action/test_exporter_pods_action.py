@@ -44,6 +44,7 @@ def listener():
     threading.Thread(target=serve, daemon=True).start()
     yield type("Listener", (), {"url": f"https://127.0.0.1:{server.getsockname()[1]}",
                                 "count": staticmethod(lambda: len(accepted))})
+    server.shutdown(socket.SHUT_RDWR)  # wakes the accept
     server.close()
 
 
