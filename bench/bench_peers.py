@@ -370,8 +370,15 @@ def _pss(pid: int) -> int:
 
 
 def _process_label(pid: int) -> str:
-    """A short name for a process: the script a Python runs (ansible-playbook,
-    exporterset_operator), else the program."""
+    """A short name for a process: the name the operator's fork server
+    gives itself and its runs (jve-forkserver, jve-run), the script a Python
+    runs (ansible-playbook, exporterset_operator), else the program."""
+    try:
+        comm = Path(f"/proc/{pid}/comm").read_text().strip()
+        if comm.startswith("jve-"):
+            return comm
+    except OSError:
+        pass
     try:
         argv = [a for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") if a]
     except OSError:

@@ -24,7 +24,7 @@ from . import cgroup, logs
 from .controller import Controller
 from .metrics import Metrics, serve
 from .reconciler import Reconciler
-from .runner import PlaybookRunner
+from .runner import ForkServer, PlaybookRunner
 from .watches import SERVED, load_watches
 
 log = logging.getLogger("exporterset_operator")
@@ -164,6 +164,10 @@ def playbook_env(kubeconfig: str | None) -> dict[str, str]:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logs.configure(args.log_level)
+    # Forked now, while this process runs no other thread: the playbook
+    # runs' server shares the pages of what we imported.
+    fork_server = ForkServer()
+    fork_server.start()
     root = _collection_root()
     watches = load_watches(args.watches_file or root / "operator" / "watches.yaml", root=root)
     watch = watches.entry(*SERVED)
@@ -177,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
         str(root), args.artifacts_dir, max_artifacts=args.max_artifacts or watch.max_runner_artifacts,
         verbosity=args.ansible_verbosity,
         env=playbook_env(args.kubeconfig),
+        fork_server=fork_server,
     )
 
     # The scale plan's options: the pool logic's defaults under the entry's

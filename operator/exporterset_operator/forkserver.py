@@ -184,6 +184,16 @@ def config_key(names: list[str], request: dict) -> dict:
     return key
 
 
+def set_name(name: bytes) -> None:
+    """The process's name as ``ps`` and /proc/PID/comm show it."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(15, name, 0, 0, 0)  # PR_SET_NAME
+    except (OSError, AttributeError):
+        pass
+
+
 def kill_run(pid: int) -> None:
     """SIGKILL every process of the run ``pid``: its process group and the
     processes that left it (found by ``RUN_MARK``)."""
@@ -212,15 +222,17 @@ def reply(conn: socket.socket, **message) -> None:
 
 
 class Server:
-    def __init__(self, path: str):
+    def __init__(self, path: str, parent_fd: int = 0):
         self.path = path
+        # Our end of the operator's pipe: it closes when the operator ends.
+        self.parent_fd = parent_fd
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.listener.bind(path)
         os.chmod(path, 0o600)
         self.listener.listen(64)
         self.selector = selectors.DefaultSelector()
         self.selector.register(self.listener, selectors.EVENT_READ, "accept")
-        self.selector.register(sys.stdin, selectors.EVENT_READ, "parent")
+        self.selector.register(parent_fd, selectors.EVENT_READ, "parent")
         self.names: list[str] | None = None
         self.key: dict | None = None
         # pid → (connection, pidfd) of each run still going.
@@ -250,7 +262,7 @@ class Server:
                 if key.data == "accept":
                     self.accept()
                 elif key.data == "parent":
-                    if not os.read(sys.stdin.fileno(), 4096):
+                    if not os.read(self.parent_fd, 4096):
                         self.stop()
                         return
                 elif key.data[0] == "run":
@@ -301,15 +313,24 @@ class Server:
         rc = 1
         try:
             os.setpgid(0, 0)
+            set_name(b"jve-run")
             for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE, signal.SIGCHLD):
                 signal.signal(signum, signal.SIG_DFL)
             signal.signal(signal.SIGINT, signal.default_int_handler)
             self.selector.close()
             self.listener.close()
+            if self.parent_fd > 2:
+                os.close(self.parent_fd)
             conn.close()
             for other_conn, pidfd in self.runs.values():
                 other_conn.close()
                 os.close(pidfd)
+            # The run's output goes to the client's terminal; its input is
+            # empty. The terminal is the client's, not ours to control, and
+            # a run reads nothing (a pause task then only waits, as it does
+            # without a terminal).
+            os.close(fds[0])
+            fds[0] = os.open(os.devnull, os.O_RDONLY)
             for target, fd in enumerate(fds):
                 os.dup2(fd, target)
                 os.close(fd)
@@ -397,11 +418,44 @@ class Server:
             pass
 
 
+def serve_forked(path: str, parent_fd: int) -> None:
+    """The server in a process forked from the operator before it started
+    any thread: it shares the pages of what the operator had imported (the
+    kubernetes client, the interpreter's own). Never returns.
+
+    The operator imported the collection's module_utils as a plain package;
+    they go from ``sys.modules`` here, so that Ansible's collection loader
+    imports the collection its own way, as in ``ansible-playbook``; and so
+    do the operator's log handlers."""
+    code = 1
+    try:
+        os.setsid()
+        set_name(b"jve-forkserver")
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        for name in [name for name in sys.modules if name.split(".")[0] == "ansible_collections"]:
+            del sys.modules[name]
+        import logging
+
+        logging.root.handlers.clear()
+        logging.root.setLevel(logging.WARNING)
+        Server(path, parent_fd).serve()
+        code = 0
+    except BaseException as exc:
+        try:
+            sys.stderr.write(f"fork server: stopped: {exc!r}\n")
+        except Exception:
+            pass
+    finally:
+        os._exit(code)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--socket", required=True, help="the Unix socket to listen on")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the operator stops us by closing our stdin
+    set_name(b"jve-forkserver")
     Server(args.socket).serve()
     return 0
 

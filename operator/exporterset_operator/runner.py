@@ -14,6 +14,7 @@ artifacts go when the set goes, so disk use stays flat over a long run.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import shlex
@@ -28,7 +29,7 @@ from pathlib import Path
 
 import ansible_runner
 
-from . import forkclient
+from . import forkclient, forkserver
 from .watches import Role, Runnable
 
 
@@ -167,10 +168,45 @@ def _failure_message(runner) -> str:
     return f"playbook ended with status {runner.status} (rc={runner.rc})"
 
 
+class _Forked:
+    """A fork server forked from this process (``ForkServer.start``), with
+    the few calls of ``subprocess.Popen`` the runner makes."""
+
+    def __init__(self, pid: int, pipe: int):
+        self.pid = pid
+        self._pipe = pipe
+        self._code: int | None = None
+
+    def poll(self) -> int | None:
+        if self._code is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self._code = os.waitstatus_to_exitcode(status)
+        return self._code
+
+    def close_pipe(self) -> None:
+        if self._pipe >= 0:
+            os.close(self._pipe)
+            self._pipe = -1
+
+    def wait(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while self.poll() is None:
+            if time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(str(self.pid), timeout)
+            time.sleep(0.01)
+
+    def kill(self) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, 9)
+
+
 class ForkServer:
-    """The operator's fork server (forkserver.py): started on the first
-    run, started again on the run after it ended, stopped with the runner
-    (or when this process ends: it reads our end of a pipe).
+    """The operator's fork server (forkserver.py): started by ``start``
+    (forked from this process, which the operator calls before it starts
+    any thread) or else on the first run, started again (a fresh Python) on
+    the run after it ended, stopped with the runner or
+    when this process ends (it reads our end of a pipe).
 
     ``binary`` is what ansible-runner runs in place of ``ansible-playbook``
     (forkclient.py, a file in a private directory of ours), ``env`` what
@@ -178,7 +214,7 @@ class ForkServer:
 
     def __init__(self):
         self._lock = threading.Lock()
-        self._process: subprocess.Popen | None = None
+        self._process: subprocess.Popen | _Forked | None = None
         self.directory = tempfile.mkdtemp(prefix="jve-forkserver-")
         self.socket = os.path.join(self.directory, "socket")
         self.binary = os.path.join(self.directory, "ansible-playbook")
@@ -189,25 +225,61 @@ class ForkServer:
         self.env = {forkclient.SERVER_ENV: self.socket,
                     forkclient.PLAYBOOK_ENV: str(playbook) if playbook.exists() else "ansible-playbook"}
         self.starts = 0
+        self.forked = False
+
+    def start(self) -> None:
+        """Start the server now, forked from this process when it runs no
+        other thread (its pages are then shared with ours: the kubernetes
+        client, the interpreter), else as a fresh Python."""
+        with self._lock:
+            self._start(fork=threading.active_count() == 1)
+        self._wait_listening()
 
     def ensure(self) -> None:
+        """A server for the next run: the one running, or a fresh Python."""
         with self._lock:
             if self._process is not None and self._process.poll() is None:
                 return
-            if self._process is not None:
-                self._process.stdin.close()
-            try:
-                os.unlink(self.socket)
-            except FileNotFoundError:
-                pass
-            self._process = subprocess.Popen(
-                [sys.executable, "-m", "exporterset_operator.forkserver", "--socket", self.socket],
-                stdin=subprocess.PIPE, cwd=self.directory, start_new_session=True)
-            self.starts += 1
+            self._start(fork=False)
+        self._wait_listening()
+
+    def _start(self, fork: bool) -> None:
+        if self._process is not None:
+            self._close_pipe()
+        try:
+            os.unlink(self.socket)
+        except FileNotFoundError:
+            pass
+        self.starts += 1
+        if fork:
+            read, write = os.pipe()
+            # What is imported now stays out of the collector's passes, so
+            # that neither side copies the pages they share by collecting.
+            gc.freeze()
+            pid = os.fork()
+            if pid == 0:
+                os.close(write)
+                forkserver.serve_forked(self.socket, read)
+            os.close(read)
+            self._process = _Forked(pid, write)
+            self.forked = True
+            return
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "exporterset_operator.forkserver", "--socket", self.socket],
+            stdin=subprocess.PIPE, cwd=self.directory, start_new_session=True)
+        self.forked = False
+
+    def _wait_listening(self) -> None:
         # The client runs ansible-playbook itself until the socket is there.
         deadline = time.monotonic() + 5
         while not os.path.exists(self.socket) and time.monotonic() < deadline and self._process.poll() is None:
             time.sleep(0.01)
+
+    def _close_pipe(self) -> None:
+        if isinstance(self._process, _Forked):
+            self._process.close_pipe()
+        else:
+            self._process.stdin.close()
 
     @property
     def pid(self) -> int | None:
@@ -216,12 +288,12 @@ class ForkServer:
     def close(self) -> None:
         with self._lock:
             if self._process is not None:
-                self._process.stdin.close()
+                self._close_pipe()
                 try:
                     self._process.wait(timeout=30)
                 except subprocess.TimeoutExpired:
                     self._process.kill()
-                    self._process.wait()
+                    self._process.wait(timeout=30)
                 self._process = None
         shutil.rmtree(self.directory, ignore_errors=True)
 
@@ -234,7 +306,7 @@ class PlaybookRunner:
         max_artifacts: int = 20,
         verbosity: int = 0,
         env: dict[str, str] | None = None,
-        fork_server: bool = True,
+        fork_server: bool | ForkServer = True,
     ):
         self.collection_root = Path(collection_root)
         self.artifacts_dir = Path(artifacts_dir)
@@ -243,14 +315,16 @@ class PlaybookRunner:
         self.verbosity = verbosity
         self.env = dict(env or {})
         self._lock = threading.Lock()
-        self.fork_server = ForkServer() if fork_server else None
+        if fork_server is True:
+            fork_server = ForkServer()
+        self.fork_server = fork_server or None
 
     def close(self) -> None:
         """Stop the fork server; a later run starts it again."""
         if self.fork_server is not None:
             self.fork_server.close()
 
-    def __enter__(self) -> "PlaybookRunner":
+    def __enter__(self) -> PlaybookRunner:
         return self
 
     def __exit__(self, *exc) -> None:

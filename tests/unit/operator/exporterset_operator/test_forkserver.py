@@ -24,6 +24,17 @@ PLAYBOOK = """
         msg: "run {{ lookup('ansible.builtin.env', 'JVE_TEST_RUN') }}"
 """
 
+# The teardown's pause, in a run whose output is the client's terminal.
+PAUSE_PLAYBOOK = """
+- hosts: localhost
+  connection: local
+  gather_facts: false
+  tasks:
+    - name: Wait a moment
+      ansible.builtin.pause:
+        seconds: 1
+"""
+
 SLOW_PLAYBOOK = """
 - hosts: localhost
   connection: local
@@ -91,6 +102,15 @@ def test_runs_fork_from_the_server_each_with_its_own_environment_and_events(tmp_
         # ansible-runner's events went to this run's own artifacts.
         events = [path.name for path in Path(result.artifact_dir, "job_events").iterdir()]
         assert any(name.endswith(".json") for name in events)
+
+
+def test_a_pause_waits_in_a_run_forked_from_the_server(tmp_path):
+    (tmp_path / "pause.yml").write_text(PAUSE_PLAYBOOK)
+    with PlaybookRunner(str(tmp_path), str(tmp_path / "artifacts")) as runner:
+        result = runner.run("pause.yml", ("ns", "pool"), {})
+        assert result.ok, result.message
+        assert runner.fork_server.pid is not None
+    assert "fork server:" not in Path(result.artifact_dir, "stdout").read_text()
 
 
 def test_a_different_configuration_runs_cold_and_says_which_variable(server, tmp_path):
