@@ -441,6 +441,30 @@ class TreeSampler:
         while not self._stop.wait(interval):
             self.sample()
 
+    def split(self) -> dict[str, float]:
+        """The tree's CPU seconds so far by part: the controller's own, what
+        it reaped (ours: the runs' clients, and the runs ansible-playbook
+        ran itself), and the fork server's own and its runs' (every forked
+        run's processes, once reaped)."""
+        def times(pid):
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            return [int(v) / CLOCK_TICKS for v in fields[11:15]]
+        parts = {}
+        try:
+            own = times(self.pid)
+        except OSError:
+            return parts
+        parts["controller"], parts["reaped by the controller"] = own[0] + own[1], own[2] + own[3]
+        for pid, (parent, _, _) in _process_table().items():
+            if parent == self.pid and _process_label(pid) == "jve-forkserver":
+                try:
+                    server = times(pid)
+                except OSError:
+                    continue
+                parts["fork server"] = server[0] + server[1]
+                parts["forked runs (reaped)"] = server[2] + server[3]
+        return parts
+
     def stop(self) -> dict:
         self._stop.set()
         self._thread.join()
@@ -908,6 +932,9 @@ def run_scenarios(bed, standin: JumpstarterStandIn, kind, kubeconfig, user, name
             return
         sampler.sample()
         cpu_by_step["start"] = sampler.cpu_s
+        split_by_step = figures["cpu_s_split_by_step"] = {}
+        split_before = sampler.split()
+        split_by_step["start"] = split_before
         for step in SCENARIOS:  # in this order, whatever order they were asked in
             if step not in args.scenarios:
                 continue
@@ -926,6 +953,10 @@ def run_scenarios(bed, standin: JumpstarterStandIn, kind, kubeconfig, user, name
                     figures["misses"].setdefault(key, reason)
             sampler.sample()
             cpu_by_step[step] = sampler.cpu_s - cpu_before
+            split_now = sampler.split()
+            split_by_step[step] = {part: round(seconds - split_before.get(part, 0.0), 2)
+                                   for part, seconds in split_now.items()}
+            split_before = split_now
             print(f"  {kind.name} #{figures['repetition'] + 1} {step}: {time.monotonic() - began:.1f} s", flush=True)
     finally:
         sampler.sample()
