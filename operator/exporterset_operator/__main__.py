@@ -127,6 +127,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="playbook runs whose artifacts are kept (default: maxRunnerArtifacts "
                         "of watches.yaml, 20)")
     parser.add_argument("--ansible-verbosity", type=int, default=int(env("ANSIBLE_VERBOSITY_LEVEL", "0")))
+    parser.add_argument(
+        "--fork-server", action=argparse.BooleanOptionalAction, default=env("FORK_SERVER", "true") != "false",
+        help="fork the playbook runs from a process that has imported Ansible (default); "
+             "--no-fork-server: start ansible-playbook afresh for each run. Env: FORK_SERVER=false.",
+    )
     parser.add_argument("--log-level", default=env("LOG_LEVEL", "INFO"))
     parser.add_argument("--kubeconfig", default=env("KUBECONFIG"))
     args = parser.parse_args(argv)
@@ -166,8 +171,9 @@ def main(argv: list[str] | None = None) -> int:
     logs.configure(args.log_level)
     # Forked now, while this process runs no other thread: the playbook
     # runs' server shares the pages of what we imported.
-    fork_server = ForkServer()
-    fork_server.start()
+    fork_server = ForkServer() if args.fork_server else False
+    if fork_server:
+        fork_server.start()
     root = _collection_root()
     watches = load_watches(args.watches_file or root / "operator" / "watches.yaml", root=root)
     watch = watches.entry(*SERVED)

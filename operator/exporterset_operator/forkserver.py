@@ -23,8 +23,9 @@ among them) are read when the run loads the plugin, so they may differ.
 Each child gets a local temporary directory of its own (the one Ansible
 made at import is the server's) and removes it when it ends.
 
-The server ends when its standard input closes (the operator ended), and
-kills the runs still going. A run is killed whole (its process group and
+The server ends when the operator's end of its pipe closes (the operator
+ended; standard input when it runs as ``python -m``), and kills the runs
+still going. A run is killed whole (its process group and
 the task workers that left it, by the mark in their environment) when its
 client goes away first, or when a signal ended it before it could stop
 its workers.

@@ -43,3 +43,11 @@ def test_impossible_timings_are_refused_naming_the_flags(flags, message, capsys)
         parse_args(list(flags))
     assert exited.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_the_fork_server_is_on_unless_turned_off(monkeypatch):
+    assert parse_args([]).fork_server is True
+    assert parse_args(["--no-fork-server"]).fork_server is False
+    monkeypatch.setenv("FORK_SERVER", "false")
+    assert parse_args([]).fork_server is False
+    assert parse_args(["--fork-server"]).fork_server is True
