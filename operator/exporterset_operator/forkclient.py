@@ -7,8 +7,10 @@ It runs as ``python -IS`` (the standard library only, started in
 milliseconds) and hands the server its command line, environment, working
 directory and its standard input, output and error themselves, so that
 the run writes to ansible-runner's terminal as ``ansible-playbook`` would.
-The signals ansible-runner sends to stop a run (HUP, INT, TERM) are passed
-on to the run's process group; should this process be killed, the server
+The run ignores the signals this process was started with ignored, as
+``ansible-playbook`` started here would; the others of those ansible-runner
+sends to stop a run (HUP, INT, TERM) are passed on to the run's process
+group; should this process be killed, the server
 sees the connection close and kills the run.
 
 Without a server (``JVE_FORK_SERVER`` unset), or when it cannot be
@@ -44,10 +46,19 @@ def cold(reason):
         sys.exit(127)
 
 
-def request(conn):
-    """Send the command line, environment and directory with fds 0, 1, 2."""
+def ignored_signals():
+    """The signals this process was started with ignored (ansible-runner's
+    terminal leaves SIGHUP so): ``ansible-playbook`` started here would
+    ignore them too."""
+    return [int(signum) for signum in signal.valid_signals()
+            if signum not in (signal.SIGKILL, signal.SIGSTOP) and signal.getsignal(signum) == signal.SIG_IGN]
+
+
+def request(conn, ignored):
+    """Send the command line, environment, directory and the signals to
+    ignore, with fds 0, 1, 2."""
     body = json.dumps({"argv": ["ansible-playbook"] + sys.argv[1:], "env": dict(os.environ),
-                       "cwd": os.getcwd()}).encode()
+                       "cwd": os.getcwd(), "ignored_signals": ignored}).encode()
     fds = array.array("i", [0, 1, 2])
     conn.sendmsg([struct.pack("!I", len(body))], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
     conn.sendall(body)
@@ -72,10 +83,11 @@ def main():
     path = os.environ.get(SERVER_ENV)
     if not path:
         cold(None)
+    ignored = ignored_signals()
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         conn.connect(path)
-        request(conn)
+        request(conn, ignored)
     except OSError as exc:
         cold(f"cannot reach {path}: {exc.strerror or exc}")
     run = {}
@@ -90,7 +102,8 @@ def main():
             sys.exit(128 + signum)
 
     for signum in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, forward)
+        if signum not in ignored:  # the run ignores it too
+            signal.signal(signum, forward)
     try:
         for reply in replies(conn):
             if "cold" in reply:

@@ -315,9 +315,26 @@ class Server:
         try:
             os.setpgid(0, 0)
             set_name(b"jve-run")
-            for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE, signal.SIGCHLD):
-                signal.signal(signum, signal.SIG_DFL)
-            signal.signal(signal.SIGINT, signal.default_int_handler)
+            # As ansible-playbook would have them, started by the client:
+            # the signals the client was started with ignored stay ignored
+            # (a Python ignores SIGPIPE and SIGXFSZ: a write to a closed
+            # pipe, say to an ssh that died, raises in the task worker
+            # instead of killing it), SIGINT raises KeyboardInterrupt,
+            # every other signal as the system has it.
+            ignored = {int(signum) for signum in request.get("ignored_signals") or ()}
+            for signum in signal.valid_signals():
+                if signum in (signal.SIGKILL, signal.SIGSTOP):
+                    continue
+                if signum in ignored:
+                    handler = signal.SIG_IGN
+                elif signum == signal.SIGINT:
+                    handler = signal.default_int_handler
+                else:
+                    handler = signal.SIG_DFL
+                try:
+                    signal.signal(signum, handler)
+                except (OSError, ValueError):  # the C library's own real-time signals
+                    pass
             self.selector.close()
             self.listener.close()
             if self.parent_fd > 2:

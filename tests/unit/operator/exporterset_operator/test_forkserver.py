@@ -6,6 +6,7 @@ the server cannot serve it."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import time
@@ -111,6 +112,39 @@ def test_a_pause_waits_in_a_run_forked_from_the_server(tmp_path):
         assert result.ok, result.message
         assert runner.fork_server.pid is not None
     assert "fork server:" not in Path(result.artifact_dir, "stdout").read_text()
+
+
+# The signals a task worker ignores, read by the worker itself (a pipe
+# lookup runs in the worker; the shell's parent is the worker).
+SIGNALS_PLAYBOOK = """
+- hosts: localhost
+  connection: local
+  gather_facts: false
+  tasks:
+    - name: Read the worker's ignored signals
+      ansible.builtin.debug:
+        msg: "ignored {{ lookup('ansible.builtin.pipe', 'grep SigIgn /proc/$PPID/status') }} ignored"
+"""
+
+
+def ignored_signals(runner, tmp_path):
+    result = runner.run("signals.yml", ("ns", "pool"), {})
+    assert result.ok, result.message
+    mask = re.search(r"ignored SigIgn:\D*?([0-9a-f]{16}) ignored", Path(result.artifact_dir, "stdout").read_text())
+    assert mask, Path(result.artifact_dir, "stdout").read_text()
+    return {signum for signum in signal.Signals if int(mask.group(1), 16) >> (signum - 1) & 1}
+
+
+def test_a_task_worker_ignores_the_signals_it_ignores_under_a_fresh_ansible_playbook(tmp_path):
+    (tmp_path / "signals.yml").write_text(SIGNALS_PLAYBOOK)
+    with PlaybookRunner(str(tmp_path), str(tmp_path / "cold"), fork_server=False) as cold:
+        fresh = ignored_signals(cold, tmp_path)
+    with PlaybookRunner(str(tmp_path), str(tmp_path / "warm")) as warm:
+        forked = ignored_signals(warm, tmp_path)
+        assert warm.fork_server.pid is not None
+    # A write to a closed pipe (an ssh that died) must raise, not kill the worker.
+    assert signal.SIGPIPE in fresh
+    assert forked == fresh
 
 
 def test_a_different_configuration_runs_cold_and_says_which_variable(server, tmp_path):
