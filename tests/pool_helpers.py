@@ -26,6 +26,19 @@ def make_class(custom, namespace, name="qemu-small", parameters=None, **spec):
     return custom.create_namespaced_custom_object(*GROUP, namespace, "virtualtargetclasses", body)
 
 
+def make_owned_exporter(custom, namespace, the_set, name="pool-0", board="qemu-x86"):
+    """An enabled Exporter of ``the_set`` (labelled, annotated with the
+    QEMU provisioner, owned by the set), as the set's reconcile makes it."""
+    return custom.create_namespaced_custom_object("jumpstarter.dev", "v1alpha1", namespace, "exporters", {
+        "apiVersion": "jumpstarter.dev/v1alpha1", "kind": "Exporter",
+        "metadata": {"name": name, "labels": {"board": board, SET_LABEL: the_set["metadata"]["name"]},
+                     "annotations": {"virtualtarget.jumpstarter.dev/provisioner": "qemu.jumpstarter.dev"},
+                     "ownerReferences": [{"apiVersion": "/".join(GROUP), "kind": "ExporterSet",
+                                          "name": the_set["metadata"]["name"], "uid": the_set["metadata"]["uid"],
+                                          "controller": True}]},
+        "spec": {"enabled": True}})
+
+
 def make_set(custom, namespace, name="pool", board="qemu-x86", **spec):
     body = {
         "apiVersion": "virtualtarget.jumpstarter.dev/v1alpha1",

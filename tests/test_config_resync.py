@@ -28,7 +28,7 @@ from jumpstarter_standin import pytest_plugin as standin_plugin
 from jumpstarter_standin import wait_for
 from jumpstarter_standin.tokens import subject_of
 from kubernetes import client
-from pool_helpers import GROUP, make_class, make_set, settle_pool
+from pool_helpers import GROUP, make_class, make_owned_exporter, make_set, settle_pool
 
 ROOT = Path(__file__).resolve().parents[1]
 FQCN = "jumpstarter.virtual_exporters"
@@ -49,13 +49,7 @@ def test_a_changed_config_is_rewritten_and_restarted_only_while_unleased(testbed
         custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
         vclass = make_class(custom, namespace)
         the_set = make_set(custom, namespace)
-        exporter = custom.create_namespaced_custom_object(*EXPORTERS, namespace, "exporters", {
-            "apiVersion": "jumpstarter.dev/v1alpha1", "kind": "Exporter",
-            "metadata": {"name": "pool-0", "labels": {"board": "qemu-x86", c.LABEL_EXPORTER_SET: "pool"},
-                         "annotations": {c.ANNOTATION_PROVISIONER: c.PROVISIONER_QEMU},
-                         "ownerReferences": [{"apiVersion": "/".join(GROUP), "kind": "ExporterSet", "name": "pool",
-                                              "uid": the_set["metadata"]["uid"], "controller": True}]},
-            "spec": {"enabled": True}})
+        exporter = make_owned_exporter(custom, namespace, the_set)
         owner = [client.V1OwnerReference(api_version="jumpstarter.dev/v1alpha1", kind="Exporter", name="pool-0",
                                          uid=exporter["metadata"]["uid"], controller=True)]
         core.create_namespaced_secret(namespace, client.V1Secret(

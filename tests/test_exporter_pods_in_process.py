@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import base64
 
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants as c
 from ansible_play import run_tasks
 from kubernetes import client
 from kubernetes.client.rest import ApiException
-from pool_helpers import GROUP, make_class, make_set
+from pool_helpers import make_class, make_owned_exporter, make_set
 
 FQCN = "jumpstarter.virtual_exporters.exporter_pods"
 EXPORTERS = ("jumpstarter.dev", "v1alpha1")
@@ -37,13 +36,7 @@ def test_check_mode_and_warnings_in_process_as_in_the_module(testbed, namespace,
         custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
         vclass = make_class(custom, namespace)
         the_set = make_set(custom, namespace)
-        exporter = custom.create_namespaced_custom_object(*EXPORTERS, namespace, "exporters", {
-            "apiVersion": "jumpstarter.dev/v1alpha1", "kind": "Exporter",
-            "metadata": {"name": "pool-0", "labels": {"board": "qemu-x86", c.LABEL_EXPORTER_SET: "pool"},
-                         "annotations": {c.ANNOTATION_PROVISIONER: c.PROVISIONER_QEMU},
-                         "ownerReferences": [{"apiVersion": "/".join(GROUP), "kind": "ExporterSet", "name": "pool",
-                                              "uid": the_set["metadata"]["uid"], "controller": True}]},
-            "spec": {"enabled": True}})
+        exporter = make_owned_exporter(custom, namespace, the_set)
         core.create_namespaced_secret(namespace, client.V1Secret(
             metadata=client.V1ObjectMeta(name="pool-0-exporter", owner_references=[client.V1OwnerReference(
                 api_version="jumpstarter.dev/v1alpha1", kind="Exporter", name="pool-0",
