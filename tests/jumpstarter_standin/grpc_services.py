@@ -1102,6 +1102,55 @@ def default_host() -> str:
     return LAB_HOST_ADDRESS
 
 
+class DaemonThreadPool(futures.Executor):
+    """The gRPC server's executor, its threads daemons: an RPC stream a
+    client left open (an Exporter's Listen, whose process or simulated
+    client outlived a stand-in never stopped) does not hold the test
+    process's exit, as ThreadPoolExecutor's threads, joined at exit, would.
+    Threads are started up to ``max_workers`` while none is idle."""
+
+    def __init__(self, max_workers: int, thread_name_prefix: str):
+        self._max_workers = max_workers
+        self._prefix = thread_name_prefix
+        self._work: queue.SimpleQueue = queue.SimpleQueue()
+        self._idle = threading.Semaphore(0)
+        self._lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+
+    def submit(self, fn, /, *args, **kwargs):
+        future: futures.Future = futures.Future()
+        self._work.put((future, fn, args, kwargs))
+        with self._lock:
+            if not self._idle.acquire(blocking=False) and len(self._threads) < self._max_workers:
+                thread = threading.Thread(target=self._run, name=f"{self._prefix}_{len(self._threads)}",
+                                          daemon=True)
+                thread.start()
+                self._threads.append(thread)
+        return future
+
+    def _run(self) -> None:
+        while True:
+            item = self._work.get()
+            if item is None:
+                return
+            future, fn, args, kwargs = item
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(fn(*args, **kwargs))
+                except BaseException as exc:  # the future carries it, as ThreadPoolExecutor's does
+                    future.set_exception(exc)
+            self._idle.release()
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        with self._lock:
+            threads = list(self._threads)
+        for _ in threads:
+            self._work.put(None)
+        if wait:
+            for thread in threads:
+                thread.join()
+
+
 class GrpcStandIn:
     """The controller's gRPC endpoint (and router) for one StandInController.
 
@@ -1153,7 +1202,7 @@ class GrpcStandIn:
         self.ca_pem = files.ca.read_text()
         credentials = grpc.ssl_server_credentials([(files.key.read_bytes(), files.cert.read_bytes())])
         server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=self.max_workers, thread_name_prefix="standin-grpc"),
+            DaemonThreadPool(max_workers=self.max_workers, thread_name_prefix="standin-grpc"),
             options=[
                 # As the controller's keepalive settings: clients ping every 20 s.
                 ("grpc.keepalive_permit_without_calls", 1),
