@@ -19,6 +19,7 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -170,11 +171,12 @@ def _failure_message(runner) -> str:
 
 class _Forked:
     """A fork server forked from this process (``ForkServer.start``), with
-    the few calls of ``subprocess.Popen`` the runner makes."""
+    the few parts of ``subprocess.Popen`` the runner uses: ``stdin`` is our
+    end of its pipe."""
 
     def __init__(self, pid: int, pipe: int):
         self.pid = pid
-        self._pipe = pipe
+        self.stdin = os.fdopen(pipe, "wb")
         self._code: int | None = None
 
     def poll(self) -> int | None:
@@ -183,11 +185,6 @@ class _Forked:
             if pid:
                 self._code = os.waitstatus_to_exitcode(status)
         return self._code
-
-    def close_pipe(self) -> None:
-        if self._pipe >= 0:
-            os.close(self._pipe)
-            self._pipe = -1
 
     def wait(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -198,7 +195,7 @@ class _Forked:
 
     def kill(self) -> None:
         if self.poll() is None:
-            os.kill(self.pid, 9)
+            os.kill(self.pid, signal.SIGKILL)
 
 
 class ForkServer:
@@ -225,7 +222,6 @@ class ForkServer:
         self.env = {forkclient.SERVER_ENV: self.socket,
                     forkclient.PLAYBOOK_ENV: str(playbook) if playbook.exists() else "ansible-playbook"}
         self.starts = 0
-        self.forked = False
 
     def start(self) -> None:
         """Start the server now, forked from this process when it runs no
@@ -245,7 +241,7 @@ class ForkServer:
 
     def _start(self, fork: bool) -> None:
         if self._process is not None:
-            self._close_pipe()
+            self._process.stdin.close()
         try:
             os.unlink(self.socket)
         except FileNotFoundError:
@@ -262,24 +258,16 @@ class ForkServer:
                 forkserver.serve_forked(self.socket, read)
             os.close(read)
             self._process = _Forked(pid, write)
-            self.forked = True
             return
         self._process = subprocess.Popen(
             [sys.executable, "-m", "exporterset_operator.forkserver", "--socket", self.socket],
             stdin=subprocess.PIPE, cwd=self.directory, start_new_session=True)
-        self.forked = False
 
     def _wait_listening(self) -> None:
         # The client runs ansible-playbook itself until the socket is there.
         deadline = time.monotonic() + 5
         while not os.path.exists(self.socket) and time.monotonic() < deadline and self._process.poll() is None:
             time.sleep(0.01)
-
-    def _close_pipe(self) -> None:
-        if isinstance(self._process, _Forked):
-            self._process.close_pipe()
-        else:
-            self._process.stdin.close()
 
     @property
     def pid(self) -> int | None:
@@ -288,7 +276,7 @@ class ForkServer:
     def close(self) -> None:
         with self._lock:
             if self._process is not None:
-                self._close_pipe()
+                self._process.stdin.close()
                 try:
                     self._process.wait(timeout=30)
                 except subprocess.TimeoutExpired:
