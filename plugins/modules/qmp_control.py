@@ -121,9 +121,10 @@ def main():
         )
     except QmpUnavailable as error:
         module.fail_json(msg=str(error), status="absent", running=False, before="absent")
-    except TimeoutError:
-        module.fail_json(msg=f"QMP on {params['socket']} did not answer within "
-                             f"{params['timeout']} s")
+    except TimeoutError as error:
+        # A QEMU still there after quit says so; a QMP that never answered is a bare timeout.
+        module.fail_json(msg=str(error) or f"QMP on {params['socket']} did not answer within "
+                                           f"{params['timeout']} s")
     except Exception as error:  # noqa: BLE001 - any QMP failure becomes a task failure
         module.fail_json(msg=f"QMP {params['command']} on {params['socket']} failed: {error}")
     if module._diff:

@@ -39,13 +39,25 @@ KVM_PROBE_SETTLE_SECONDS = 1.0
 KVM_PROBE_BOOT_SECONDS = 15.0
 KVM_PROBE_BANNER = b"Linux version"
 _RETRY_INTERVAL = 0.05
-# Connection failures that mean no QEMU serves the socket: no file, a file
-# left behind by a dead QEMU, or a QEMU that died during the handshake.
-_NOBODY_ANSWERS = (FileNotFoundError, ConnectionRefusedError, ConnectionResetError, EOFError)
+# Connection failures that mean no QEMU listens on the socket: no file, or a
+# file left behind by a QEMU that ended.
+_NOBODY_LISTENS = (FileNotFoundError, ConnectionRefusedError)
+# Connection failures that mean a QEMU is ending: its socket still took the
+# connection, and the connection closed during the handshake (either side may
+# see it first, so a write fails as well as a read).
+_QEMU_ENDING = (ConnectionResetError, BrokenPipeError, EOFError)
 
 
 class QmpUnavailable(Exception):
-    """Nothing answers QMP on the socket (no file, or nobody listening)."""
+    """Nothing answers QMP on the socket: no file, nobody listening, or a QEMU ending.
+
+    ``ending`` is true when a process still listens on the socket but closed
+    the connection during the handshake (a QEMU on its way out).
+    """
+
+    def __init__(self, message, ending=False):
+        super().__init__(message)
+        self.ending = ending
 
 
 def vm_status(socket, timeout=DEFAULT_TIMEOUT):
@@ -97,12 +109,22 @@ def wait_for_qmp(socket, timeout=DEFAULT_TIMEOUT, process=None):
 
 
 def _wait_until_gone(socket, deadline):
-    """After ``quit``: return once QEMU no longer answers, so a repeated quit is a no-op."""
+    """After ``quit``: return once nothing listens on the socket any more.
+
+    A QEMU on its way out may still take a connection and drop it during the
+    handshake; only a refused connection (or no file) says it has ended, so a
+    repeated quit finds nothing.
+    """
     while time.monotonic() < deadline:
-        if vm_status(socket, timeout=max(deadline - time.monotonic(), _RETRY_INTERVAL)) is None:
-            return
+        try:
+            asyncio.run(_with_session(
+                socket, max(deadline - time.monotonic(), _RETRY_INTERVAL), _query_status,
+            ))
+        except QmpUnavailable as error:
+            if not error.ending:
+                return
         time.sleep(_RETRY_INTERVAL)
-    raise TimeoutError(f"QEMU still answers on {socket} after quit")
+    raise TimeoutError(f"QEMU still listens on {socket} after quit")
 
 
 def probe_accel(parameters, timeout=DEFAULT_TIMEOUT, kernel=None):
@@ -190,8 +212,11 @@ async def _with_session(socket, timeout, action, **kwargs):
         try:
             await client.connect(socket)
         except ConnectError as error:
-            if isinstance(error.exc, _NOBODY_ANSWERS):
-                raise QmpUnavailable(f"no QMP server on {socket}: {error.exc}") from None
+            if isinstance(error.exc, _NOBODY_LISTENS + _QEMU_ENDING):
+                raise QmpUnavailable(
+                    f"no QMP server on {socket}: {error.exc}",
+                    ending=isinstance(error.exc, _QEMU_ENDING),
+                ) from None
             raise
         try:
             return await action(client, **kwargs)
