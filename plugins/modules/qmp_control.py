@@ -32,12 +32,13 @@ options:
       - V(status) only queries.
       - V(stop) pauses the vCPUs, V(cont) resumes them.
       - V(reset) resets the machine like the reset button.
-      - V(quit) ends QEMU; the module returns once QEMU no longer answers.
+      - V(quit) ends QEMU; the module returns once nothing listens on the socket any more,
+        so a QEMU on its way out that still takes a connection and drops it is waited for.
     type: str
     choices: [status, reset, stop, cont, quit]
     default: status
   timeout:
-    description: Seconds the whole QMP exchange may take.
+    description: Seconds the whole QMP exchange may take, the wait after V(quit) included.
     type: float
     default: 10
 attributes:
