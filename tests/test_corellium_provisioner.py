@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 
+import yaml
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.corellium import identity
 from corellium_fake.server import Delays, FakeCorellium
 from jumpstarter_standin import wait_for
@@ -65,9 +66,22 @@ def corellium_set(api_client, namespace, name="pool", board="kronos", vclass=CLA
                     virtualTargetClassName=vclass, template=template, **spec)
 
 
-def start_operator(start):
-    """Start the ``operator`` fixture's process for the Corellium provisioner only."""
-    return start(provisioners=(PROVISIONER,))
+# Seconds between two state queries of a run that waits on an instance (the
+# role's corellium_poll_interval, 5 s by default): the fake's transitions
+# take 50 ms, and a deletion or power-off waited on would sit out the rest.
+POLL_INTERVAL = 0.1
+
+
+def start_operator(start, tmp_path):
+    """Start the ``operator`` fixture's process for the Corellium provisioner
+    only, its runs polling the fake every ``POLL_INTERVAL`` (the ExporterSet
+    entry's vars in its watches file, as a deployment sets role variables)."""
+    watches = yaml.safe_load((ROOT / "operator" / "watches.yaml").read_text())
+    exporterset = next(w for w in watches if w["kind"] == "ExporterSet")
+    exporterset.setdefault("vars", {})["corellium_poll_interval"] = POLL_INTERVAL
+    watches_file = tmp_path / "watches.yaml"
+    watches_file.write_text(yaml.safe_dump(watches))
+    return start("--watches-file", str(watches_file), provisioners=(PROVISIONER,))
 
 
 def added(event_type, obj):
@@ -116,12 +130,12 @@ def assert_token_nowhere(api_client, namespace, token, *texts):
 
 
 def test_wait_for_first_consumer_creates_for_leases_through_a_rate_limit_storm(
-        api, namespace, standin, operator, corellium_fake):
+        api, namespace, standin, operator, corellium_fake, tmp_path):
     custom = client.CustomObjectsApi(api)
     corellium_class(api, namespace, corellium_fake, bindingMode="WaitForFirstConsumer")
     # A warm buffer is asked for, but the class binds on first consumer: no buffer.
     corellium_set(api, namespace, minAvailableReplicas=2)
-    proc = start_operator(operator)
+    proc = start_operator(operator, tmp_path)
 
     wait_for(lambda: (get_set(custom, namespace).get("status") or {}).get("replicas") == 0
              and condition(get_set(custom, namespace), "Available"), message="status of an empty set")
@@ -188,13 +202,13 @@ def _quiet_count(fake, quiet=1.0, timeout=15.0):
     raise AssertionError(f"requests to the Corellium API never stopped: {fake.requests[-5:]}")
 
 
-def test_rejected_token_gives_condition_and_backs_off(api, namespace, standin, operator, corellium_fake):
+def test_rejected_token_gives_condition_and_backs_off(api, namespace, standin, operator, corellium_fake, tmp_path):
     custom = client.CustomObjectsApi(api)
     core = client.CoreV1Api(api)
     bad_token = "not-the-corellium-token-4711"
     corellium_class(api, namespace, corellium_fake, token=bad_token)
     corellium_set(api, namespace, minAvailableReplicas=1)
-    proc = start_operator(operator)
+    proc = start_operator(operator, tmp_path)
 
     def degraded():
         cond = condition(get_set(custom, namespace), "Degraded")
@@ -235,12 +249,12 @@ def test_rejected_token_gives_condition_and_backs_off(api, namespace, standin, o
     assert_token_nowhere(api, namespace, corellium_fake.token, proc.log_path.read_text())
 
 
-def test_quota_refusal_limits_scaling_with_the_api_message(api, namespace, standin, operator, corellium_fake):
+def test_quota_refusal_limits_scaling_with_the_api_message(api, namespace, standin, operator, corellium_fake, tmp_path):
     custom = client.CustomObjectsApi(api)
     corellium_fake.set_quota(corellium_fake.projects[0].id, 1)
     corellium_class(api, namespace, corellium_fake)
     corellium_set(api, namespace, minAvailableReplicas=2)
-    start_operator(operator)
+    start_operator(operator, tmp_path)
 
     def limited():
         cond = condition(get_set(custom, namespace), "ScalingLimited")
@@ -277,7 +291,7 @@ def redirect_refused(api_client, namespace, field):
     assert events[0].involved_object.name == "pool"
 
 
-def test_a_set_cannot_send_the_token_to_another_api_host(api, namespace, standin, operator, corellium_fake):
+def test_a_set_cannot_send_the_token_to_another_api_host(api, namespace, standin, operator, corellium_fake, tmp_path):
     custom = client.CustomObjectsApi(api)
     core = client.CoreV1Api(api)
     with FakeCorellium(token=corellium_fake.token, delays=Delays()) as elsewhere:
@@ -288,7 +302,7 @@ def test_a_set_cannot_send_the_token_to_another_api_host(api, namespace, standin
         core.patch_namespaced_config_map(CA_CONFIGMAP, namespace, {"data": {"ca-bundle.crt": bundle}})
         corellium_set(api, namespace, minAvailableReplicas=1,
                       parameters={"api": {"host": elsewhere.host}})
-        proc = start_operator(operator)
+        proc = start_operator(operator, tmp_path)
 
         redirect_refused(api, namespace, "spec.parameters.api.host")
         with no_event(api, "Pod", added, 2.0, namespace, what="Pod of a redirected set"):
@@ -313,7 +327,7 @@ def test_a_set_cannot_send_the_token_to_another_api_host(api, namespace, standin
 
 
 def test_a_set_cannot_give_the_token_to_another_exporter_image(
-        api, namespace, standin, operator, corellium_fake):
+        api, namespace, standin, operator, corellium_fake, tmp_path):
     custom = client.CustomObjectsApi(api)
     allowed = "quay.io/example/jumpstarter-corellium:1"
     corellium_class(api, namespace, corellium_fake)
@@ -321,7 +335,7 @@ def test_a_set_cannot_give_the_token_to_another_exporter_image(
         "metadata": {"annotations": {OVERRIDABLE_ANNOTATION: f"images.exporter={allowed}"}}})
     evil = "registry.example/collects-tokens:1"
     corellium_set(api, namespace, minAvailableReplicas=1, images={"exporter": {"image": evil}})
-    start_operator(operator)
+    start_operator(operator, tmp_path)
 
     redirect_refused(api, namespace, "spec.images.exporter")
     with no_event(api, "Pod", added, 2.0, namespace, what="Pod with the set's image"):
@@ -341,7 +355,7 @@ def test_a_set_cannot_give_the_token_to_another_exporter_image(
     assert all(p.spec.containers[0].image != evil for p in standin.pods())
 
 
-def test_deleting_sets_deletes_or_retains_instances(api, namespace, standin, operator, corellium_fake):
+def test_deleting_sets_deletes_or_retains_instances(api, namespace, standin, operator, corellium_fake, tmp_path):
     custom = client.CustomObjectsApi(api)
     corellium_class(api, namespace, corellium_fake, reclaimPolicy="Delete")
     corellium_class(api, namespace, corellium_fake, token=False, name="corellium-kept",
@@ -349,7 +363,7 @@ def test_deleting_sets_deletes_or_retains_instances(api, namespace, standin, ope
     corellium_set(api, namespace, name="gone", board="kronos-a", minAvailableReplicas=1)
     corellium_set(api, namespace, name="kept", board="kronos-b", vclass="corellium-kept",
                   minAvailableReplicas=1)
-    start_operator(operator)
+    start_operator(operator, tmp_path)
     made = provision(standin, corellium_fake, 2)
     assert sorted(made) == ["gone-0", "kept-0"]
     wait_for(lambda: all(i["state"] == "on" for i in corellium_fake.instances()), message="on")
