@@ -151,24 +151,37 @@ def _unfinished_runs(artifacts: Path) -> list[str]:
     return sorted(run.name for run in artifacts.iterdir() if run.is_dir() and not (run / "status").exists())
 
 
-def _killed_or_settled(counter, custom, namespace, replicas, timeout, quiet=1.5):
-    """True once the armed kill landed; False once the set is settled (as
-    many Exporters as it wants, all available) and no write came for
-    ``quiet`` seconds, or after ``timeout``: a settled pool makes no more
-    writes for a kill to wait for."""
+def _settled(api, namespace, replicas):
+    """The set has ``replicas`` live Exporters (the dormant one aside), each
+    with one live Pod, nothing twice, and its status says all are available."""
+    standin = JumpstarterStandIn(api, namespace)
+    exporters = [e for e in standin.exporters(f"{SET_LABEL}=pool")
+                 if "dormant" not in e["metadata"]["name"] and not e["metadata"].get("deletionTimestamp")]
+    pods = [p for p in standin.pods() if not p.metadata.deletion_timestamp]
+    status = get_set(client.CustomObjectsApi(api), namespace).get("status") or {}
+    return (len(exporters) == len(pods) == replicas and duplicates(api, namespace) == []
+            and status.get("replicas") == status.get("availableReplicas") == replicas)
+
+
+def _killed_or_settled(counter, proc, api, namespace, replicas, timeout, quiet=3.0):
+    """True once the armed kill landed. False after ``timeout``, or once the
+    operator serves /readyz (its caches synced), the set is settled and no
+    write came for ``quiet`` seconds since (longer than the set's 2 s
+    scale-down cooldown): a settled pool makes no more writes for a kill
+    to wait for."""
     deadline = time.monotonic() + timeout
-    count, since = counter.count(), time.monotonic()
+    count, since = counter.count(), None
     while time.monotonic() < deadline:
         if counter.killed.wait(0.2):
             return True
+        if since is None:
+            if proc.probe("/readyz") == (200, "ok"):
+                since = time.monotonic()
+            continue
         if counter.count() != count:
             count, since = counter.count(), time.monotonic()
-            continue
-        if time.monotonic() - since < quiet:
-            continue
-        status = get_set(custom, namespace).get("status") or {}
-        if status.get("replicas") == replicas and status.get("availableReplicas") == replicas:
-            return counter.killed.is_set()
+        elif time.monotonic() - since >= quiet and _settled(api, namespace, replicas):
+            break
     return counter.killed.is_set()
 
 
@@ -193,7 +206,7 @@ def test_sigkill_mid_reconcile_leaves_no_duplicates_or_orphans(testbed, api, nam
             before = counter.count()
             counter.arm(proc, before + rng.randint(1, 3))
             proc.start()
-            if not _killed_or_settled(counter, custom, namespace, 6, timeout=30):
+            if not _killed_or_settled(counter, proc, api, namespace, 6, timeout=30):
                 counter.disarm()
                 kill_tree(proc)
                 print(f"kill {cycle}: fewer writes than the kill waited for after {before}: "
