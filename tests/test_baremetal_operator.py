@@ -13,8 +13,10 @@ from __future__ import annotations
 import json
 import time
 
+import yaml
 from jumpstarter_standin import wait_for
 from kubernetes import client
+from operator_process import ROOT
 from pool_helpers import GROUP, condition, get_set, make_class, make_set
 
 PROVISIONER = "qemu-baremetal.jumpstarter.dev"
@@ -24,6 +26,11 @@ BOARD = "lab-x86"
 # Short enough to cost the test one probe interval (5 s at least), not
 # two, long enough that a host slow to answer under load is not lost.
 RECONNECT_TIMEOUT = 6
+# The lost host's two instances are replaced as two failures in a row, and
+# the next create waits out the failure backoff: 10 s doubled by default,
+# longer than the reconnect timeout itself. The test checks the
+# replacement, not the backoff (tests/test_pool_healing.py does): 1 s.
+FAILURE_BACKOFF_BASE = 1
 
 
 class Lab:
@@ -59,11 +66,22 @@ class Lab:
         return self.lab.vm_status(host, self.namespace, name)
 
 
+def watches_file(tmp_path):
+    """The operator's watches.yaml with the set's plan options' failure
+    backoff at FAILURE_BACKOFF_BASE (as a deployment would set it)."""
+    watches = yaml.safe_load((ROOT / "operator" / "watches.yaml").read_text())
+    exporterset = next(w for w in watches if w["kind"] == "ExporterSet")
+    exporterset["vars"]["reconcile_plan_options"]["failure_backoff_base"] = FAILURE_BACKOFF_BASE
+    path = tmp_path / "watches.yaml"
+    path.write_text(yaml.safe_dump(watches))
+    return path
+
+
 def patch_set(custom, namespace, spec):
     custom.patch_namespaced_custom_object(*GROUP, namespace, "exportersets", "pool", {"spec": spec})
 
 
-def test_pool_on_lab_hosts(api, namespace, standin, operator, lab_hosts):
+def test_pool_on_lab_hosts(api, namespace, standin, operator, lab_hosts, tmp_path):
     started = time.monotonic()
     custom = client.CustomObjectsApi(api)
     client.CoreV1Api(api).create_namespaced_secret(namespace, client.V1Secret(
@@ -75,7 +93,7 @@ def test_pool_on_lab_hosts(api, namespace, standin, operator, lab_hosts):
     make_set(custom, namespace, board=BOARD, virtualTargetClassName="lab", minAvailableReplicas=4,
              recycleStrategy="InPlaceReuse")
     lab = Lab(standin, lab_hosts)
-    proc = operator(provisioners=(PROVISIONER,))
+    proc = operator("--watches-file", str(watches_file(tmp_path)), provisioners=(PROVISIONER,))
 
     # 0 -> 4 on two hosts with two slots each.
     lab.settle(4, replicas=4)
