@@ -51,6 +51,8 @@ PROJECT_CRDS = ("exportersets.yaml", "virtualtargetclasses.yaml", "exportersetpo
 ADMIN_USER = "jve-admin"
 SERVICE_CLUSTER_IP_RANGE = "10.96.0.0/16"
 POD_CIDR = "10.244.0.0/16"
+# How long a fake Node's Lease lasts; kwok renews it well before (as a kubelet does).
+NODE_LEASE_SECONDS = 40
 STARTUP_TIMEOUT = 90.0
 # (bed directory name, seconds) of every bed this process started, in order:
 # what the run's profile (tests/conftest.py) counts as bed start-up.
@@ -389,6 +391,12 @@ class TestBed(Components):
                 # Only the fake Nodes: a real kubelet's Node (tests/testbed/node.py)
                 # reports its own status and runs its own Pods.
                 "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+                # Each fake Node's Lease renewed, as a kubelet renews its own: the
+                # node controller takes a renewal for a heartbeat. Without it a
+                # fake Node's status is written once, and 50 s later (the node
+                # monitor's grace period) the controller marks every Node
+                # NotReady and its Pods not ready, until kwok writes Ready again.
+                f"--node-lease-duration-seconds={NODE_LEASE_SECONDS}",
                 f"--cidr={POD_CIDR}",
                 "--node-ip=127.0.0.1",
                 "--server-address=",
