@@ -17,16 +17,27 @@ def custom_scale_in(scale_in):
     return (scale_in.get("order") or "Default") != "Default" or bool(scale_in.get("preferSelector"))
 
 
+def name_order_key(name):
+    """Sort key of an Exporter name in the order a set makes them: ``pool-9``
+    before ``pool-10`` (a set names its Exporters by a counter)."""
+    prefix, digits = name.rstrip("0123456789"), name[len(name.rstrip("0123456789")):]
+    return (prefix, int(digits) if digits else -1, name)
+
+
 def order(idle, scale_in=None):
     """Idle members, the first to disable first: least useful (backend lost,
     provisioning, offline, idle), then those the policy's
     ``scaleIn.preferSelector`` matches, then newest first (``OldestFirst``:
-    oldest first), then by name."""
+    oldest first). Members made in the same second (creationTimestamp has
+    whole seconds) follow their names the same way: a set names the
+    Exporters it makes in one plan in the order it makes them, so the choice
+    does not hang on where a second's boundary fell."""
     scale_in = scale_in or {}
     prefer = scale_in.get("preferSelector")
+    newest_first = scale_in.get("order") != "OldestFirst"
     # Stable sorts: by name, then by age, then preferred first, then least useful first.
-    members = sorted(idle, key=lambda m: m.name)
-    members.sort(key=lambda m: m.created_sort_key, reverse=scale_in.get("order") != "OldestFirst")
+    members = sorted(idle, key=lambda m: name_order_key(m.name), reverse=newest_first)
+    members.sort(key=lambda m: m.created_sort_key, reverse=newest_first)
     if prefer:
         members.sort(key=lambda m: not selector_matches(
             prefer, m.exporter["metadata"].get("labels") or {}))

@@ -27,7 +27,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.time
     parse_time,
 )
 
-# Scale-down order, least useful first (then newest first, then name).
+# Scale-down order, least useful first (then newest first, then by name in the same direction).
 RANK_BACKEND_LOST = 0
 RANK_PROVISIONING = 1
 RANK_OFFLINE = 2

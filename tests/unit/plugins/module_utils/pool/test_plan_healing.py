@@ -58,6 +58,20 @@ def test_scale_in_order(scale_in, first_two):
     assert result["disable"] == first_two
 
 
+@pytest.mark.parametrize(("scale_in", "first"), [
+    (None, ["pool-11"]),
+    ({"order": "NewestFirst"}, ["pool-11"]),
+    ({"order": "OldestFirst"}, ["pool-2"]),
+])
+def test_members_made_in_the_same_second_go_in_the_order_they_were_made(scale_in, first):
+    """creationTimestamp has whole seconds: Exporters one plan made share it or
+    not as the second's boundary falls. Their names (a counter, compared as a
+    number) decide the same way as their age would."""
+    pool = [exporter(name, created=-3000) for name in ("pool-2", "pool-9", "pool-10", "pool-11")]
+    policy = None if scale_in is None else {"scaleIn": scale_in}
+    assert plan(surplus_set(keep=3), pool, policy=policy)["disable"] == first
+
+
 def test_scale_in_order_within_the_preference():
     prefer = {"matchLabels": {"tier": "spare"}}
     pool = idle_pool()
