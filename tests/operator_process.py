@@ -37,6 +37,16 @@ _installed: set[tuple[str, str]] = set()
 _install_lock = threading.Lock()
 
 
+def watches_file(tmp_path: Path, edit) -> Path:
+    """A copy of the operator's watches.yaml in ``tmp_path``, its ExporterSet
+    entry changed by ``edit(entry)``, for ``--watches-file``."""
+    watches = yaml.safe_load((ROOT / "operator" / "watches.yaml").read_text())
+    edit(next(w for w in watches if w["kind"] == "ExporterSet"))
+    path = tmp_path / "watches.yaml"
+    path.write_text(yaml.safe_dump(watches))
+    return path
+
+
 def _kubectl(kubeconfig, *args: str, input: str | None = None) -> str:
     from testbed import BIN_DIR
 

@@ -13,10 +13,9 @@ from __future__ import annotations
 import json
 import time
 
-import yaml
 from jumpstarter_standin import wait_for
 from kubernetes import client
-from operator_process import ROOT
+from operator_process import watches_file
 from pool_helpers import GROUP, condition, get_set, make_class, make_set
 
 PROVISIONER = "qemu-baremetal.jumpstarter.dev"
@@ -66,15 +65,8 @@ class Lab:
         return self.lab.vm_status(host, self.namespace, name)
 
 
-def watches_file(tmp_path):
-    """The operator's watches.yaml with the set's plan options' failure
-    backoff at FAILURE_BACKOFF_BASE (as a deployment would set it)."""
-    watches = yaml.safe_load((ROOT / "operator" / "watches.yaml").read_text())
-    exporterset = next(w for w in watches if w["kind"] == "ExporterSet")
-    exporterset["vars"]["reconcile_plan_options"]["failure_backoff_base"] = FAILURE_BACKOFF_BASE
-    path = tmp_path / "watches.yaml"
-    path.write_text(yaml.safe_dump(watches))
-    return path
+def _fast_failure_backoff(entry):
+    entry["vars"]["reconcile_plan_options"]["failure_backoff_base"] = FAILURE_BACKOFF_BASE
 
 
 def patch_set(custom, namespace, spec):
@@ -93,7 +85,8 @@ def test_pool_on_lab_hosts(api, namespace, standin, operator, lab_hosts, tmp_pat
     make_set(custom, namespace, board=BOARD, virtualTargetClassName="lab", minAvailableReplicas=4,
              recycleStrategy="InPlaceReuse")
     lab = Lab(standin, lab_hosts)
-    proc = operator("--watches-file", str(watches_file(tmp_path)), provisioners=(PROVISIONER,))
+    proc = operator("--watches-file", str(watches_file(tmp_path, _fast_failure_backoff)),
+                    provisioners=(PROVISIONER,))
 
     # 0 -> 4 on two hosts with two slots each.
     lab.settle(4, replicas=4)

@@ -16,13 +16,12 @@ import subprocess
 import sys
 import time
 
-import yaml
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.corellium import identity
 from corellium_fake.server import Delays, FakeCorellium
 from jumpstarter_standin import wait_for
 from jumpstarter_standin.pytest_plugin import serve_namespace
 from kubernetes import client
-from operator_process import ROOT
+from operator_process import ROOT, watches_file
 from pool_helpers import GROUP, assert_no_event, condition, get_set, make_class, make_set, no_event
 from test_molecule_baremetal import scenario_namespace
 
@@ -76,12 +75,9 @@ def start_operator(start, tmp_path):
     """Start the ``operator`` fixture's process for the Corellium provisioner
     only, its runs polling the fake every ``POLL_INTERVAL`` (the ExporterSet
     entry's vars in its watches file, as a deployment sets role variables)."""
-    watches = yaml.safe_load((ROOT / "operator" / "watches.yaml").read_text())
-    exporterset = next(w for w in watches if w["kind"] == "ExporterSet")
-    exporterset.setdefault("vars", {})["corellium_poll_interval"] = POLL_INTERVAL
-    watches_file = tmp_path / "watches.yaml"
-    watches_file.write_text(yaml.safe_dump(watches))
-    return start("--watches-file", str(watches_file), provisioners=(PROVISIONER,))
+    path = watches_file(tmp_path, lambda entry: entry.setdefault("vars", {}).update(
+        corellium_poll_interval=POLL_INTERVAL))
+    return start("--watches-file", str(path), provisioners=(PROVISIONER,))
 
 
 def added(event_type, obj):

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 
-import yaml
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
 from exporterset_operator.__main__ import playbook_env
 from exporterset_operator.controller import Controller
@@ -16,7 +15,7 @@ from exporterset_operator.runner import PlaybookRunner
 from exporterset_operator.watches import SERVED, load_watches
 from jumpstarter_standin import wait_for
 from kubernetes import client
-from operator_process import ROOT, OperatorProcess
+from operator_process import ROOT, OperatorProcess, watches_file
 from pool_helpers import SET_LABEL, make_class, make_set, settle_pool
 
 EXPORTERS = ("jumpstarter.dev", "v1alpha1")
@@ -26,15 +25,15 @@ def test_a_role_entry_reconciles_and_tears_down(testbed, api, namespace, standin
     """watches.yaml naming the reconcile role instead of the playbook: the
     pool fills through the playbook generated for the role, and the
     finalizer (vars only) runs the role again to tear the set down."""
-    watches = yaml.safe_load((ROOT / "operator" / "watches.yaml").read_text())
-    del watches[0]["playbook"]
-    watches[0]["role"] = "jumpstarter.virtual_exporters.reconcile"
-    watches_file = tmp_path / "watches.yaml"
-    watches_file.write_text(yaml.safe_dump(watches))
+    def role_entry(entry):
+        del entry["playbook"]
+        entry["role"] = "jumpstarter.virtual_exporters.reconcile"
+
+    watches = watches_file(tmp_path, role_entry)
     custom = client.CustomObjectsApi(api)
     make_class(custom, namespace)
     make_set(custom, namespace, minAvailableReplicas=1)
-    proc = OperatorProcess(str(testbed.kubeconfig), namespace, tmp_path, "--watches-file", str(watches_file)).start()
+    proc = OperatorProcess(str(testbed.kubeconfig), namespace, tmp_path, "--watches-file", str(watches)).start()
     try:
         proc.wait_ready()
         settle_pool(standin, 1, custom, namespace, timeout=180)

@@ -10,10 +10,9 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-import yaml
 from jumpstarter_standin import wait_for
 from kubernetes import client, watch
-from operator_process import ROOT, OperatorProcess, leader_and_standby
+from operator_process import ROOT, OperatorProcess, leader_and_standby, watches_file
 from pool_helpers import GROUP, make_class, make_set, settle_pool
 
 ELECTION = ("--leader-elect", "--leader-election-id", "pool-operator")
@@ -259,15 +258,12 @@ def test_healthz_fails_while_a_reconcile_hangs_and_recovers(testbed, api, namesp
     release = tmp_path / "release"
     playbook = tmp_path / "hold.yml"
     playbook.write_text(HOLD_PLAYBOOK.format(release=release, reconcile=ROOT / "playbooks" / "reconcile.yml"))
-    watches = yaml.safe_load((ROOT / "operator" / "watches.yaml").read_text())
-    watches[0]["playbook"] = str(playbook)
-    watches_file = tmp_path / "watches.yaml"
-    watches_file.write_text(yaml.safe_dump(watches))
+    watches = watches_file(tmp_path, lambda entry: entry.update(playbook=str(playbook)))
 
     custom = client.CustomObjectsApi(api)
     make_class(custom, namespace)
     make_set(custom, namespace, minAvailableReplicas=1)
-    proc = OperatorProcess(str(testbed.kubeconfig), namespace, tmp_path, "--watches-file", str(watches_file),
+    proc = OperatorProcess(str(testbed.kubeconfig), namespace, tmp_path, "--watches-file", str(watches),
                            "--stuck-reconcile-timeout", "3").start()
     try:
         proc.wait_ready()

@@ -17,11 +17,10 @@ import json
 import re
 from datetime import timedelta
 
-import yaml
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.timeutil import parse_time
 from kubernetes import client
-from operator_process import ROOT, OperatorProcess
+from operator_process import OperatorProcess, watches_file
 from pool_helpers import GROUP, SET_LABEL, EventRecorder, make_class, make_set, settle_pool
 
 NOWHERE = {"nodeSelector": {"virtualtarget.jumpstarter.dev/test-no-such-node": "true"}}
@@ -29,10 +28,8 @@ WAITED = re.compile(r"attempt (\d+) after (\d+) failure\(s\) in a row \(last: (\
 
 
 def test_unschedulable_instance_backs_off_longer_each_time(testbed, api, namespace, standin, tmp_path):
-    watches = yaml.safe_load((ROOT / "operator" / "watches.yaml").read_text())
-    watches[0]["vars"]["reconcile_plan_options"] = {"startup_timeout": 2}
-    watches_file = tmp_path / "watches.yaml"
-    watches_file.write_text(yaml.safe_dump(watches))
+    watches = watches_file(tmp_path, lambda entry: entry["vars"].update(
+        reconcile_plan_options={"startup_timeout": 2}))
     custom = client.CustomObjectsApi(api)
     make_class(custom, namespace, scheduling=NOWHERE)
     events = EventRecorder(api, "Event", namespace)
@@ -47,7 +44,7 @@ def test_unschedulable_instance_backs_off_longer_each_time(testbed, api, namespa
             "startupFailureThreshold": 2, "minFailingDuration": "15s",
             "unschedulableBackoff": {"base": "2s", "max": "8s"}}}})
     proc = OperatorProcess(str(testbed.kubeconfig), namespace, tmp_path,
-                           "--watches-file", str(watches_file)).start()
+                           "--watches-file", str(watches)).start()
     try:
         proc.wait_ready()
 
