@@ -38,7 +38,7 @@ def alive(name):
     pid = int((PIDS / name).read_text())
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
+    except OSError:  # gone before or while we read (ENOENT, ESRCH)
         return False
     return state != "Z"
 
@@ -123,7 +123,7 @@ def pid_alive(path):
     pid = int(path.read_text())
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
+    except OSError:  # gone before or while we read (ENOENT, ESRCH)
         return False
     return state != "Z"
 

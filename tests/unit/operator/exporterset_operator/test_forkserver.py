@@ -64,7 +64,7 @@ def until(check, timeout=30.0):
 def alive(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
+    except OSError:  # gone before or while we read (ENOENT, ESRCH)
         return False
     return state != "Z"
 
@@ -190,9 +190,18 @@ def sleeping_run(server, tmp_path):
     def sleeping():
         return [pid for pid in (int(e.name) for e in Path("/proc").iterdir() if e.name.isdigit())
                 if _ppid(pid) == server.pid
-                and any(Path(f"/proc/{p}/cmdline").read_bytes() == b"sleep\x00300\x00" for p in marked(pid))]
+                and any(_cmdline(p) == b"sleep\x00300\x00" for p in marked(pid))]
     assert until(sleeping), "the run's module did not start"
     return run, sleeping()[0]
+
+
+def _cmdline(pid: int) -> bytes | None:
+    """The command line of ``pid``, or None once it has ended: a process
+    seen in /proc may be gone by the time it is read (ESRCH)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
 
 
 def _ppid(pid: int) -> int | None:
