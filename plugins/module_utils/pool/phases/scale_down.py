@@ -18,10 +18,13 @@ def custom_scale_in(scale_in):
 
 
 def name_order_key(name):
-    """Sort key of an Exporter name in the order a set makes them: ``pool-9``
-    before ``pool-10`` (a set names its Exporters by a counter)."""
-    prefix, digits = name.rstrip("0123456789"), name[len(name.rstrip("0123456789")):]
-    return (prefix, int(digits) if digits else -1, name)
+    """Sort key of an Exporter name, its trailing number compared as a
+    number: ``pool-9`` before ``pool-10``. One plan names the Exporters it
+    makes with the lowest free numbers in increasing order (phases/naming.py),
+    so within a plan this is the order they were made in."""
+    stem = name.rstrip("0123456789")
+    digits = name[len(stem):]
+    return (stem, int(digits) if digits else -1, name)
 
 
 def order(idle, scale_in=None):
@@ -29,9 +32,9 @@ def order(idle, scale_in=None):
     provisioning, offline, idle), then those the policy's
     ``scaleIn.preferSelector`` matches, then newest first (``OldestFirst``:
     oldest first). Members made in the same second (creationTimestamp has
-    whole seconds) follow their names the same way: a set names the
-    Exporters it makes in one plan in the order it makes them, so the choice
-    does not hang on where a second's boundary fell."""
+    whole seconds) follow their names the same way: one plan numbers the
+    Exporters it makes in the order it makes them, so the choice does not
+    hang on where a second's boundary fell."""
     scale_in = scale_in or {}
     prefer = scale_in.get("preferSelector")
     newest_first = scale_in.get("order") != "OldestFirst"
