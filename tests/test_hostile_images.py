@@ -253,7 +253,7 @@ def test_a_cache_entry_swapped_for_a_link_is_not_followed(server, tmp_path):
 
 def test_the_pod_fetch_reverifies_a_node_cache_hit(server, tmp_path):
     url, digest = server.add("guest/disk.img", IMAGE)
-    container = fetch_container({"spec": {}}, {"disk": {"url": url, "digest": digest}})
+    container = fetch_container({"spec": {}}, {"disk": {"url": url, "digest": digest, "format": "raw"}})
     cache, run_dir = tmp_path / "node-cache", tmp_path / "run"
     assert run_images_container(container, cache, run_dir).returncode == 0
     cached = image_fetch.cache_path(str(cache), digest)

@@ -143,7 +143,7 @@ def test_oci_artifact_with_another_digest_is_refused(registry, tmp_path):
 
 def test_pod_fetches_and_verifies_into_the_node_cache_before_the_disk_and_qemu(server, tmp_path):
     url, digest = server.add("guest/base.qcow2", KERNEL)
-    parameters = {"resources": {"memory": "128Mi"}, "disk": {"url": url, "digest": digest}}
+    parameters = {"resources": {"memory": "128Mi"}, "disk": {"url": url, "digest": digest, "format": "raw"}}
     spec = instance_pod(parameters)["spec"]
     init = [c["name"] for c in spec["initContainers"]]
     assert init[:2] == ["images", "disk"]

@@ -30,6 +30,8 @@ namespace; nothing outside the Pod reaches 127.0.0.1.
 Pure: no I/O, standard library and the collection's quantity parser only.
 """
 
+import json
+
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.quantity import (
     parse_quantity,
     quantity_to_bytes,
@@ -41,6 +43,8 @@ SERIAL_LOG = "serial.log"
 DISK_IMAGE = "disk.qcow2"
 # QEMU block node name of the writable disk (QMP commands name it).
 DISK_NODE = "disk0"
+# Block node of the read-only base image under the disk, when it has one.
+BASE_NODE = "disk0-base"
 
 ACCEL_KVM = "kvm"
 ACCEL_TCG = "tcg"
@@ -162,8 +166,10 @@ def image_path(parameters, key, run_dir):
 def runtime_files(parameters, run_dir):
     """Images given by ``url`` that must be fetched before QEMU starts.
 
-    A list of ``{"name", "url", "digest", "dest", "plain_http"}``; ``digest``
-    may be None (``image_fetch`` then refuses the image, naming the field).
+    A list of ``{"name", "url", "digest", "dest", "plain_http", "format"}``;
+    ``digest`` may be None (``image_fetch`` then refuses the image, naming the
+    field). ``format`` is the disk's (what QEMU opens it as), None for the
+    others, which QEMU reads as plain files.
     """
     files = []
     for key, file_name in FETCHED_IMAGE_NAMES.items():
@@ -176,9 +182,15 @@ def runtime_files(parameters, run_dir):
                     "digest": image.get("digest"),
                     "dest": run_path(run_dir, file_name),
                     "plain_http": bool(image.get("plainHTTP")),
+                    "format": backing_format(parameters) if key == "disk" else None,
                 }
             )
     return files
+
+
+def backing_format(parameters):
+    """The format QEMU opens the disk image as: ``disk.format``, else qcow2."""
+    return (parameters.get("disk") or {}).get("format") or DEFAULT_BACKING_FORMAT
 
 
 def has_disk(parameters):
@@ -262,12 +274,24 @@ def qemu_argv(parameters, *, run_dir, name, accel=None, port_forwards=None):
     if firmware:
         argv += ["-bios", firmware]
     if has_disk(parameters):
-        disk = _option_value(run_path(run_dir, DISK_IMAGE))
+        disk = f"driver=qcow2,node-name={DISK_NODE},file.driver=file,file.filename=" + \
+            _option_value(run_path(run_dir, DISK_IMAGE))
+        base = image_path(parameters, "disk", run_dir)
+        if base:
+            # The base is named here, not taken from the overlay's header, and
+            # opened without a backing file of its own: whatever its header
+            # names is never opened.
+            base_node = {"driver": backing_format(parameters), "node-name": BASE_NODE,
+                         "read-only": True, "file": {"driver": "file", "filename": base}}
+            if base_node["driver"] != "raw":
+                base_node["backing"] = None
+            argv += ["-blockdev", json.dumps(base_node, sort_keys=True)]
+            disk += f",backing={BASE_NODE}"
         # A named block node, and a device that lets another writer in, so
         # that the exporter's flasher can copy an image onto the disk
         # through QMP while the VM is off (blockdev-backup into DISK_NODE).
         argv += [
-            "-blockdev", f"driver=qcow2,node-name={DISK_NODE},file.driver=file,file.filename={disk}",
+            "-blockdev", disk,
             "-device", f"virtio-blk-pci,drive={DISK_NODE},share-rw=on",
         ]
     argv += network_argv(port_forwards)
@@ -295,8 +319,7 @@ def disk_create_argv(parameters, run_dir):
     argv = ["qemu-img", "create", "-q", "-f", "qcow2"]
     base = image_path(parameters, "disk", run_dir)
     if base:
-        backing_format = parameters["disk"].get("format") or DEFAULT_BACKING_FORMAT
-        argv += ["-b", base, "-F", backing_format]
+        argv += ["-b", base, "-F", backing_format(parameters)]
     argv.append(run_path(run_dir, DISK_IMAGE))
     size = storage_bytes(parameters)
     if size is not None:

@@ -228,6 +228,70 @@ def file_digest(path):
     return f"{DIGEST_ALGORITHM}:{hasher.hexdigest()}"
 
 
+# A qcow2 image is data only without a backing file and without an external
+# data file: QEMU opens either by the path written in the header.
+QCOW2_MAGIC = b"QFI\xfb"
+QCOW2_VERSIONS = (2, 3)
+QCOW2_V2_HEADER_LENGTH = 72
+_QCOW2_INCOMPATIBLE_DATA_FILE = 1 << 2
+# dirty, corrupt, external data file, compression type, extended L2 entries
+_QCOW2_INCOMPATIBLE_KNOWN = (1 << 5) - 1
+_QCOW2_EXTENSION_END = 0
+_QCOW2_EXTENSION_DATA_FILE = 0x44415441
+# Header extensions live in the first cluster; at most this much is read.
+_QCOW2_HEADER_READ = 64 << 10
+FETCHED_FORMATS = ("qcow2", "raw")
+
+
+def standalone_problem(path, image_format):
+    """Why QEMU would read more than ``path`` when it opens it as ``image_format``, or None.
+
+    None (raw, or no format: a kernel, initrd or firmware) is data whatever it
+    holds. A qcow2 image must be one, with no backing file and no external
+    data file. Any other format is refused.
+    """
+    if image_format in (None, "raw"):
+        return None
+    if image_format not in FETCHED_FORMATS:
+        return f"format {image_format!r} is not used for a fetched image (only {', '.join(FETCHED_FORMATS)})"
+    with open(path, "rb") as handle:
+        header = handle.read(_QCOW2_HEADER_READ)
+    if len(header) < QCOW2_V2_HEADER_LENGTH or header[:4] != QCOW2_MAGIC:
+        return "not a qcow2 image"
+    version = int.from_bytes(header[4:8], "big")
+    if version not in QCOW2_VERSIONS:
+        return f"qcow2 version {version} is not supported (only {', '.join(map(str, QCOW2_VERSIONS))})"
+    if int.from_bytes(header[8:16], "big") or int.from_bytes(header[16:20], "big"):
+        return "the qcow2 image names a backing file; an image must be standalone"
+    header_length = QCOW2_V2_HEADER_LENGTH
+    if version == 3:
+        if len(header) < 104:
+            return "the qcow2 header is truncated"
+        incompatible = int.from_bytes(header[72:80], "big")
+        if incompatible & _QCOW2_INCOMPATIBLE_DATA_FILE:
+            return "the qcow2 image uses an external data file; an image must be standalone"
+        if incompatible & ~_QCOW2_INCOMPATIBLE_KNOWN:
+            return f"the qcow2 image has unknown incompatible features ({incompatible:#x})"
+        header_length = int.from_bytes(header[100:104], "big")
+    offset = header_length
+    while offset + 8 <= len(header):
+        kind = int.from_bytes(header[offset:offset + 4], "big")
+        length = int.from_bytes(header[offset + 4:offset + 8], "big")
+        if kind == _QCOW2_EXTENSION_END:
+            return None
+        if kind == _QCOW2_EXTENSION_DATA_FILE:
+            return "the qcow2 image names an external data file; an image must be standalone"
+        offset += 8 + (length + 7) // 8 * 8
+    return "the qcow2 header extensions do not end within the first cluster"
+
+
+def check_standalone(path, image_format, url, field="url"):
+    """ImageError (``ImageInvalid``) naming the field when ``standalone_problem`` finds one."""
+    problem = standalone_problem(path, image_format)
+    if problem:
+        raise ImageError(REASON_INVALID, f"{field} {url}: {problem}", url=url)
+
+
 def _cached(target, digest):
     """True when the cache holds ``digest`` as a regular file whose content still has it."""
     return os.path.lexists(target) and file_digest(target) == digest
@@ -397,6 +461,9 @@ def _download_oci(url, digest, out, plain_http, timeout, max_bytes=DEFAULT_MAX_B
 def fetch_all(files, cache_dir, timeout=DEFAULT_TIMEOUT, max_bytes=DEFAULT_MAX_BYTES):
     """Fetches ``qemu_argv.runtime_files`` entries and links each ``dest`` to its cache file.
 
+    An entry's ``format`` (the disk's) is checked with ``check_standalone`` on
+    every use, before it is linked: a cache hit too.
+
     Returns the names of the images that were downloaded (not found in the cache,
     or found altered there).
     """
@@ -405,6 +472,8 @@ def fetch_all(files, cache_dir, timeout=DEFAULT_TIMEOUT, max_bytes=DEFAULT_MAX_B
         path, fresh = fetch(entry["url"], entry.get("digest"), cache_dir,
                             plain_http=bool(entry.get("plain_http")), timeout=timeout,
                             field=f"parameters.{entry['name']}.url", max_bytes=max_bytes)
+        check_standalone(path, entry.get("format"), entry["url"],
+                         field=f"parameters.{entry['name']}.url")
         if fresh:
             downloaded.append(entry["name"])
         link(path, entry["dest"])
@@ -431,7 +500,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description="Fetch and verify guest images into a cache.")
     parser.add_argument("--cache", required=True, help="cache directory (keyed by digest)")
     parser.add_argument("--files", required=True,
-                        help="JSON list of {name, url, digest, dest, plain_http}")
+                        help="JSON list of {name, url, digest, dest, plain_http, format}")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT)
     parser.add_argument("--max-bytes", type=int, default=DEFAULT_MAX_BYTES,
                         help="largest image fetched; a larger download is stopped and removed")

@@ -1,5 +1,7 @@
 """The QEMU command line, option by option, and the disk creation command."""
 
+import json
+
 import pytest
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu.argv import (
     disk_create_argv,
@@ -170,10 +172,35 @@ def test_memory_defaults_to_1gi():
 )
 def test_disk_is_the_instance_overlay_whenever_there_is_one(changes):
     argv = qemu_argv(with_(**changes), run_dir=RUN_DIR, name="x")
-    assert only(argv, "-blockdev") == (
+    disk = [value for flag, value in zip(argv, argv[1:]) if flag == "-blockdev"][-1]
+    assert disk.startswith(
         "driver=qcow2,node-name=disk0,file.driver=file,file.filename=/run/vt/pool-a-0/disk.qcow2")
     # The flasher writes into the node while the device is attached.
     assert only(argv, "-device") == "virtio-blk-pci,drive=disk0,share-rw=on"
+
+
+def test_a_blank_disk_has_no_base_node():
+    argv = qemu_argv(with_(resources={"storage": "10Gi"}), run_dir=RUN_DIR, name="x")
+    assert only(argv, "-blockdev") == (
+        "driver=qcow2,node-name=disk0,file.driver=file,file.filename=/run/vt/pool-a-0/disk.qcow2")
+
+
+@pytest.mark.parametrize(
+    ("disk", "base"),
+    [
+        ({"path": "/images/a,b.qcow2"}, {"driver": "qcow2", "backing": None,
+                                         "file": {"driver": "file", "filename": "/images/a,b.qcow2"}}),
+        ({"url": "https://example.com/b", "format": "raw"},
+         {"driver": "raw", "file": {"driver": "file", "filename": "/run/vt/pool-a-0/disk.base"}}),
+    ],
+)
+def test_the_base_is_a_node_of_its_own_opened_without_a_backing_file(disk, base):
+    argv = qemu_argv(with_(disk=disk), run_dir=RUN_DIR, name="x")
+    blockdevs = [value for flag, value in zip(argv, argv[1:]) if flag == "-blockdev"]
+    assert len(blockdevs) == 2
+    assert json.loads(blockdevs[0]) == {"node-name": "disk0-base", "read-only": True, **base}
+    assert blockdevs[1] == ("driver=qcow2,node-name=disk0,file.driver=file,"
+                            "file.filename=/run/vt/pool-a-0/disk.qcow2,backing=disk0-base")
 
 
 def test_direct_kernel_boot_with_initrd_and_arguments():
@@ -212,9 +239,18 @@ def test_images_given_by_url_are_read_from_the_run_dir():
     assert only(argv, "-initrd") == "/local/initrd"
     assert runtime_files(parameters, RUN_DIR) == [
         {"name": "firmware", "url": "oci://registry.example.com/fw:1", "digest": "sha256:ab",
-         "dest": "/run/vt/pool-a-0/firmware", "plain_http": True},
+         "dest": "/run/vt/pool-a-0/firmware", "plain_http": True, "format": None},
         {"name": "kernel", "url": "https://example.com/vmlinuz", "digest": None,
-         "dest": "/run/vt/pool-a-0/kernel", "plain_http": False},
+         "dest": "/run/vt/pool-a-0/kernel", "plain_http": False, "format": None},
+    ]
+
+
+@pytest.mark.parametrize(("disk", "image_format"), [({}, "qcow2"), ({"format": "raw"}, "raw")])
+def test_a_disk_fetched_by_url_is_checked_as_the_format_qemu_opens_it_as(disk, image_format):
+    parameters = with_(disk={"url": "https://example.com/base", "digest": "sha256:ab", **disk})
+    assert runtime_files(parameters, RUN_DIR) == [
+        {"name": "disk", "url": "https://example.com/base", "digest": "sha256:ab",
+         "dest": "/run/vt/pool-a-0/disk.base", "plain_http": False, "format": image_format},
     ]
 
 
