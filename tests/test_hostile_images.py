@@ -40,9 +40,9 @@ def server(tmp_path):
 class Listener:
     """A TCP port that counts the connections made to it (an FTP server's place)."""
 
-    def __init__(self):
+    def __init__(self, address=LOCAL):
         self.sock = socket.socket()
-        self.sock.bind((LOCAL, 0))
+        self.sock.bind((address, 0))
         self.sock.listen(8)
         self.port = self.sock.getsockname()[1]
         self.connections = 0
@@ -179,6 +179,22 @@ def test_a_file_realm_is_refused_and_its_token_never_reaches_the_registry(hostil
     assert "token realm" in str(raised.value) and "https" in str(raised.value)
     # One unauthenticated manifest request, then nothing: no token read, none sent.
     assert hostile.requests == [("/v2/guest/manifests/1", None)]
+
+
+def test_a_realm_on_another_host_is_refused_before_any_connection_to_it(hostile, tmp_path):
+    elsewhere = Listener("127.0.0.2")
+    try:
+        challenge = (f'Bearer realm="https://127.0.0.2:{elsewhere.port}/token",service="registry",'
+                     'scope="repository:guest:pull"')
+        hostile.routes["/v2/guest/manifests/1"] = (401, {"WWW-Authenticate": challenge}, b"")
+        with pytest.raises(image_fetch.ImageError) as raised:
+            image_fetch.fetch(f"oci://{hostile.host}/guest:1", "sha256:" + "1" * 64,
+                              str(tmp_path / "cache"), plain_http=True)
+        assert raised.value.reason == image_fetch.REASON_INVALID
+        assert f"is not on the registry's host {LOCAL}" in str(raised.value)
+        assert elsewhere.connections == 0
+    finally:
+        elsewhere.close()
 
 
 # -- size --------------------------------------------------------------------

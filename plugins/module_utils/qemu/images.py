@@ -18,7 +18,7 @@ content no longer has its digest is removed and fetched afresh.
 
 A url comes from a tenant (an ExporterSet may set it), so only these schemes
 are fetched, and a redirect may only lead to ``http`` or ``https``; a
-registry's token ``realm`` must be ``https``. ``check_url`` is the rule,
+registry's token ``realm`` must be ``https`` on the registry's own host. ``check_url`` is the rule,
 used by parameter validation (the set is refused, naming the field) and again
 here before any request. A download stops, and its partial file is removed,
 once it passes ``max_bytes`` (``DEFAULT_MAX_BYTES``, or the class's
@@ -47,6 +47,7 @@ import re
 import stat
 import sys
 import tempfile
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -141,21 +142,7 @@ def class_max_bytes(virtual_target_class):
 
     Raises ValueError naming the annotation when its value is not a positive quantity.
     """
-    annotations = (((virtual_target_class or {}).get("metadata") or {}).get("annotations") or {})
-    text = annotations.get(ANNOTATION_MAX_SIZE)
-    if text is None or text == "":
-        return DEFAULT_MAX_BYTES
-    from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.quantity import (
-        parse_quantity,
-    )
-    try:
-        value = int(parse_quantity(text))
-    except (ValueError, TypeError):
-        value = 0
-    if value <= 0:
-        raise ValueError(f"VirtualTargetClass annotation {ANNOTATION_MAX_SIZE}: {text!r} "
-                         "is not a positive quantity such as 40Gi")
-    return value
+    return class_bytes(virtual_target_class, ANNOTATION_MAX_SIZE, DEFAULT_MAX_BYTES)
 
 
 def cache_path(cache_dir, digest):
@@ -398,6 +385,7 @@ class _Registry:
     def __init__(self, url, registry, repository, plain_http, timeout):
         self.url = url
         self.base = f"{'http' if plain_http else 'https'}://{registry}/v2/{repository}"
+        self.hostname = urllib.parse.urlsplit(self.base).hostname
         self.timeout = timeout
         self.token = None
 
@@ -422,12 +410,16 @@ class _Registry:
         if not realm:
             raise ImageError(REASON_UNAVAILABLE, f"{self.url}: registry asks for a token without realm",
                              url=self.url)
-        if urllib.parse.urlsplit(realm).scheme.lower() not in REALM_SCHEMES or \
-                not urllib.parse.urlsplit(realm).netloc:
+        parts = urllib.parse.urlsplit(realm)
+        if parts.scheme.lower() not in REALM_SCHEMES or not parts.netloc:
             # The registry is the tenant's choice; a file: or http: realm would
             # read a local file or send the request in the clear.
             raise ImageError(REASON_INVALID, f"{self.url}: the registry's token realm {realm!r} "
                                              "is not an https url", url=self.url)
+        if parts.hostname != self.hostname:
+            # Nor may it send the request to any other address the node or host reaches.
+            raise ImageError(REASON_INVALID, f"{self.url}: the registry's token realm {realm!r} "
+                                             f"is not on the registry's host {self.hostname}", url=self.url)
         query = urllib.parse.urlencode({k: v for k, v in fields.items() if k in ("service", "scope")})
         with _open(urllib.request.Request(f"{realm}?{query}" if query else realm),
                    self.timeout) as response:
@@ -504,16 +496,161 @@ def main(argv=None):
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT)
     parser.add_argument("--max-bytes", type=int, default=DEFAULT_MAX_BYTES,
                         help="largest image fetched; a larger download is stopped and removed")
+    parser.add_argument("--quota-bytes", type=int, default=DEFAULT_CACHE_QUOTA_BYTES,
+                        help="most the cache holds; past it, unused digests go, least recently used first")
     options = parser.parse_args(argv)
+    files = json.loads(options.files)
+    own = entry_digests(files)
+    mark_used(options.cache, own)
     try:
-        downloaded = fetch_all(json.loads(options.files), options.cache, timeout=options.timeout,
+        downloaded = fetch_all(files, options.cache, timeout=options.timeout,
                                max_bytes=options.max_bytes)
     except ImageError as error:
         # Kubernetes keeps the last lines of a failed container as its message.
         print(f"{error.reason}: {error}", file=sys.stderr)
         return 1
-    print(json.dumps({"downloaded": downloaded}))
+    result = {"downloaded": downloaded}
+    pruned = prune_cache(options.cache, options.quota_bytes, keep=own)
+    if pruned:
+        result["pruned"] = pruned
+    print(json.dumps(result))
     return 0
+
+
+# -- keeping the cache within its quota ---------------------------------------
+
+# A VirtualTargetClass annotation: how much the image cache of a node may hold
+# once one of the class's Pods has fetched its images (a quantity such as
+# 100Gi); past it the least recently used digests no instance is fetching or
+# starting with are removed.
+ANNOTATION_CACHE_QUOTA = "virtualtarget.jumpstarter.dev/image-cache-quota"
+DEFAULT_CACHE_QUOTA_BYTES = 64 << 30
+# A digest used this recently is kept whatever the quota: an instance's
+# containers get its files some time after its check (the kubelet mounts them
+# as each container starts, and an image pull may come first).
+PRUNE_MIN_IDLE_SECONDS = 3600
+_CACHE_ENTRY = re.compile(r"^(?P<hex>[0-9a-f]{64})$")
+# What ``_download`` writes before the rename, left behind by a fetch that was killed.
+_PARTIAL_ENTRY = re.compile(r"^\.(?P<hex>[0-9a-f]{64})\..*\.part$")
+
+
+def class_bytes(virtual_target_class, annotation, default):
+    """A size the class's ``annotation`` names, in bytes, or ``default`` without it.
+
+    Raises ValueError naming the annotation when its value is not a positive quantity.
+    """
+    annotations = (((virtual_target_class or {}).get("metadata") or {}).get("annotations") or {})
+    text = annotations.get(annotation)
+    if text is None or text == "":
+        return default
+    from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.quantity import (
+        parse_quantity,
+    )
+    try:
+        value = int(parse_quantity(text))
+    except (ValueError, TypeError):
+        value = 0
+    if value <= 0:
+        raise ValueError(f"VirtualTargetClass annotation {annotation}: {text!r} "
+                         "is not a positive quantity such as 40Gi")
+    return value
+
+
+def class_cache_quota(virtual_target_class):
+    """The image cache's quota for a class's Pods: its ``ANNOTATION_CACHE_QUOTA`` or the default."""
+    return class_bytes(virtual_target_class, ANNOTATION_CACHE_QUOTA, DEFAULT_CACHE_QUOTA_BYTES)
+
+
+def entry_digests(files):
+    """The valid digests of ``runtime_files`` entries, each once (``fetch`` refuses the others)."""
+    digests = []
+    for entry in files:
+        try:
+            digest = check_digest(entry.get("digest"), entry.get("url"))
+        except ImageError:
+            continue
+        if digest not in digests:
+            digests.append(digest)
+    return digests
+
+
+def mark_used(cache_dir, digests, now=None):
+    """Notes each cached digest of ``digests`` as used now (its file's mtime).
+
+    Done under a shared lock of the digest, before the digest is checked: a
+    prune that has not removed it by then finds it used and keeps it. A digest
+    not in the cache is left out (its fetch downloads it).
+    """
+    for digest in digests:
+        target = cache_path(cache_dir, digest)
+        try:
+            with open(target + ".lock", "a") as lock:
+                fcntl.flock(lock, fcntl.LOCK_SH)
+                if os.path.isfile(target) and not os.path.islink(target):
+                    os.utime(target, None if now is None else (now, now))
+        except OSError:
+            continue
+
+
+def prune_cache(cache_dir, quota_bytes, keep=(), min_idle_seconds=PRUNE_MIN_IDLE_SECONDS, now=None):
+    """Removes unused files of the cache, least recently used first, until it holds ``quota_bytes`` at most.
+
+    Returns the names removed (``sha256/<hex>``, or a partial download's name),
+    in that order. Kept whatever the quota: the digests in ``keep`` (the
+    caller's own), any used (``mark_used``) or downloaded in the last
+    ``min_idle_seconds``, and any whose lock is held (a download or a use
+    under way). A running instance does not need its files' names: a Pod's
+    containers mount the files themselves (``k8s/pod.py``); on a lab host,
+    pass the digests its instances link to in ``keep``. Nothing here fails the
+    caller: a file that cannot be removed is left.
+    """
+    now = time.time() if now is None else now
+    directory = os.path.join(cache_dir, DIGEST_ALGORITHM)
+    kept = {digest.split(":", 1)[1] for digest in keep}
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    entries = []
+    for name in names:
+        match = _CACHE_ENTRY.match(name) or _PARTIAL_ENTRY.match(name)
+        if not match:
+            continue
+        try:
+            info = os.lstat(os.path.join(directory, name))
+        except OSError:
+            continue
+        if stat.S_ISDIR(info.st_mode):
+            continue
+        entries.append((info.st_mtime_ns, name, match.group("hex"), info.st_size))
+    total = sum(size for _, _, _, size in entries)
+    removed = []
+    for mtime_ns, name, hex_digest, size in sorted(entries):
+        if total <= quota_bytes:
+            break
+        if (name == hex_digest and hex_digest in kept) or now - mtime_ns / 1e9 < min_idle_seconds:
+            continue
+        if _remove_unused(directory, name, hex_digest, mtime_ns):
+            total -= size
+            removed.append(f"{DIGEST_ALGORITHM}/{name}")
+    return removed
+
+
+def _remove_unused(directory, name, hex_digest, mtime_ns):
+    """Removes ``name`` unless its digest's lock is held or it was used since it was listed."""
+    try:
+        lock = open(os.path.join(directory, hex_digest + ".lock"), "a")
+    except OSError:
+        return False
+    with lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if os.lstat(os.path.join(directory, name)).st_mtime_ns != mtime_ns:
+                return False
+            os.unlink(os.path.join(directory, name))
+        except OSError:
+            return False
+    return True
 
 
 if __name__ == "__main__":
