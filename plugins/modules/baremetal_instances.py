@@ -13,7 +13,12 @@ description:
   - An instance is a directory C(<work_dir>/instances/<namespace>.<exporter>) holding the
     QEMU sockets, serial log, disk and ExporterConfig, and two supervised services, C(vm)
     (QEMU, never restarted) and C(exporter) (C(jmp run), restarted when it exits). They run
-    as systemd user units when systemd runs, otherwise under C(jumpstarter-supervise).
+    as systemd units when systemd runs, otherwise under C(jumpstarter-supervise).
+  - Each instance runs as an identity of its own (a user and group of the host's pool that
+    lab_bootstrap makes), through the root-owned C(<prefix>/bin/jumpstarter-instance) the
+    service user runs with C(sudo -n). The instance directory is reachable by the service
+    user and that identity alone; the ExporterConfig with the token is the identity's, mode
+    0400.
   - All instances of one ExporterSet on the host are handled in one run, and their state
     after the run is returned.
   - Images given by C(url) (firmware, kernel, initrd, disk) are fetched into the host's
@@ -21,8 +26,8 @@ description:
     instances on the host, and their C(digest) is verified before QEMU starts; the instance
     directory links to the cached file. An image whose digest does not match, or that cannot
     be fetched, starts nothing; the instance is C(Failed) with reason C(ImageDigestMismatch),
-    C(ImageUnavailable) or C(ImageInvalid) and a message naming the url (and the expected and
-    actual digests).
+    C(ImageUnavailable) or C(ImageInvalid) and a message naming the url (and the expected
+    digest; what the url answered is kept in the instance directory's C(image-error.json) only).
 author:
   - Jumpstarter virtual exporters maintainers (@jumpstarter-dev)
 extends_documentation_fragment:
@@ -42,8 +47,8 @@ options:
     default: {}
   tokens:
     description:
-      - Exporter token per Exporter name, put into its ExporterConfig, which is written with
-        mode 0600. Never logged nor returned.
+      - Exporter token per Exporter name, put into its ExporterConfig, which the instance's
+        identity alone reads (mode 0400). Never logged nor returned.
     type: dict
     default: {}
   uids:
@@ -89,9 +94,15 @@ options:
     type: path
     default: /var/lib/jumpstarter-virtual
   prefix:
-    description: Where lab_bootstrap installed the exporter venv and the supervisor.
+    description: Where lab_bootstrap installed the exporter venv, the supervisor and C(jumpstarter-instance).
     type: path
     default: /opt/jumpstarter-exporter
+  lock_timeout:
+    description:
+      - Seconds to wait for the host's lock of this ExporterSet (C(<work_dir>/locks/<namespace>.<exporterset>.lock)),
+        held by any other run acting on its instances; the run fails naming the set when it stays taken.
+    type: float
+    default: 300.0
 requirements:
   - qemu.qmp
 """
@@ -130,12 +141,13 @@ changed_instances:
   elements: str
 """
 
+import fcntl
+import hashlib
 import json
 import os
 import shlex
-import shutil
-import signal
 import subprocess
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -150,7 +162,12 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu
 OWNER_FILE = "instance.json"
 # Why the instance's images could not be used (image_fetch.ImageError.as_dict).
 IMAGE_ERROR_FILE = "image-error.json"
-STOP_TIMEOUT = 15.0
+# The instance directory and its service directories (set by the helper's
+# claim, kept by mkdir under it): the service user and the instance's
+# identity, neither removing what the other made.
+INSTANCE_DIR_MODE = 0o3770
+DIGEST_SUFFIX = ".sha256"
+LOCKS_DIR = "locks"
 # Instances stopped side by side in one run: each stop mostly waits (the
 # exporter unregistering on SIGTERM, QEMU's quit), seconds for one.
 MAX_PARALLEL_STOPS = 8
@@ -160,88 +177,56 @@ DEAD_VM_STATES = ("internal-error", "guest-panicked", "shutdown", "io-error")
 
 
 def _alive(pid_file):
+    """The pid in a supervisor's file, if a process of the file's owner (the
+    instance's identity, which wrote it) has it."""
     try:
         pid = int(open(pid_file).read().strip())
-        os.kill(pid, 0)
-        return pid
+        return pid if os.stat(f"/proc/{pid}").st_uid == os.stat(pid_file).st_uid else None
     except (OSError, ValueError):
         return None
 
 
-class Supervisor:
-    """Services through jumpstarter-supervise (no systemd on the host)."""
+class Identity:
+    """The services of instances, each run as its instance's own identity.
 
-    def __init__(self, prefix, run_command):
-        self.binary = os.path.join(prefix, "bin", "jumpstarter-supervise")
+    lab_bootstrap installs a root-owned helper (C(jumpstarter-instance)) that
+    the service user runs through one sudo rule: it gives an instance
+    directory an identity of the host's pool, starts and stops the services
+    as it (jumpstarter-supervise, or systemd units when systemd runs) and
+    removes the directory with every process of its identity.
+    """
+
+    def __init__(self, prefix, run_command, systemd):
+        self.helper = os.path.join(prefix, "bin", "jumpstarter-instance")
         self.run_command = run_command
+        self.systemd = systemd
+
+    def _run(self, *args):
+        rc, out, err = self.run_command(["sudo", "-n", self.helper, *args])
+        if rc != 0:
+            raise RuntimeError(f"jumpstarter-instance {' '.join(args)}: {(err or out).strip()}")
+        return out.strip()
+
+    def claim(self, instance):
+        return self._run("claim", instance)
 
     def state(self, service_dir, unit):
+        if self.systemd:
+            active = subprocess.run(["systemctl", "is-active", unit], capture_output=True,
+                                    text=True).stdout.strip()
+            return {"active": "running", "activating": "running", "failed": "exited"}.get(active, "absent")
         if _alive(os.path.join(service_dir, "supervise.pid")):
             return "running"
         return "exited" if os.path.exists(os.path.join(service_dir, "exit-status")) else "absent"
 
-    def start(self, service_dir, unit, restart_delay):
-        for stale in ("exit-status", "pid"):
-            if os.path.exists(os.path.join(service_dir, stale)):
-                os.unlink(os.path.join(service_dir, stale))
-        # Detached in its own session (setsid --fork), with /dev/null for its
-        # standard streams (the service's output goes to its log), so
-        # run_command returns as soon as setsid has forked.
-        rc, _out, err = self.run_command(["setsid", "--fork", "sh", "-c", 'exec "$0" "$@" </dev/null >/dev/null 2>&1',
-                                          self.binary, service_dir, restart_delay])
-        if rc != 0:
-            raise RuntimeError(f"cannot start the supervisor of {service_dir}: {err.strip()}")
-        deadline = time.monotonic() + 5
-        while not _alive(os.path.join(service_dir, "supervise.pid")):
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"supervisor of {service_dir} did not start")
-            time.sleep(0.05)
+    def start(self, instance, service, restart_delay):
+        self._run("start", instance, service, restart_delay)
 
-    def stop(self, service_dir, unit):
-        supervisor = _alive(os.path.join(service_dir, "supervise.pid"))
-        child = _alive(os.path.join(service_dir, "pid"))
-        if supervisor:
-            os.kill(supervisor, signal.SIGTERM)
-        deadline = time.monotonic() + STOP_TIMEOUT
-        while any(p and _pid_alive(p) for p in (supervisor, child)):
-            if time.monotonic() > deadline:
-                for pid in (supervisor, child):
-                    if pid and _pid_alive(pid):
-                        os.kill(pid, signal.SIGKILL)
-                break
-            time.sleep(0.05)
+    def stop(self, instance, service):
+        self._run("stop", instance, service)
 
-
-def _pid_alive(pid):
-    try:
-        os.kill(pid, 0)
-        return True
-    except OSError:
-        return False
-
-
-class SystemdUser:
-    """Services as the service user's systemd units (installed by lab_bootstrap)."""
-
-    def __init__(self, prefix, run_command):
-        self.env = dict(os.environ, XDG_RUNTIME_DIR=f"/run/user/{os.getuid()}")
-
-    def _systemctl(self, *args):
-        return subprocess.run(["systemctl", "--user", *args], env=self.env,
-                              capture_output=True, text=True)
-
-    def state(self, service_dir, unit):
-        active = self._systemctl("is-active", unit).stdout.strip()
-        return {"active": "running", "activating": "running", "failed": "exited"}.get(active, "absent")
-
-    def start(self, service_dir, unit, restart_delay):
-        result = self._systemctl("start", unit)
-        if result.returncode != 0:
-            raise RuntimeError(f"systemctl --user start {unit}: {result.stderr.strip()}")
-
-    def stop(self, service_dir, unit):
-        self._systemctl("stop", unit)
-        self._systemctl("reset-failed", unit)
+    def release(self, instance):
+        self._run("release", instance)
 
 
 class HostInstances:
@@ -249,8 +234,8 @@ class HostInstances:
         self.module = module
         self.p = module.params
         self.root = os.path.join(self.p["work_dir"], baremetal.INSTANCES_DIR)
-        self.supervisor = (SystemdUser if os.path.isdir("/run/systemd/system") else Supervisor)(
-            self.p["prefix"], module.run_command)
+        self.supervisor = Identity(self.p["prefix"], module.run_command,
+                                   systemd=os.path.isdir("/run/systemd/system"))
         self.changed = []
         self.downloaded = {}
 
@@ -259,7 +244,15 @@ class HostInstances:
         return baremetal.instance_dir(self.p["work_dir"], self.p["namespace"], name)
 
     def unit(self, service, name):
-        return f"jumpstarter-{service}@{baremetal.instance_id(self.p['namespace'], name)}.service"
+        return f"jumpstarter-{service}@{self.instance(name)}.service"
+
+    def instance(self, name):
+        return baremetal.instance_id(self.p["namespace"], name)
+
+    def claimed(self, name):
+        """Whether the instance's directory has an identity of its own (its
+        group is not the service user's)."""
+        return os.stat(self.directory(name)).st_gid != os.getegid()
 
     def own_instances(self):
         """Exporter names of this set's instance directories on the host."""
@@ -350,11 +343,19 @@ class HostInstances:
         if _read(path) == content and (os.stat(path).st_mode & 0o777) == mode:
             return False
         if not self.module.check_mode:
-            descriptor = os.open(path + ".new", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-            with os.fdopen(descriptor, "w") as handle:
-                handle.write(content)
-            os.chmod(path + ".new", mode)
-            os.replace(path + ".new", path)
+            _replace(path, content, mode)
+        return True
+
+    def _write_config(self, path, content):
+        """The ExporterConfig: the helper hands it to the instance's identity
+        (0400) when the exporter starts, so whether it changed is read from
+        its digest beside it (the service user's)."""
+        digest = hashlib.sha256(content.encode()).hexdigest()
+        if os.path.exists(path) and _read(path + DIGEST_SUFFIX) == digest:
+            return False
+        if not self.module.check_mode:
+            _replace(path, content, 0o640)
+            _replace(path + DIGEST_SUFFIX, digest, 0o600)
         return True
 
     def _accel(self, directory):
@@ -383,11 +384,18 @@ class HostInstances:
         if argv is None:
             return
         disk = os.path.join(self.directory(name), qemu_argv.DISK_IMAGE)
-        if os.path.exists(disk):
-            os.unlink(disk)
+        # Made under a name of its own and moved in: the instance's identity
+        # may write in its directory, and a link it put at the disk's name
+        # would have qemu-img write where it points.
+        descriptor, made = tempfile.mkstemp(dir=self.directory(name), prefix=".disk-")
+        os.close(descriptor)
+        argv = [made if arg == disk else arg for arg in argv]
         result = subprocess.run(argv, capture_output=True, text=True)
         if result.returncode != 0:
+            os.unlink(made)
             self.module.fail_json(msg=f"{name}: {shlex.join(argv)}: {result.stderr.strip()}")
+        os.chmod(made, 0o660)
+        os.replace(made, disk)
 
     def present(self, name):
         config = self.p["configs"].get(name)
@@ -398,8 +406,9 @@ class HostInstances:
         directory = self.directory(name)
         uid = self.p["uids"].get(name, "")
         made_for = self._owner_uid(name)
-        if uid and made_for and made_for != uid:
-            # Made for an earlier Exporter of this name: its VM and disk go with it.
+        if (uid and made_for and made_for != uid) or (os.path.isdir(directory) and not self.claimed(name)):
+            # Made for an earlier Exporter of this name, or without an identity
+            # of its own: its VM and disk go with it.
             self.remove([(name, False)])
         changed = False
         if not os.path.isdir(directory):
@@ -408,19 +417,21 @@ class HostInstances:
                 self.changed.append(name)
                 return
             os.makedirs(directory, mode=0o700)
+            self.supervisor.claim(self.instance(name))
         owner = {"namespace": self.p["namespace"], "exporterset": self.p["exporterset"],
                  "exporter": name, "uid": uid}
         changed |= self._write(os.path.join(directory, OWNER_FILE),
                                json.dumps(owner, sort_keys=True), 0o600)
-        config_changed = self._write(os.path.join(directory, baremetal.EXPORTER_CONFIG_FILE),
-                                     json.dumps(config, indent=2, sort_keys=True), 0o600)
+        config_changed = self._write_config(os.path.join(directory, baremetal.EXPORTER_CONFIG_FILE),
+                                            json.dumps(config, indent=2, sort_keys=True))
         changed |= config_changed
         scripts_changed = {}
         for service, script in self._run_scripts(name).items():
             service_dir = os.path.join(directory, service)
-            if not self.module.check_mode:
-                os.makedirs(service_dir, mode=0o700, exist_ok=True)
-            scripts_changed[service] = self._write(os.path.join(service_dir, "run"), script, 0o700)
+            if not self.module.check_mode and not os.path.isdir(service_dir):
+                os.mkdir(service_dir)
+                os.chmod(service_dir, INSTANCE_DIR_MODE)
+            scripts_changed[service] = self._write(os.path.join(service_dir, "run"), script, 0o750)
             changed |= scripts_changed[service]
         disk = os.path.join(directory, qemu_argv.DISK_IMAGE)
         disk_missing = qemu_argv.has_disk(self.p["parameters"]) and not os.path.exists(disk)
@@ -441,11 +452,10 @@ class HostInstances:
             if self.module.check_mode:
                 continue
             if state == "running":
-                self.supervisor.stop(os.path.join(directory, service), self.unit(service, name))
+                self.supervisor.stop(self.instance(name), service)
             if service == "vm" and disk_missing:
                 self._create_disk(name)
-            self.supervisor.start(os.path.join(directory, service), self.unit(service, name),
-                                  baremetal.SERVICE_RESTART_DELAY[service])
+            self.supervisor.start(self.instance(name), service, baremetal.SERVICE_RESTART_DELAY[service])
         if changed and name not in self.changed:
             self.changed.append(name)
 
@@ -483,7 +493,7 @@ class HostInstances:
                                         timeout=QMP_TIMEOUT)
                 except Exception:  # noqa: BLE001
                     pass
-            self.supervisor.stop(os.path.join(directory, service), self.unit(service, name))
+            self.supervisor.stop(self.instance(name), service)
         return stopped
 
     def remove(self, going):
@@ -511,7 +521,7 @@ class HostInstances:
 
     def _stop_and_delete(self, name):
         self._stop(name)
-        shutil.rmtree(self.directory(name))
+        self.supervisor.release(self.instance(name))
 
     def reset(self, name):
         directory = self.directory(name)
@@ -525,8 +535,7 @@ class HostInstances:
             return
         self._stop(name, services=("vm",))
         self._create_disk(name)
-        self.supervisor.start(os.path.join(directory, "vm"), self.unit("vm", name),
-                              baremetal.SERVICE_RESTART_DELAY["vm"])
+        self.supervisor.start(self.instance(name), "vm", baremetal.SERVICE_RESTART_DELAY["vm"])
 
     def retain(self, name):
         directory = self.directory(name)
@@ -539,12 +548,45 @@ class HostInstances:
                 open(marker, "w").close()
 
 
+def _replace(path, content, mode):
+    """``path`` holds ``content`` with ``mode``, written under a fresh name and
+    moved in (never through a link someone else put at ``path``)."""
+    descriptor, made = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".new-")
+    with os.fdopen(descriptor, "w") as handle:
+        handle.write(content)
+        os.fchmod(handle.fileno(), mode)
+    os.replace(made, path)
+
+
 def _read(path):
     try:
         with open(path) as handle:
             return handle.read().strip() if path.endswith("exit-status") else handle.read()
     except OSError:
         return None
+
+
+def set_lock(module):
+    """The host's lock of one ExporterSet: one run at a time acts on its
+    instances, whichever operator (or person) started it. Waits up to
+    ``lock_timeout`` seconds, then fails naming the set."""
+    p = module.params
+    directory = os.path.join(p["work_dir"], LOCKS_DIR)
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    path = os.path.join(directory, baremetal.instance_id(p["namespace"], p["exporterset"]) + ".lock")
+    descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    deadline = time.monotonic() + p["lock_timeout"]
+    while True:
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return descriptor
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                os.close(descriptor)
+                module.fail_json(msg=f"another run acts on the instances of ExporterSet {p['namespace']}/"
+                                     f"{p['exporterset']} on this host: its lock {path} was not free "
+                                     f"within {p['lock_timeout']:g} s")
+            time.sleep(0.1)
 
 
 def main():
@@ -563,6 +605,7 @@ def main():
             keep=dict(type="list", elements="str"),
             work_dir=dict(type="path", default=baremetal.DEFAULT_WORK_DIR),
             prefix=dict(type="path", default=baremetal.DEFAULT_PREFIX),
+            lock_timeout=dict(type="float", default=300.0),
         ),
         supports_check_mode=True,
     )
@@ -570,6 +613,7 @@ def main():
         module.fail_json(msg=f"qemu.qmp is required on the lab host: {qemu_qmp.QMP_IMPORT_ERROR}")
     host = HostInstances(module)
     p = module.params
+    lock = set_lock(module)
     try:
         going = []
         if p["keep"] is not None:
@@ -585,6 +629,7 @@ def main():
     except (OSError, RuntimeError) as error:
         module.fail_json(msg=str(error), changed_instances=host.changed)
     instances = {name: host.state(name) for name in host.own_instances()}
+    os.close(lock)
     module.exit_json(changed=bool(host.changed), changed_instances=host.changed,
                      instances=instances, images_downloaded=host.downloaded)
 

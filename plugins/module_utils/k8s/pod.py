@@ -19,8 +19,13 @@ container this module renders when a provisioner asks for them
 (``PodParts.fetch_images``): ``image_fetch`` run as a script, in the
 operator's own ``IMAGE_FETCH_IMAGE`` as a non-root user whatever images the
 class or set name, into the node's image cache, a hostPath shared by the
-instances on the node; the run directory links to the cached files, which
-the provisioner's containers mount read-only.
+instances on the node; the run directory links to the cached files. Only
+that container mounts the cache; every other one that reads the images gets
+the instance's own files alone, each mounted read-only at its own path
+(``digest_mounts``), so whatever image it runs sees no other digest.
+
+The run directory has a ``sizeLimit`` (``run_size_limit``): the kubelet
+evicts a Pod that writes more into it.
 
 Pure: no I/O. The ExporterConfig (with the exporter's token) goes only into
 the config Secret.
@@ -53,6 +58,8 @@ IMAGE_CACHE_DIR = "/var/cache/jumpstarter-images"
 # role reaches it), run as this non-root user, with only the fetch script.
 IMAGE_FETCH_IMAGE = {"image": DEFAULT_IMAGES["exporter"]["image"], "imagePullPolicy": "IfNotPresent"}
 IMAGE_FETCH_UID = 1001
+# The run directory's sizeLimit when neither the class nor the provisioner says.
+RUN_DIR_SIZE_LIMIT = 1 << 30
 # The group of the users the project's images run as (images/, scripts/images).
 POD_FS_GROUP = 1000
 
@@ -177,6 +184,36 @@ def _container(name, image, extra):
     return container
 
 
+def digest_mounts(files):
+    """The node cache's files of ``files`` (``qemu.argv.runtime_files``' form)
+    alone, each mounted read-only at its own path in the cache directory: the
+    ``subPath`` of one file, ``sha256/<hex>``, where the run directory's links
+    point. One mount per digest; a digest that is not ``sha256:<64 hex>`` gets
+    none (the ``images`` container refuses it, so nothing after it starts)."""
+    mounts = {}
+    for digest in image_fetch.entry_digests(files):
+        sub_path = image_fetch.cache_path("", digest)
+        mounts[sub_path] = {"name": "image-cache", "mountPath": f"{IMAGE_CACHE_DIR}/{sub_path}",
+                            "subPath": sub_path, "readOnly": True}
+    return [mounts[sub_path] for sub_path in sorted(mounts)]
+
+
+def run_size_limit(scheduling, provisioner, parameters, vclass):
+    """The run emptyDir's ``sizeLimit``: the class's ``ephemeral-storage``
+    limit in ``scheduling.resources`` as written, else what the provisioner
+    says its backend writes there (``Provisioner.run_dir_bytes``), else
+    ``RUN_DIR_SIZE_LIMIT``."""
+    limits = ((scheduling.get("resources") or {}).get("limits") or {})
+    if limits.get("ephemeral-storage"):
+        return limits["ephemeral-storage"]
+    size = provisioners.get(provisioner).run_dir_bytes(parameters, vclass)
+    size = RUN_DIR_SIZE_LIMIT if size is None else size
+    for suffix, shift in (("Gi", 30), ("Mi", 20)):
+        if size % (1 << shift) == 0:
+            return f"{size >> shift}{suffix}"
+    return str(size)
+
+
 def both_node_affinities(first, second):
     """One NodeAffinity asking what each of two asks.
 
@@ -223,7 +260,7 @@ def instance_pod(exporter_set, vclass, exporter, provisioner, parameters, images
     run_mount = {"name": "run", "mountPath": RUN_DIR}
     exporter_mounts = [run_mount, {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True}]
     volumes = [
-        {"name": "run", "emptyDir": {}},
+        {"name": "run", "emptyDir": {"sizeLimit": run_size_limit(scheduling, provisioner, parameters, vclass)}},
         {"name": "config", "secret": {"secretName": config_secret_name(name), "defaultMode": 0o400}},
     ]
     exporter_env = []
@@ -250,26 +287,28 @@ def instance_pod(exporter_set, vclass, exporter, provisioner, parameters, images
 
     def fetch_images(files):
         """The ``images`` init container fetches ``files`` into the node's
-        image cache; what reads them mounts the cache read-only."""
+        image cache, the one container that mounts it; what reads them gets
+        those files alone (``digest_mounts``)."""
         volumes.append({"name": "image-cache", "hostPath": {"path": NODE_IMAGE_CACHE, "type": "DirectoryOrCreate"}})
         cache_mount = {"name": "image-cache", "mountPath": IMAGE_CACHE_DIR}
         fetch_argv = ["python3", "-c", image_fetch.script_source(), "--cache", IMAGE_CACHE_DIR,
                       "--files", json.dumps(files, sort_keys=True),
-                      "--max-bytes", str(image_fetch.class_max_bytes(vclass))]
+                      "--max-bytes", str(image_fetch.class_max_bytes(vclass)),
+                      "--quota-bytes", str(image_fetch.class_cache_quota(vclass))]
         fetch_container = _container(
             "images",
             IMAGE_FETCH_IMAGE,
             {
                 "command": fetch_argv,
                 "volumeMounts": [run_mount, cache_mount],
-                # Its last words (url, expected and actual digest) become the Pod's message.
+                # Its last words (url, expected digest) become the Pod's message.
                 "terminationMessagePolicy": "FallbackToLogsOnError",
             },
         )
         fetch_container["securityContext"].update(
             {"runAsNonRoot": True, "runAsUser": IMAGE_FETCH_UID, "runAsGroup": IMAGE_FETCH_UID})
         init_containers.append(fetch_container)
-        return dict(cache_mount, readOnly=True)
+        return digest_mounts(files)
 
     parts = PodParts(
         name=name, drivers=drivers, parameters=parameters, virtual_target_class=vclass, images=images,

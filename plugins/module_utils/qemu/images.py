@@ -85,18 +85,25 @@ _OCI_REFERENCE = re.compile(
 
 
 class ImageError(Exception):
-    """An image that cannot be used; ``reason`` is a condition reason."""
+    """An image that cannot be used; ``reason`` is a condition reason.
 
-    def __init__(self, reason, message, url=None, expected=None, got=None):
+    The message reaches the set's status, so it says nothing of what the url
+    answered (status code, size, content digest) beyond what the tenant gave:
+    a url may name any address the node or host reaches. ``got`` and ``detail``
+    say it, for the host's instance directory and the admin's logs only.
+    """
+
+    def __init__(self, reason, message, url=None, expected=None, got=None, detail=None):
         super().__init__(message)
         self.reason = reason
         self.url = url
         self.expected = expected
         self.got = got
+        self.detail = detail
 
     def as_dict(self):
         return {"reason": self.reason, "message": str(self), "url": self.url,
-                "expected": self.expected, "got": self.got}
+                "expected": self.expected, "got": self.got, "detail": self.detail}
 
 
 def check_digest(digest, url, field="digest"):
@@ -297,8 +304,8 @@ def _download(url, digest, target, plain_http, timeout, max_bytes=DEFAULT_MAX_BY
             os.fsync(out.fileno())
         if got != digest:
             raise ImageError(REASON_DIGEST_MISMATCH,
-                             f"{url}: digest mismatch: expected {digest}, got {got}",
-                             url=url, expected=digest, got=got)
+                             f"{url}: digest mismatch: its content does not have the digest {digest}",
+                             url=url, expected=digest, got=got, detail=f"got {got}")
         os.chmod(partial, 0o444)
         os.replace(partial, target)
     finally:
@@ -326,8 +333,8 @@ def _copy(response, out, url, max_bytes):
 
 
 def _too_large(url, max_bytes, how):
-    return ImageError(REASON_INVALID, f"{url}: larger than the image size limit of {max_bytes} bytes "
-                                      f"({how}); the class sets it ({ANNOTATION_MAX_SIZE})", url=url)
+    return ImageError(REASON_INVALID, f"{url}: larger than the image size limit of {max_bytes} bytes; "
+                                      f"the class sets it ({ANNOTATION_MAX_SIZE})", url=url, detail=how)
 
 
 class _RedirectHandler(urllib.request.HTTPRedirectHandler):
@@ -366,7 +373,7 @@ def _unavailable(url, error):
         detail = str(error.reason)
     else:
         detail = str(error) or type(error).__name__
-    return ImageError(REASON_UNAVAILABLE, f"{url}: cannot be fetched: {detail}", url=url)
+    return ImageError(REASON_UNAVAILABLE, f"{url}: cannot be fetched", url=url, detail=detail)
 
 
 def _download_http(url, out, timeout, max_bytes=DEFAULT_MAX_BYTES):
@@ -440,8 +447,8 @@ def _download_oci(url, digest, out, plain_http, timeout, max_bytes=DEFAULT_MAX_B
         if layer is None:
             found = ", ".join(entry.get("digest", "?") for entry in layers) or "none"
             raise ImageError(REASON_DIGEST_MISMATCH,
-                             f"{url}: digest mismatch: expected {digest}, got layers {found}",
-                             url=url, expected=digest, got=found)
+                             f"{url}: digest mismatch: no layer of its manifest has the digest {digest}",
+                             url=url, expected=digest, got=found, detail=f"layers {found}")
         with registry.open(f"blobs/{layer['digest']}") as response:
             return _copy(response, out, url, max_bytes)
     except (urllib.error.URLError, OSError, ValueError) as error:
