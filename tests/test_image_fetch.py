@@ -157,11 +157,11 @@ def test_pod_fetches_and_verifies_into_the_node_cache_before_the_disk_and_qemu(s
     assert images["terminationMessagePolicy"] == "FallbackToLogsOnError"
     volume = next(v for v in spec["volumes"] if v["name"] == "image-cache")
     assert volume["hostPath"] == {"path": k8s_pod.NODE_IMAGE_CACHE, "type": "DirectoryOrCreate"}
-    for name in ("disk",):
-        mounts = next(c for c in spec["initContainers"] if c["name"] == name)["volumeMounts"]
-        assert {"name": "image-cache", "mountPath": k8s_pod.IMAGE_CACHE_DIR, "readOnly": True} in mounts
-    assert {"name": "image-cache", "mountPath": k8s_pod.IMAGE_CACHE_DIR,
-            "readOnly": True} in spec["containers"][0]["volumeMounts"]
+    # The disk's and QEMU's containers get the instance's image alone, read-only.
+    own = k8s_pod.digest_mounts([{"digest": digest}])
+    assert own[0]["subPath"] == f"sha256/{digest.split(':')[1]}" and own[0]["readOnly"] is True
+    for container in (spec["initContainers"][1], spec["containers"][0]):
+        assert [m for m in container["volumeMounts"] if m["name"] == "image-cache"] == own
 
     cache, run_dir = tmp_path / "node-cache", tmp_path / "run"
     run_dir.mkdir()
@@ -215,8 +215,7 @@ def test_the_operator_renders_the_images_init_container_that_fetches_for_real(ap
     init = pod["spec"]["initContainers"]
     assert init[0]["name"] == "images"
     assert init[0]["terminationMessagePolicy"] == "FallbackToLogsOnError"
-    assert {"name": "image-cache", "mountPath": k8s_pod.IMAGE_CACHE_DIR, "readOnly": True} in \
-        pod["spec"]["containers"][0]["volumeMounts"]
+    assert k8s_pod.digest_mounts([{"digest": digest}])[0] in pod["spec"]["containers"][0]["volumeMounts"]
     command = pod["spec"]["containers"][0]["command"]
     assert command[command.index("-kernel") + 1] == f"{k8s_pod.RUN_DIR}/kernel"
     run_dir = tmp_path / "run"

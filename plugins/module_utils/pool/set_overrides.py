@@ -60,8 +60,9 @@ of driver types; a ``max.*`` entry names a ceiling above the class's value.
 
 What is not listed, and why: ``qemu.jumpstarter.dev`` has no class
 credential (the exporter container receives the Exporter's own token, issued
-for the set's own Exporter, so a set may choose its images; image urls are
-checked where images are fetched); the Corellium ``device`` and ``console``
+for the set's own Exporter, so a set may choose its exporter image, and its
+runtime image among those the class allows, ``Provisioner.class_images``;
+image urls are checked where images are fetched); the Corellium ``device`` and ``console``
 choose what is made, not where the token goes.
 
 Pure: no I/O.
@@ -104,7 +105,7 @@ def allowable_fields(provisioner):
     own = provisioners.get(provisioner)
     fields = ["parameters." + ".".join(path) for path in own.credential_parameters]
     fields += ["parameters." + ".".join(path) for path in own.path_parameters]
-    fields += ["images." + role for role in own.credential_images]
+    fields += ["images." + role for role in [*own.credential_images, *own.class_images]]
     if own.default_driver_types:
         fields.append(DRIVERS_FIELD)
     fields += [key for _, key in own.resource_ceilings.values()]
@@ -177,7 +178,9 @@ def resolve(virtual_target_class, exporter_set):
 
     _class_only(own.credential_parameters, class_parameters, parameters, allowed, redirects)
 
-    for role, why in own.credential_images.items():
+    image_rules = [(role, why, redirects) for role, why in own.credential_images.items()]
+    image_rules += [(role, why, refusals) for role, why in own.class_images.items()]
+    for role, why, violations in image_rules:
         field = "images." + role
         # What the Pod would run: an ImageSpec is taken whole, the built-in
         # default stands in for a role nobody set (k8s_pod.instance_pod).
@@ -187,7 +190,7 @@ def resolve(virtual_target_class, exporter_set):
         given = images[role].get("image") if images.get(role) else default
         if given == wanted or (isinstance(given, str) and given in allowed.get(field, ())):
             continue
-        redirects.append(_message(field, why, allowed.get(field)))
+        violations.append(_message(field, why, allowed.get(field)))
         if class_image:
             images[role] = {k: v for k, v in class_image.items() if v is not None}
         else:

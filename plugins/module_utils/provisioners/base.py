@@ -92,10 +92,10 @@ class PodParts:
     # (name, ImageSpec, more keys) -> a container under the restricted
     # security context every container of the Pod has.
     container: Callable
-    # (files) -> the node's image cache mounted read-only: the core fetches
-    # ``files`` (``qemu.argv.runtime_files``' form) into it first, in an init
-    # container of its own choice of image and user that no class or set
-    # reaches.
+    # (files) -> the mounts of those files of the node's image cache alone,
+    # each read-only: the core fetches ``files`` (``qemu.argv.runtime_files``'
+    # form) into it first, in an init container of its own choice of image
+    # and user that no class or set reaches, the only one mounting the cache.
     fetch_images: Callable
 
 
@@ -153,6 +153,9 @@ class Provisioner:
     credential_parameters = {}
     # Image roles whose container receives a class credential: {role: why}.
     credential_images = {}
+    # Image roles a set may choose only among the class's own and those the
+    # class's annotation lists: {role: why}.
+    class_images = {}
     # Why the lab hosts are the class's (each gets its SSH key), or None.
     credential_hosts = None
     # Parameter paths naming a file, program or directory where the instance
@@ -175,6 +178,11 @@ class Provisioner:
     def exporter_env(self, class_spec, parameters):
         """Environment of the exporter container beyond the CA bundle's."""
         return []
+
+    def run_dir_bytes(self, parameters, virtual_target_class):
+        """The most its backend writes into the Pod's run directory, in bytes
+        (the emptyDir's ``sizeLimit``, k8s/pod.py), or None for the default."""
+        return None
 
     def instance_name(self, exporter):
         """The name of the instance ``exporter`` stands for, as its drivers

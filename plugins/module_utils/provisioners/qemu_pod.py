@@ -16,6 +16,12 @@ a host names a port of the guest, which QEMU forwards from a local port of
 the Pod (``guest_port_forwards``); a set whose entry names no valid port is
 refused (``guest_network_violations``).
 
+QEMU's container (and the disk's) reads the instance's images given by url
+from the node's image cache: it gets those files alone, read-only
+(``PodParts.fetch_images``), whatever image it runs; a set may run it in an
+image of its own only when the class allows that image (``class_images``).
+Its run directory is bounded by the writable disk (``run_dir_bytes``).
+
 Pure: no I/O.
 """
 
@@ -36,6 +42,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.prov
     TCP_NETWORK_DRIVER_TYPE,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu import argv as qemu_argv
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu import images as image_fetch
 
 # JEP-0014's template reaches the guest's SSH with a TcpNetwork entry that
 # names a port and no host. In the Pod QEMU forwards a local port of the Pod
@@ -50,6 +57,9 @@ FORWARD_HOST = "127.0.0.1"
 RESET_REQUEST = "reset-requested"
 # How long the reset command waits for the fresh QEMU's QMP socket.
 RESET_TIMEOUT_SECONDS = 120
+# Room in the run directory beside the writable disk: the sockets, the links
+# to the images, the serial log and the qcow2 overlay's own tables.
+RUN_DIR_HEADROOM = 1 << 30
 
 # QEMU's container: the supervisor is PID 1 and QEMU ("$@") its child.
 # SIGTERM (the Pod's end) is passed on to QEMU and the container ends with
@@ -113,6 +123,7 @@ class QemuPod(qemu_common.QemuProvisioner):
     role = "jumpstarter.virtual_exporters.qemu_pod"
     schema = Field("object", "qemu.jumpstarter.dev parameters.", properties=qemu_common.QEMU_PROPERTIES)
     cross_field_rules = qemu_common.QEMU_RULES
+    class_images = {"runtime": "its containers run QEMU on the instance's images from the node's cache"}
 
     has_pods = True
     removed_with_exporter = True
@@ -150,7 +161,7 @@ class QemuPod(qemu_common.QemuProvisioner):
         runtime_mounts = [pod.run_mount]
         files = qemu_argv.runtime_files(pod.parameters, POD_RUN_DIR)
         if files:
-            runtime_mounts = [pod.run_mount, pod.fetch_images(files)]
+            runtime_mounts = [pod.run_mount, *pod.fetch_images(files)]
         init_containers = []
         disk_argv = qemu_argv.disk_create_argv(pod.parameters, POD_RUN_DIR)
         if disk_argv:
@@ -175,6 +186,17 @@ class QemuPod(qemu_common.QemuProvisioner):
 
     def template_violations(self, drivers):
         return guest_network_violations(drivers)
+
+    def run_dir_bytes(self, parameters, virtual_target_class):
+        """The writable disk and ``RUN_DIR_HEADROOM``: the disk's
+        ``resources.storage``, or without it the class's image size limit
+        (an overlay grows up to the size of its base)."""
+        if not qemu_argv.has_disk(parameters):
+            return RUN_DIR_HEADROOM
+        size = qemu_argv.storage_bytes(parameters)
+        if size is None:
+            size = image_fetch.class_max_bytes(virtual_target_class)
+        return size + RUN_DIR_HEADROOM
 
 
 def _guest_network_entries(drivers):

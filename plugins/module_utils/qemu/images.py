@@ -15,6 +15,8 @@ unverified file. An exclusive ``flock`` per digest makes concurrent
 instances wait for one download instead of making their own. A cache hit is
 hashed again on every use: a cached file that is not a regular file or whose
 content no longer has its digest is removed and fetched afresh.
+``prune_cache`` keeps the cache within a quota, removing the least recently
+used digests no instance is fetching or starting with (``mark_used``).
 
 A url comes from a tenant (an ExporterSet may set it), so only these schemes
 are fetched, and a redirect may only lead to ``http`` or ``https``; a

@@ -84,7 +84,7 @@ def test_hash_changes_with_what_an_instance_is_made_from(change):
     elif change == "template-label":
         the_set["spec"]["template"]["metadata"]["labels"]["rev"] = "2"
     elif change == "image":
-        the_set["spec"]["images"] = {"runtime": {"image": "quay.io/example/qemu:2"}}
+        the_set["spec"]["images"] = {"exporter": {"image": "quay.io/example/jumpstarter:2"}}
     elif change == "scheduling":
         klass["spec"]["scheduling"] = {"resources": {"limits": {"memory": "2Gi"}}}
     else:

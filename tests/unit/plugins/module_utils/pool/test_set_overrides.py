@@ -154,12 +154,42 @@ def test_without_a_class_image_the_built_in_one_stands():
 # --- qemu: no class credential ------------------------------------------------------------
 
 
-def test_a_qemu_set_may_choose_its_images():
+def test_a_qemu_set_may_choose_its_exporter_image_and_a_runtime_image_the_class_allows():
     images = {"exporter": {"image": "mine/jumpstarter:1"}, "runtime": {"image": "mine/qemu:1"}}
     the_set = a_set({"resources": {"memory": "1Gi"}}, images=images)
-    resolved = resolve(target_class(), the_set)
-    assert resolved["violations"] == []
+    klass = target_class()
+    klass["metadata"]["annotations"] = {c.ANNOTATION_SET_OVERRIDABLE: "images.runtime=mine/qemu:1|mine/qemu:2"}
+    resolved = resolve(klass, the_set)
+    assert resolved["violations"] == [] and resolved["warnings"] == []
     assert resolved["images"] == merge_images(None, images)
+
+
+@pytest.mark.parametrize("class_image", [None, {"image": "quay.io/example/qemu:1", "imagePullPolicy": "Never"}])
+def test_a_qemu_runtime_image_the_class_does_not_allow_is_refused_and_the_classs_runs(class_image):
+    klass = target_class()
+    if class_image:
+        klass["spec"]["images"] = {"runtime": class_image}
+    the_set = a_set(images={"exporter": {"image": "mine/jumpstarter:1"}, "runtime": {"image": "mine/qemu:1"}})
+    resolved = resolve(klass, the_set)
+    assert resolved["violations"] == [
+        "spec.images.runtime: set by the class only (its containers run QEMU on the instance's images "
+        "from the node's cache)"]
+    assert resolved["reason"] == "NotAllowedByClass"
+    assert resolved["images"].get("runtime") == class_image
+    assert resolved["images"]["exporter"] == {"image": "mine/jumpstarter:1"}
+    # The class's own image, or the built-in one, with another pull policy is fine.
+    own = {"image": (class_image or DEFAULT_IMAGES["runtime"])["image"], "imagePullPolicy": "Always"}
+    assert resolve(klass, a_set(images={"runtime": own}))["violations"] == []
+
+
+@given(image=st.text(min_size=1, max_size=30))
+def test_whatever_runtime_image_a_set_names_its_pods_run_one_the_class_allows(image):
+    klass = target_class()
+    klass["metadata"]["annotations"] = {c.ANNOTATION_SET_OVERRIDABLE: "images.runtime=quay.io/ok/qemu:1"}
+    resolved = resolve(klass, a_set(images={"runtime": {"image": image}}))
+    runs = (resolved["images"].get("runtime") or DEFAULT_IMAGES["runtime"])["image"]
+    assert runs in {"quay.io/ok/qemu:1", DEFAULT_IMAGES["runtime"]["image"]}
+    assert (resolved["violations"] == []) == (runs == image)
 
 
 # --- qemu-baremetal: the class's hosts ------------------------------------------------------

@@ -146,7 +146,7 @@ class _Camera(_Board):
                                    "dest": pod.run_mount["mountPath"] + "/cam.bin"}])
         pod.exporter["restartPolicy"] = "Always"
         camera = pod.container("camera", {"image": "example.com/camera:1"},
-                               {"command": ["camera", pod.name], "volumeMounts": [pod.run_mount, cache]})
+                               {"command": ["camera", pod.name], "volumeMounts": [pod.run_mount, *cache]})
         return [pod.exporter], [camera]
 
     def template_violations(self, drivers):
@@ -177,7 +177,8 @@ def test_a_fourth_provisioner_renders_its_own_pod_and_refuses_its_own_templates(
     (camera,) = spec["containers"]
     assert camera["command"] == ["camera", "pool-0"] and "resources" not in camera
     assert camera["securityContext"]["capabilities"] == {"drop": ["ALL"]}
-    assert {"name": "image-cache", "mountPath": k8s_pod.IMAGE_CACHE_DIR, "readOnly": True} in camera["volumeMounts"]
+    assert camera["volumeMounts"][1:] == [{"name": "image-cache", "subPath": "sha256/" + "0" * 64, "readOnly": True,
+                                           "mountPath": f"{k8s_pod.IMAGE_CACHE_DIR}/sha256/{'0' * 64}"}]
     assert [v["name"] for v in spec["volumes"]] == ["run", "config", "image-cache"]
     secret = k8s_pod.config_secret(exporter_set, exporter, _Camera.name, {"serial": "A1"}, "token", "")
     # In place reuse keeps the exporter for the next lease, unless the
