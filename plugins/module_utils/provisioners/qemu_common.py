@@ -15,6 +15,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.prov
     Provisioner,
     named_drivers,
 )
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu import argv as qemu_argv
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu.argv import (
     DEFAULT_MEMORY,
     DISK_NODE,
@@ -136,7 +137,8 @@ QEMU_PROPERTIES = {
         "after the arch).",
         enum=("q35", "pc", "virt"),
     ),
-    "cpuModel": Field("string", "QEMU -cpu model, e.g. max or host."),
+    "cpuModel": Field("string", "QEMU -cpu model, e.g. max or host: one name of letters, digits, '.', "
+                      "'_' and '-' (no feature list: no ',' or '=')."),
     "firmware": _file_ref("Firmware blob loaded at boot.", "firmware"),
     "kernel": _image_ref("Kernel for direct boot."),
     "initrd": _image_ref("Initial ramdisk for direct boot."),
@@ -196,7 +198,17 @@ def _image_refs_name_a_source(parameters, errors):
             errors.append(f"{ROOT}.{name}: needs url or path")
 
 
-QEMU_RULES = (_machine_type_fits_arch, _memory_at_least_minimum, _image_refs_name_a_source)
+def _values_fit_the_command_line(parameters, errors):
+    """Every value that reaches QEMU's command line is within its grammar
+    (``qemu_argv.value_problems``, which the argv builder applies again);
+    a field the schema already refused is not named twice."""
+    named = {error.split(":", 1)[0] for error in errors}
+    errors.extend(f"{field}: {problem}" for field, problem in qemu_argv.value_problems(parameters)
+                  if field not in named)
+
+
+QEMU_RULES = (_machine_type_fits_arch, _memory_at_least_minimum, _image_refs_name_a_source,
+              _values_fit_the_command_line)
 
 # What a set may not raise above its class (``Provisioner.resource_ceilings``):
 # a missing value is the schema's default, so dropping the class's value

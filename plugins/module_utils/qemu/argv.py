@@ -122,6 +122,101 @@ def _option_value(value):
     return value.replace(",", ",,")
 
 
+# The grammar of what reaches QEMU's command line (``value_problems``).
+# QEMU reads -machine, -cpu and -name as option lists (``q35,initrd=<file>``
+# loads a file into the guest's RAM, ``max,+feature`` sets features), so a
+# machine type, a CPU model and the instance's name are one token of these
+# characters, never an option separator; "help" lists and exits.
+_TOKEN_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+_TOKEN_MAX = {"machine type": 64, "CPU model": 64, "instance name": 253}
+# -bios, -kernel and -initrd take a file as a whole argument, and -initrd
+# splits its value at commas (one module each, for a multiboot kernel, which
+# a set may give by url); a path inside an option (the sockets, the serial
+# log, the disk) is escaped (``_option_value``) or JSON.
+_WHOLE_FILE_IMAGES = ("firmware", "kernel", "initrd")
+
+
+def token_problem(value, what):
+    """Why ``value`` is not a ``what`` QEMU reads as one option token, or None."""
+    if not isinstance(value, str):
+        return f"{value!r} is not a string"
+    limit = _TOKEN_MAX[what]
+    if (not value or len(value) > limit or not _TOKEN_CHARS.issuperset(value)
+            or value[0] in "._-" or value == "help"):
+        return (f"{value!r} is not a QEMU {what}: one name of letters, digits, '.', '_' and '-' "
+                f"(no ',' or '=', not starting with '.', '_' or '-'), at most {limit} characters")
+    return None
+
+
+def path_problem(value, whole=False):
+    """Why ``value`` is not a file QEMU may be given, or None: an absolute path
+    of printable characters; ``whole`` (a whole argument of -bios, -kernel or
+    -initrd): without a comma too."""
+    if not isinstance(value, str):
+        return f"{value!r} is not a string"
+    if not value.startswith("/"):
+        return f"{value!r} is not an absolute path"
+    if any(ord(char) < 0x20 or ord(char) == 0x7f for char in value):
+        return f"{value!r} has a control character"
+    if whole and "," in value:
+        return f"{value!r} has a ',' (QEMU splits this argument at commas)"
+    return None
+
+
+def kernel_args_problem(value):
+    """Why ``value`` is not a kernel command line (printable ASCII), or None."""
+    if not isinstance(value, str):
+        return f"{value!r} is not a string"
+    if any(not " " <= char <= "~" for char in value):
+        return f"{value!r} has a character that is not printable ASCII"
+    return None
+
+
+def value_problems(parameters, run_dir=None, name=None):
+    """``(field, problem)`` for each value that would reach the command line
+    of ``qemu_argv`` (and the disk path and run directory ``disk_create_argv``
+    shares with it) outside its grammar: the fields of merged parameters
+    (``parameters.cpuModel``...), and ``run_dir`` and ``name`` when given.
+    Empty when every value is within it."""
+    checks = [("machineType", lambda v: token_problem(v, "machine type")),
+              ("cpuModel", lambda v: token_problem(v, "CPU model")),
+              ("runtime.binary", path_problem),
+              ("kernelArgs", kernel_args_problem),
+              ("disk.path", path_problem),
+              *((f"{key}.path", lambda v: path_problem(v, whole=True)) for key in _WHOLE_FILE_IMAGES)]
+    problems = [(f"parameters.{field}", problem) for field, check in checks
+                if (value := _given(parameters, field)) is not None and (problem := check(value))]
+    if run_dir is not None:
+        problem = path_problem(run_dir)
+        if problem is None:
+            # A file fetched by url is given to QEMU as it lands in the run directory.
+            problem = next((path_problem(run_path(run_dir, FETCHED_IMAGE_NAMES[key]), whole=True)
+                            for key in _WHOLE_FILE_IMAGES
+                            if _given(parameters, f"{key}.url") and not _given(parameters, f"{key}.path")),
+                           None)
+        if problem:
+            problems.append(("run_dir", problem))
+    if name is not None and (problem := token_problem(name, "instance name")):
+        problems.append(("name", problem))
+    return problems
+
+
+def _given(parameters, field):
+    """The value of a dotted ``field`` of merged parameters; None when it or an
+    object on its way is missing, empty or not an object."""
+    value = parameters
+    for key in field.split("."):
+        value = value.get(key) if isinstance(value, dict) else None
+    return None if value == "" else value
+
+
+def check_values(parameters, run_dir=None, name=None):
+    """Raise ``ValueError`` naming each value outside the grammar (``value_problems``)."""
+    problems = value_problems(parameters, run_dir=run_dir, name=name)
+    if problems:
+        raise ValueError("; ".join(f"{field}: {problem}" for field, problem in problems))
+
+
 def arch_of(parameters):
     """The guest arch (``guest_arch``: given, or inferred from the machine type)."""
     arch = guest_arch(parameters)
@@ -244,6 +339,7 @@ def qemu_argv(parameters, *, run_dir, name, accel=None, port_forwards=None):
     NIC. The bare-metal provisioner gives none: its lab hosts run several
     instances side by side, where a fixed local port would clash.
     """
+    check_values(parameters, run_dir=run_dir, name=name)
     arch = arch_of(parameters)
     profile = _ARCH[arch]
     accel = effective_accel(parameters, accel)
