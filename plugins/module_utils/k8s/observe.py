@@ -28,6 +28,9 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.demand import (
     attribute_lease_demand,
 )
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.parameters import (
+    validate_parameters,
+)
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.phases.model import Plan
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.plan import scale_plan
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.timeutil import parse_time
@@ -118,6 +121,10 @@ def observe(exporter_set, namespace_objects, now):
         "refusal": backend_refusal.read(exporter_set),
         "lab": lab,
         "resolved": resolved,
+        # The merged parameters' errors, each naming the field: while there
+        # are any, no backend is made, reset or re-synced (``held``).
+        "parameter_errors": [] if resolved is None else validate_parameters(
+            (vclass.get("spec") or {}).get("provisioner"), resolved["parameters"])["errors"],
         "now": now,
         "controller_ca": None,
         "policy": set_policy,
@@ -223,7 +230,7 @@ def config_sync_due(observed, exporter_set=None):
     than now's (``stale_configs``) and the last sync is
     CONFIG_SYNC_MIN_SECONDS old; elsewhere once the set's last sync
     (``ANNOTATION_CONFIG_SYNCED``, else its creation) is CONFIG_SYNC_SECONDS old."""
-    if paused(observed) or not running_exporters(observed):
+    if paused(observed) or held(observed) or not running_exporters(observed):
         return False
     if observed.get("sync_config"):
         return True
@@ -248,7 +255,8 @@ def exporters_to_resync(observed, exporter_set=None):
 def config_sync_wait(observed, exporter_set=None):
     """Seconds until a re-sync that is wanted but held back by
     CONFIG_SYNC_MIN_SECONDS may run (the set is looked at again then), or None."""
-    if paused(observed) or observed.get("config_inputs") is None or not stale_configs(observed):
+    if (paused(observed) or held(observed) or observed.get("config_inputs") is None
+            or not stale_configs(observed)):
         return None
     wait = CONFIG_SYNC_MIN_SECONDS - _since_sync(observed, exporter_set)
     return wait if wait > 0 else None
@@ -352,6 +360,16 @@ def paused(observed):
     return bool((observed.get("policy") or {}).get("paused"))
 
 
+def held(observed):
+    """Why no backend of the set is made, reset in place or re-synced now:
+    its refusals (``set_overrides``), its refused template labels and its
+    merged parameters' errors, each a message naming the field; empty when
+    there are none. Removing a backend is not held (the plan resets none of
+    an invalid set either: pool/plan.py)."""
+    return [*((observed.get("resolved") or {}).get("violations") or ()),
+            *(observed.get("label_conflicts") or ()), *(observed.get("parameter_errors") or ())]
+
+
 def _credentialed_without_backend(observed):
     """Exporters that have their credential and no backend yet.
 
@@ -361,10 +379,10 @@ def _credentialed_without_backend(observed):
     While the backend's refusal holds, nothing can be made: the plan requeues
     the set for the moment it may be asked again. Lab hosts say themselves
     what runs on them (``baremetal_pool``). The dormant Exporter never has a
-    backend. A set that tries to redirect the class's credentials
-    (``set_overrides``) gets no backend at all.
+    backend. A set that is ``held`` (refused by its class, its template
+    labels refused, or its merged parameters invalid) gets no backend at all.
     """
-    if (observed.get("resolved") or {}).get("violations") or observed.get("label_conflicts"):
+    if held(observed):
         return []
     if observed.get("lab") is not None:
         return observed["lab"].unprovisioned()

@@ -157,6 +157,15 @@ def make_plan(exporter_set, virtual_target_class, exporters, pending_leases, now
     failures = FailureLog(set_annotations, now)
     failures.settle(moves.failed, survey.became_ready, draft)
 
+    # An invalid set (its parameters, its refusals, its labels) resets no
+    # instance: a reset makes it again from the set's parameters. A member
+    # whose lease ended waits, disabled, until they are fixed, and counts
+    # for nothing meanwhile.
+    label_conflicts = list(options.get("label_conflicts") or ())
+    refused = wanted.invalid or bool(label_conflicts)
+    if refused:
+        moves.recycling = []
+
     # The target, and the parked members re-enabled or deleted to meet it.
     target_unclamped = survey.leased + pending + wanted.warm_buffer
     target = creates.clamp(target_unclamped, spec.get("minReplicas") or 0, ceiling[0])
@@ -172,11 +181,9 @@ def make_plan(exporter_set, virtual_target_class, exporters, pending_leases, now
         now, draft)
 
     # New Exporters under the ceilings, then the dormant Exporter.
-    label_conflicts = list(options.get("label_conflicts") or ())
     limits, backoff = creates.create(
         exporter_set, wanted.provisioner, exporters, max(need - len(reenabled), 0),
-        survey.live - len(moves.leaving), ceiling, wanted.invalid or bool(label_conflicts),
-        failures, options, draft)
+        survey.live - len(moves.leaving), ceiling, refused, failures, options, draft)
     # Of the idle members, only scale-down's victims are disabled (the
     # departing ones are never idle).
     keep_one_enabled(exporter_set, wanted.provisioner, exporters, survey.dormant,
