@@ -2,10 +2,12 @@
 context from execution-environment.yml and the collection's tarball (no image
 is built here), ansible-builder's own introspection finds the collection's
 dependencies through meta/execution-environment.yml, requirements.txt covers
-every third-party import of the collection and the operator, and everything
-is pinned: the base image by digest, every collection to the version the
-tests run with, this collection from the tarball ``ansible-galaxy collection
-build`` makes."""
+every third-party import of the collection's modules and plugins with a
+range (operator/requirements.in those of the operator), and the EE itself
+is pinned: its Python packages (execution-environment.lock, each inside the
+collection's range), the base image by digest, every collection to the
+version the tests run with, this collection from the tarball
+``ansible-galaxy collection build`` makes."""
 
 import ast
 import importlib.metadata
@@ -20,24 +22,17 @@ import pytest
 import yaml
 from bindep.depends import Depends
 from collection_tree import copy_collection
+from packaging.specifiers import SpecifierSet
+from requirement_files import normal, pins, ranges
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 EE = yaml.safe_load((ROOT / "execution-environment.yml").read_text())
 META_EE = yaml.safe_load((ROOT / "meta" / "execution-environment.yml").read_text())
-
-
-def _pins(path):
-    """{normalized name: version} of the exact pins in a requirements file."""
-    pins = {}
-    for line in path.read_text().splitlines():
-        match = re.match(r"^([A-Za-z0-9_.-]+)==([^\s#]+)", line.strip())
-        if match:
-            pins[re.sub(r"[-_.]+", "-", match[1]).lower()] = match[2]
-    return pins
-
-
-REQUIREMENTS = _pins(ROOT / "requirements.txt")
+# The collection's ranges, the EE's pins, the operator image's pins.
+DECLARED = ranges(ROOT / "requirements.txt")
+EE_PINS = pins(ROOT / "execution-environment.lock")
+IMAGE_PINS = pins(ROOT / "operator" / "requirements.in")
 
 
 GALAXY = yaml.safe_load((ROOT / "galaxy.yml").read_text())
@@ -67,13 +62,14 @@ def context(built):
 
 def test_definition_uses_the_collection_files():
     assert EE["version"] == 3
-    assert EE["dependencies"]["python"] == META_EE["dependencies"]["python"] == "requirements.txt"
+    assert META_EE["dependencies"]["python"] == "requirements.txt"
+    assert EE["dependencies"]["python"] == "execution-environment.lock"
     assert EE["dependencies"]["system"] == META_EE["dependencies"]["system"] == "bindep.txt"
 
 
 def test_build_context_holds_the_dependencies(context):
     build = context / "_build"
-    assert (build / "requirements.txt").read_text() == (ROOT / "requirements.txt").read_text()
+    assert (build / "requirements.txt").read_text() == (ROOT / "execution-environment.lock").read_text()
     assert (build / "bindep.txt").read_text() == (ROOT / "bindep.txt").read_text()
     collections = {entry["name"] for entry in yaml.safe_load((build / "requirements.yml").read_text())["collections"]}
     assert set(GALAXY["dependencies"]) <= collections
@@ -85,29 +81,34 @@ def test_containerfile_installs_the_pinned_ansible(context):
     assert f'ARG EE_BASE_IMAGE="{EE["images"]["base_image"]["name"]}"' in containerfile
     refs = re.search(r'ARG ANSIBLE_INSTALL_REFS="([^"]*)"', containerfile)[1].split()
     # The EE runs the same ansible-core and ansible-runner as the operator and the tests.
-    assert sorted(refs) == sorted(f"{name}=={REQUIREMENTS[name]}" for name in ("ansible-core", "ansible-runner"))
+    assert sorted(refs) == sorted(f"{name}=={IMAGE_PINS[name]}" for name in ("ansible-core", "ansible-runner"))
     assert "introspect" in containerfile and "assemble" in containerfile
 
 
-def test_introspection_finds_the_collection_dependencies(context, tmp_path):
-    """What the builder stage computes once the collection is installed."""
+def test_introspection_merges_the_collection_ranges_with_the_ee_pins(context, tmp_path):
+    """What the builder stage computes once the collection is installed, with
+    the EE's own file as the Containerfile passes it (--user-pip): the
+    collection's ranges as declared, each narrowed to the EE's pin, which
+    lies inside it."""
     copy_collection(tmp_path / "collections" / "ansible_collections" / "jumpstarter" / "virtual_exporters")
     pip_out, bindep_out = tmp_path / "pip.txt", tmp_path / "bindep.txt"
-    subprocess.run([sys.executable, str(context / "_build" / "scripts" / "introspect.py"), "introspect",
+    build = context / "_build"
+    subprocess.run([sys.executable, str(build / "scripts" / "introspect.py"), "introspect",
+                    "--user-pip", str(build / "requirements.txt"), "--user-bindep", str(build / "bindep.txt"),
                     "--write-pip", str(pip_out), "--write-bindep", str(bindep_out), str(tmp_path / "collections")],
                    check=True, capture_output=True, text=True)
-    found = _pins(pip_out)
-    assert found.items() <= REQUIREMENTS.items()
-    containerfile = (context / "Containerfile").read_text()
-    installed_by_builder = {
-        re.sub(r"[=<>].*", "", word).lower()
-        for line in containerfile.splitlines() if "pip install" in line or "ANSIBLE_INSTALL_REFS=" in line
-        for word in re.findall(r"[A-Za-z][A-Za-z0-9_.-]*(?:==[0-9.]+)?", line.split("install", 1)[-1])
-    }
-    # The ansible package only carries collections, which the EE gets from
-    # its Galaxy requirements instead.
-    left_out = set(REQUIREMENTS) - set(found) - {"ansible"}
-    assert left_out <= installed_by_builder, left_out - installed_by_builder
+    merged: dict[str, list[tuple[SpecifierSet, str]]] = {}
+    for line in pip_out.read_text().splitlines():
+        requirement, origin = line.split("  # from collection ")
+        name = normal(re.match(r"[A-Za-z0-9_.-]+", requirement)[0])
+        merged.setdefault(name, []).append((SpecifierSet(requirement[len(name):].strip()), origin))
+    ours = {name: specs for name, entries in merged.items()
+            for specs, origin in entries if origin == "jumpstarter.virtual_exporters"}
+    assert ours == DECLARED
+    for name in DECLARED:
+        assert name in EE_PINS, f"{name} of requirements.txt is not pinned in execution-environment.lock"
+        together = SpecifierSet(",".join(str(specs) for specs, _ in merged[name]))
+        assert list(together.filter([EE_PINS[name]])) == [EE_PINS[name]], (name, together)
     assert "openssh-clients" in bindep_out.read_text()
 
 
@@ -119,10 +120,10 @@ def test_bindep_names_the_ssh_client_per_platform(platform, package):
     assert package in names
 
 
-def _third_party_imports():
+def _third_party_imports(*sources):
     stdlib = set(sys.stdlib_module_names)
     names = set()
-    for path in [*(ROOT / "plugins").rglob("*.py"), *(ROOT / "operator" / "exporterset_operator").rglob("*.py")]:
+    for path in [path for source in sources for path in (ROOT / source).rglob("*.py")]:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Import):
                 names.update(alias.name.split(".")[0] for alias in node.names)
@@ -131,12 +132,28 @@ def _third_party_imports():
     return sorted(names - stdlib - {"ansible", "ansible_collections", "exporterset_operator", "__future__"})
 
 
-@pytest.mark.parametrize("module", _third_party_imports())
-def test_requirements_cover_every_import(module):
+def _distributions(module):
     distributions = importlib.metadata.packages_distributions().get(module, [])
     assert distributions, f"{module} is imported but no installed distribution provides it"
-    assert any(re.sub(r"[-_.]+", "-", name).lower() in REQUIREMENTS for name in distributions), (
-        f"{module} (from {distributions}) is missing from requirements.txt")
+    return {normal(name) for name in distributions}
+
+
+COLLECTION_IMPORTS = _third_party_imports("plugins")
+
+
+@pytest.mark.parametrize("module", COLLECTION_IMPORTS)
+def test_the_collection_ranges_cover_every_import_of_its_plugins(module):
+    assert _distributions(module) & set(DECLARED), f"{module} is missing from requirements.txt"
+
+
+@pytest.mark.parametrize("module", _third_party_imports("plugins", "operator/exporterset_operator"))
+def test_the_image_pins_cover_every_import_of_the_collection_and_operator(module):
+    assert _distributions(module) & set(IMAGE_PINS), f"{module} is missing from operator/requirements.in"
+
+
+def test_the_collection_declares_only_what_its_plugins_import():
+    imported = set().union(*(_distributions(module) for module in COLLECTION_IMPORTS))
+    assert set(DECLARED) <= imported, set(DECLARED) - imported
 
 
 # --- pins --------------------------------------------------------------------

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import pytest
 from collection_tree import copy_collection
+from requirement_files import pins
 from testbed import CACHE_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -68,12 +69,8 @@ def _image_env():
 
 
 def _pins():
-    pins = {}
-    for line in (ROOT / "requirements.txt").read_text().splitlines():
-        match = re.match(r"^([A-Za-z0-9_.-]+)==([^\s#]+)", line.strip())
-        if match:
-            pins[re.sub(r"[-_.]+", "-", match[1]).lower()] = match[2]
-    return pins
+    """The versions the image runs (operator/requirements.in, locked in requirements.lock)."""
+    return pins(ROOT / "operator" / "requirements.in")
 
 
 def _clean_env(**extra):

@@ -1,31 +1,26 @@
 """What the operator image is built from is pinned: the base image by digest,
 every Python package by version and hash (requirements.lock, installed with
 ``pip --require-hashes``), and each provisioner Deployment runs under a
-service account of its own. tests/test_operator_image.py runs install.sh for
-real; these read the files it and the Containerfile use."""
+service account of its own. The collection itself declares ranges
+(requirements.txt), which every pinned environment satisfies: the image's
+lock, the execution environment's and the tests'. tests/test_operator_image.py
+runs install.sh for real; these read the files it and the Containerfile use."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
+import pytest
 import yaml
+from requirement_files import normal, pins, ranges
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGEST_REFERENCE = re.compile(r"^[^\s@]+@sha256:[0-9a-f]{64}$")
-
-
-def _normal(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def _pins(path: Path) -> dict[str, str]:
-    pins = {}
-    for line in path.read_text().splitlines():
-        match = re.match(r"^([A-Za-z0-9_.-]+)==([^\s#;\\]+)", line.strip())
-        if match:
-            pins[_normal(match[1])] = match[2]
-    return pins
+# What the operator image runs, not the collection's modules: never in requirements.txt.
+OPERATOR_ONLY = {"ansible", "ansible-core", "ansible-runner", "prometheus-client"}
+# Each pins every package of requirements.txt inside its range.
+PINNED_ENVIRONMENTS = ("requirements.lock", "requirements-test.txt", "execution-environment.lock")
 
 
 def _locked() -> dict[str, tuple[str, list[str]]]:
@@ -38,18 +33,48 @@ def _locked() -> dict[str, tuple[str, list[str]]]:
             continue
         match = re.match(r"^([A-Za-z0-9_.-]+)==(\S+)((?:\s+--hash=sha256:[0-9a-f]{64})+)\s*$", line)
         assert match, f"requirements.lock: not an exact pin with hashes: {line[:120]}"
-        entries[_normal(match[1])] = (match[2], re.findall(r"sha256:([0-9a-f]{64})", match[3]))
+        entries[normal(match[1])] = (match[2], re.findall(r"sha256:([0-9a-f]{64})", match[3]))
     return entries
 
 
 def test_the_lock_holds_every_pin_at_its_version_each_with_hashes():
     locked = _locked()
-    for name, version in _pins(ROOT / "requirements.txt").items():
-        assert name in locked, f"{name} of requirements.txt is not in requirements.lock"
-        assert locked[name][0] == version, f"{name}: requirements.txt {version}, lock {locked[name][0]}"
+    pinned = pins(ROOT / "operator" / "requirements.in")
+    assert OPERATOR_ONLY <= set(pinned)
+    for name, version in pinned.items():
+        assert name in locked, f"{name} of operator/requirements.in is not in requirements.lock"
+        assert locked[name][0] == version, f"{name}: operator/requirements.in {version}, lock {locked[name][0]}"
     assert all(hashes for _, hashes in locked.values())
     # What builds the operator package in the image is locked too.
     assert "setuptools" in locked
+
+
+def test_the_collection_declares_ranges_and_nothing_only_the_operator_runs():
+    declared = ranges(ROOT / "requirements.txt")
+    assert declared
+    for name, specifier in declared.items():
+        operators = {spec.operator for spec in specifier}
+        assert operators == {">=", "<"}, f"requirements.txt: {name}{specifier} is not a range >=LOW,<HIGH"
+        assert name not in OPERATOR_ONLY, f"requirements.txt: {name} is the operator image's, not the collection's"
+
+
+@pytest.mark.parametrize("environment", PINNED_ENVIRONMENTS)
+def test_every_range_is_satisfied_by_each_pinned_environment(environment):
+    pinned = {name: version for name, (version, _) in _locked().items()} if environment == "requirements.lock" \
+        else pins(ROOT / environment)
+    for name, specifier in ranges(ROOT / "requirements.txt").items():
+        assert name in pinned, f"{name} of requirements.txt is not pinned in {environment}"
+        assert pinned[name] in specifier, f"{environment}: {name}=={pinned[name]} is outside {specifier}"
+
+
+def test_the_test_environment_is_exact_and_runs_the_image_versions():
+    lines = [line.strip() for line in (ROOT / "requirements-test.txt").read_text().splitlines()
+             if line.strip() and not line.lstrip().startswith("#")]
+    assert all(re.fullmatch(r"[A-Za-z0-9_.-]+==[^\s]+", line) for line in lines), (
+        [line for line in lines if "==" not in line])
+    tests = pins(ROOT / "requirements-test.txt")
+    for name, version in pins(ROOT / "operator" / "requirements.in").items():
+        assert tests.get(name) == version, f"{name}: requirements-test.txt {tests.get(name)}, image {version}"
 
 
 def test_install_sh_installs_only_hashed_packages():
