@@ -30,7 +30,7 @@ What is refused:
   the lab host. The default allowlist is the provisioner's own
   (``Provisioner.default_driver_types``), and the provisioner may refuse an
   allowed entry the rest of the template does not support
-  (``Provisioner.allowed_driver_violation``: a QEMU serial console without a
+  (``Provisioner.allowed_driver_violations``: a QEMU serial console without a
   QEMU driver) or the template as a whole (``template_violations``).
 * **More resources than the class gives**: a set's resources (the
   provisioner's ``resource_ceilings``: for QEMU ``resources.cpu``,
@@ -307,6 +307,7 @@ def _driver_violations(virtual_target_class, exporter_set, allowed):
     source = ("named by the class's annotation" if DRIVERS_FIELD in allowed
               else f"{provisioner}'s defaults; {DRIVERS_FIELD} in the class's annotation names others")
     violations = []
+    refusals = own.allowed_driver_violations(drivers)
     for index, driver in enumerate(drivers):
         kind = driver.get("type") if isinstance(driver, dict) else None
         if kind is None:
@@ -314,7 +315,7 @@ def _driver_violations(virtual_target_class, exporter_set, allowed):
         if kind in types:
             # Allowed by type; the provisioner may still refuse it for what
             # the rest of the template lacks (one message for the entry).
-            refusal = own.allowed_driver_violation(drivers, index)
+            refusal = refusals.get(index)
             if refusal:
                 violations.append(refusal)
             continue

@@ -204,14 +204,15 @@ class Provisioner:
             pod.exporter["resources"] = pod.resources
         return [], [pod.exporter]
 
-    def allowed_driver_violation(self, drivers, index):
-        """The refusal of the template's entry ``index``, of a type the class
-        allows, that only the rest of the template explains (a driver that
-        needs another one), as a message naming the field; None when there
-        is none. ``drivers`` is the template's list as the set gives it (not
-        yet named). ``pool/set_overrides`` asks it in the list's order and
-        says nothing else of that entry's type."""
-        return None
+    def allowed_driver_violations(self, drivers):
+        """``{index: refusal}`` of the template's entries that only the rest
+        of the template explains (a driver that needs another one), each a
+        message naming the field. ``drivers`` is the template's list as the
+        set gives it (not yet named). ``pool/set_overrides`` asks once per
+        template (so a rule over the whole list is read once, not once per
+        entry), keeps the refusals of entries whose type the class allows and
+        says nothing else of such an entry's type."""
+        return {}
 
     def template_violations(self, drivers):
         """What the provisioner refuses in the set's template drivers (not yet
@@ -236,6 +237,9 @@ def named_drivers(drivers):
     drivers = list(drivers or [])
     taken = {driver["name"] for driver in drivers
              if isinstance(driver, dict) and isinstance(driver.get("name"), str)}
+    # The last suffix tried per base: the next entry of that base goes on
+    # from there, so n entries of one type cost n tries, not n*n/2.
+    tried = {}
     named = []
     for driver in drivers:
         if not isinstance(driver, dict) or driver.get("name") is not None:
@@ -243,10 +247,12 @@ def named_drivers(drivers):
             continue
         source = driver.get("type") or driver.get("ref")
         base = (source.rsplit(".", 1)[-1].lower() if isinstance(source, str) else "") or "driver"
-        name, suffix = base, 1
+        suffix = tried.get(base, 1)
+        name = base if suffix == 1 else f"{base}_{suffix}"
         while name in taken:
             suffix += 1
             name = f"{base}_{suffix}"
+        tried[base] = suffix
         taken.add(name)
         named.append({**driver, "name": name})
     return named

@@ -220,17 +220,16 @@ RESOURCE_CEILINGS = {
 }
 
 
-def serial_console_violation(drivers, index):
+def serial_console_violations(drivers):
     """A serial entry (``QEMU_SERIAL_DRIVER_TYPE``) is the console of the
-    template's QEMU driver: without one, it is refused, naming the field."""
-    driver = drivers[index]
-    if not isinstance(driver, dict) or driver.get("type") != QEMU_SERIAL_DRIVER_TYPE:
-        return None
-    if any(isinstance(other, dict) and other.get("type") in QEMU_DRIVER_TYPES for other in drivers):
-        return None
-    return (f"spec.template.spec.drivers[{index}].type: '{QEMU_SERIAL_DRIVER_TYPE}' is the serial "
-            f"console of the instance's QEMU driver, and the template lists none: add an entry of "
-            f"type {QEMU_DRIVER_TYPES[0]}")
+    template's QEMU driver: without one, each is refused, naming the field."""
+    types = [driver.get("type") if isinstance(driver, dict) else None for driver in drivers]
+    if any(kind in QEMU_DRIVER_TYPES for kind in types):
+        return {}
+    return {index: (f"spec.template.spec.drivers[{index}].type: '{QEMU_SERIAL_DRIVER_TYPE}' is the "
+                    f"serial console of the instance's QEMU driver, and the template lists none: add "
+                    f"an entry of type {QEMU_DRIVER_TYPES[0]}")
+            for index, kind in enumerate(types) if kind == QEMU_SERIAL_DRIVER_TYPE}
 
 
 class QemuProvisioner(Provisioner):
@@ -244,8 +243,8 @@ class QemuProvisioner(Provisioner):
     driver_type_hints = DRIVER_TYPE_HINTS
     resource_ceilings = RESOURCE_CEILINGS
 
-    def allowed_driver_violation(self, drivers, index):
-        return serial_console_violation(drivers, index)
+    def allowed_driver_violations(self, drivers):
+        return serial_console_violations(drivers)
 
 
 def qemu_driver_overrides(drivers, run_dir):
@@ -270,7 +269,7 @@ def qemu_driver_overrides(drivers, run_dir):
     }
     if overrides:
         # The serial console of the first QEMU driver (a serial entry in a
-        # template that has none is refused: serial_console_violation).
+        # template that has none is refused: serial_console_violations).
         console = next(iter(overrides)) + ".console"
         overrides.update({driver["name"]: {"ref": console}
                           for driver in named if driver.get("type") == QEMU_SERIAL_DRIVER_TYPE})

@@ -201,12 +201,11 @@ class _Bench(_Board):
     ceiling_by_default = True
     driver_type_hints = {"example_driver_board.driver.OldBoard": "write example_driver_board.driver.Board"}
 
-    def allowed_driver_violation(self, drivers, index):
-        if drivers[index].get("type") != self.default_driver_types[1]:
-            return None
+    def allowed_driver_violations(self, drivers):
         if any(d.get("type") == self.default_driver_types[0] for d in drivers):
-            return None
-        return f"spec.template.spec.drivers[{index}].type: a console needs a board"
+            return {}
+        return {index: f"spec.template.spec.drivers[{index}].type: a console needs a board"
+                for index, d in enumerate(drivers) if d.get("type") == self.default_driver_types[1]}
 
 
 def test_a_fourth_provisioner_gives_its_own_ceilings_hints_and_driver_rules(monkeypatch):
