@@ -16,9 +16,13 @@ the collection pins (requirements.txt): one whose ``ApiClient`` has
 """
 
 import json
+import time
 
 # kind -> its plural in URLs
 KINDS = {"Pod": "pods", "Secret": "secrets", "ConfigMap": "configmaps", "Event": "events"}
+# The characters of an exec's output kept, its last ones: a command in a
+# tenant's Pod that writes without end costs this much, not all it wrote.
+EXEC_OUTPUT_LIMIT = 64 * 1024
 
 
 def delete_options(uid=None, resource_version=None, propagation_policy=None):
@@ -31,6 +35,41 @@ def delete_options(uid=None, resource_version=None, propagation_policy=None):
     if propagation_policy:
         body["propagationPolicy"] = propagation_policy
     return body
+
+
+def exec_stream(configuration, url, headers):
+    """The client's WebSocket of an exec, made to keep nothing by itself and
+    to read one frame per ``update``: the client's own reads every frame that
+    is already there before it returns, which a command writing fast enough
+    never lets end (and so never lets a timeout or a bound be checked)."""
+    from kubernetes.stream import ws_client
+
+    class OneFrameAtATime(ws_client.WSClient):
+        def _frames_immediately_available(self):
+            return False
+
+    return OneFrameAtATime(configuration, ws_client.get_websocket_url(url), headers, False)
+
+
+def read_bounded(stream, timeout, limit=EXEC_OUTPUT_LIMIT, clock=time.monotonic):
+    """Read ``stream`` (``exec_stream``) until it ends or ``timeout`` seconds
+    pass; the last ``limit`` characters of its stdout and stderr, after a line
+    that says how many came before them."""
+    from kubernetes.stream import ws_client
+
+    kept, dropped = "", 0
+    deadline = clock() + timeout
+    while stream.is_open():
+        remaining = deadline - clock()
+        if remaining <= 0:
+            break
+        stream.update(timeout=remaining)
+        for channel in (ws_client.STDOUT_CHANNEL, ws_client.STDERR_CHANNEL):
+            kept += stream.read_channel(channel)
+        if len(kept) > limit:
+            dropped += len(kept) - limit
+            kept = kept[-limit:]
+    return f"[{dropped} characters of output left out]\n{kept}" if dropped else kept
 
 
 class CoreApi:
@@ -97,16 +136,15 @@ class CoreApi:
             method="GET", resource_path=f"/api/v1/namespaces/{namespace}/pods/{name}/exec",
             query_params=query, header_params={}, auth_settings=["BearerToken"])
         try:
-            stream = ws_client.websocket_call(self.api_client.configuration, "GET", url, headers=headers,
-                                              _preload_content=False, _request_timeout=timeout)
-        except Exception as exc:  # the client wraps every failure to connect in an ApiException
+            stream = exec_stream(self.api_client.configuration, url, headers)
+        except Exception as exc:  # noqa: BLE001 - any failure to connect is the answer
             return None, str(getattr(exc, "reason", None) or exc)
         try:
-            stream.run_forever(timeout=timeout)
+            output = read_bounded(stream, timeout)
             if stream.is_open():
-                return None, f"{stream.read_all()}(no end after {timeout} s)"
+                return None, f"{output}(no end after {timeout} s)"
             # The status the API server or the kubelet ended with (a JSON
-            # Status), read before returncode and read_all drop it.
+            # Status), read before returncode takes it.
             status = stream.peek_channel(ws_client.ERROR_CHANNEL)
             try:
                 code = stream.returncode
@@ -115,7 +153,9 @@ class CoreApi:
                     said = (json.loads(status) or {}).get("message") or status
                 except ValueError:
                     said = status
-                return None, f"{stream.read_all()}{said or 'no exit status'}"
-            return code, stream.read_all()
+                return None, f"{output}{said or 'no exit status'}"
+            return code, output
         finally:
-            stream.close()
+            # Not the client's 3 s for the answer to its close: a command that
+            # did not end may never give one.
+            stream.close(timeout=1)
