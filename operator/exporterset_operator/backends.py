@@ -15,6 +15,10 @@ second instance beside the pool loop's):
   run waiting for a burst's credentials is woken by the Exporter events the
   informer hands ``changed`` (no polling).
 - **Bounded**: at most ``workers`` runs at once, across all sets.
+- **Fair between namespaces**: a free worker takes a set of the namespace
+  with the fewest runs going, namespaces with as many taking turns
+  (``FairWorkQueue``); so one namespace's hundred sets do not keep another
+  namespace's one set waiting behind all of them.
 - **Retried by the lane**: a run's body raises as a reconcile does
   (results.py). ``ReconcileError`` (or any other exception): the failure is
   kept and the set runs again after its own backoff, which grows with each
@@ -36,7 +40,7 @@ from collections.abc import Callable, Hashable, Iterable
 from contextlib import contextmanager
 
 from .results import ReconcileError, RequeueAfter, TerminalError
-from .workqueue import ExponentialBackoff, WorkQueue
+from .workqueue import ExponentialBackoff, FairWorkQueue
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +57,8 @@ class BackendRuns:
         self.workers = max(1, int(workers))
         self.clock = clock
         self._lock = threading.RLock()
-        self.queue = WorkQueue(backoff or ExponentialBackoff(base=1.0, cap=300.0), clock=clock, lock=self._lock)
+        self.queue = FairWorkQueue(lambda key: key[0], backoff or ExponentialBackoff(base=1.0, cap=300.0),
+                                   clock=clock, lock=self._lock)
         self.backoff = self.queue.backoff
         # Signalled by ``changed``: a run waiting for a set's Exporters wakes.
         self._changes = threading.Condition(self._lock)

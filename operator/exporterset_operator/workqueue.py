@@ -7,7 +7,9 @@
   with a per-key exponential backoff (with jitter) that ``forget`` resets.
 
 Two run on it: the pool loop's queue (controller.py) and the backend lane's
-(backends.py), which passes the lock its own state shares with the queue.
+(backends.py), which passes the lock its own state shares with the queue and
+is a ``FairWorkQueue``: keys are handed out fairly between their groups (the
+sets' namespaces), not in the order they came.
 """
 
 from __future__ import annotations
@@ -76,8 +78,17 @@ class WorkQueue:
             return
         self._dirty.add(key)
         if key not in self._processing:
-            self._queue.append(key)
+            self._push_locked(key)
             self._cond.notify()
+
+    def _push_locked(self, key: Hashable) -> None:
+        self._queue.append(key)
+
+    def _pop_locked(self) -> Hashable:
+        return self._queue.popleft()
+
+    def _queued_locked(self) -> int:
+        return len(self._queue)
 
     def add_after(self, key: Hashable, delay: float) -> None:
         if delay <= 0:
@@ -141,8 +152,8 @@ class WorkQueue:
         with self._cond:
             while True:
                 next_due = self._promote_due_locked()
-                if self._queue:
-                    key = self._queue.popleft()
+                if self._queued_locked():
+                    key = self._pop_locked()
                     self._dirty.discard(key)
                     self._processing.add(key)
                     return key
@@ -160,7 +171,7 @@ class WorkQueue:
         with self._cond:
             self._processing.discard(key)
             if key in self._dirty:
-                self._queue.append(key)
+                self._push_locked(key)
                 self._cond.notify()
 
     def shutdown(self) -> None:
@@ -170,8 +181,61 @@ class WorkQueue:
 
     def depth(self) -> int:
         with self._cond:
-            return len(self._queue)
+            return self._queued_locked()
 
     def delayed(self) -> int:
         with self._cond:
             return len(self._waiting_until)
+
+
+class FairWorkQueue(WorkQueue):
+    """A ``WorkQueue`` whose next key is of the group (``group(key)``) with the
+    fewest keys being processed, and among those of the group served longest
+    ago (a group that comes anew queues behind those waiting); in its group,
+    keys come in order. So a namespace with a hundred sets
+    queued takes the next free worker only when no other namespace waits with
+    fewer runs going, and two namespaces that wait take turns."""
+
+    def __init__(self, group: Callable[[Hashable], Hashable], *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._group = group
+        self._groups: dict[Hashable, deque[Hashable]] = {}
+        self._in_flight: dict[Hashable, int] = {}
+        self._served: dict[Hashable, int] = {}
+        self._turns = 0
+
+    def _push_locked(self, key: Hashable) -> None:
+        group = self._group(key)
+        if group not in self._served:
+            # A group new (or back after being idle) waits behind the ones
+            # that already wait: it counts as served just now.
+            self._turns += 1
+            self._served[group] = self._turns
+        self._groups.setdefault(group, deque()).append(key)
+
+    def _pop_locked(self) -> Hashable:
+        group = min(self._groups, key=lambda g: (self._in_flight.get(g, 0), self._served[g]))
+        keys = self._groups[group]
+        key = keys.popleft()
+        if not keys:
+            del self._groups[group]
+        self._turns += 1
+        self._served[group] = self._turns
+        self._in_flight[group] = self._in_flight.get(group, 0) + 1
+        return key
+
+    def _queued_locked(self) -> int:
+        return sum(len(keys) for keys in self._groups.values())
+
+    def done(self, key: Hashable) -> None:
+        with self._cond:
+            if key in self._processing:
+                group = self._group(key)
+                left = self._in_flight.get(group, 0) - 1
+                if left > 0:
+                    self._in_flight[group] = left
+                else:
+                    self._in_flight.pop(group, None)
+                    if group not in self._groups and key not in self._dirty:
+                        self._served.pop(group, None)  # forgotten once idle: no growth with namespaces
+            super().done(key)

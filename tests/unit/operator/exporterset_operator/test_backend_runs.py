@@ -244,3 +244,21 @@ def test_a_run_waiting_for_a_change_wakes_on_its_own_sets_change_only():
     assert lane.wait_change(KEY, seen, BOUND)
     assert time.monotonic() - started < BOUND / 2
     assert lane.changes(KEY) == seen + 1
+
+
+def test_a_namespace_with_many_sets_does_not_keep_another_namespaces_set_waiting():
+    """Two workers, taken by two of namespace a's six sets; b's one set,
+    asked for after all of a's, takes the first worker that frees up."""
+    runs = Runs()
+    with running_lane(runs.run, runs.on_done, 2) as lane:
+        crowd = [("a", f"set-{i}") for i in range(6)]
+        for key in crowd:
+            assert lane.submit(key)
+        wait_for(lambda: len(runs.started) == 2, "two of a's runs start")
+        assert lane.submit(("b", "set-0"))
+        runs.gate(crowd[0]).set()
+        wait_for(lambda: len(runs.started) == 3, "a third run starts")
+        assert runs.started[2] == ("b", "set-0")
+        for key in (*crowd, ("b", "set-0")):
+            runs.gate(key).set()
+        wait_for(lambda: len(runs.done) == 7, "every run ends")

@@ -11,7 +11,9 @@ import random
 import threading
 
 import pytest
-from exporterset_operator.workqueue import ExponentialBackoff, WorkQueue
+from exporterset_operator.workqueue import ExponentialBackoff, FairWorkQueue, WorkQueue
+from hypothesis import given
+from hypothesis import strategies as st
 
 WAIT = 10.0  # bound of every wait on another thread
 
@@ -305,3 +307,59 @@ def test_after_shutdown_adds_are_ignored_and_what_was_queued_drains():
     worker, got = in_thread(queue.get)
     worker.join(WAIT)
     assert got == [None]
+
+
+def _namespace(key):
+    return key[0]
+
+
+@given(st.lists(st.sampled_from("abcd"), min_size=1, max_size=40))
+def test_the_fair_queue_hands_out_namespaces_in_turn_one_worker(namespaces):
+    """All keys queued at once, one worker: whatever the order they came in,
+    the namespaces take turns, each namespace's keys in their order."""
+    queue = FairWorkQueue(_namespace)
+    keys = [(namespace, index) for index, namespace in enumerate(namespaces)]
+    for key in keys:
+        queue.add(key)
+    served = []
+    while queue.depth():
+        key = queue.get(timeout=0)
+        served.append(key)
+        queue.done(key)
+    # Round robin, written the plain way: rounds over the namespaces in the
+    # order they first came, each taking its next key.
+    queues = {}
+    for key in keys:
+        queues.setdefault(key[0], []).append(key)
+    rounds = []
+    while any(queues.values()):
+        rounds += [pending.pop(0) for pending in queues.values() if pending]
+    assert served == rounds
+
+
+def test_the_fair_queue_gives_a_free_worker_to_the_namespace_with_fewest_in_flight():
+    queue = FairWorkQueue(_namespace)
+    for index in range(5):
+        queue.add(("a", index))
+    first, second = queue.get(timeout=0), queue.get(timeout=0)
+    assert (first, second) == (("a", 0), ("a", 1))
+    queue.add(("b", 0))
+    queue.done(first)
+    # a has one in flight, b none: b goes first though a came first.
+    assert queue.get(timeout=0) == ("b", 0)
+    # A namespace that comes back with one key right after its run does not
+    # cut ahead of one that waits with as few in flight.
+    queue.add(("c", 0))
+    queue.done(("b", 0))
+    queue.add(("b", 1))
+    assert [queue.get(timeout=0), queue.get(timeout=0), queue.get(timeout=0)] == [("c", 0), ("b", 1), ("a", 2)]
+
+
+def test_a_namespace_that_comes_anew_queues_behind_the_ones_waiting():
+    queue = FairWorkQueue(_namespace)
+    queue.add(("a", 0))
+    queue.add(("a", 1))
+    queue.done(queue.get(timeout=0))
+    # a waits with a1 since before b came: a goes first, then b.
+    queue.add(("b", 0))
+    assert [queue.get(timeout=0), queue.get(timeout=0)] == [("a", 1), ("b", 0)]
