@@ -26,7 +26,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool
     set_overrides,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.demand import (
-    attribute_lease_demand,
+    attribute_leases,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.parameters import (
     validate_parameters,
@@ -84,7 +84,7 @@ def observe(exporter_set, namespace_objects, now):
     sets = namespace_objects["ExporterSet"]
     serving = [s for s in sets
                if not selectors.template_label_conflicts(s, sets, constants.LABEL_EXPORTER_SET)]
-    demand = attribute_lease_demand(serving, leases, exporters, now)
+    demand, withheld = attribute_leases(serving, leases, exporters, now)
     pending_names = set(demand.get(name, []))
     # The set over its class without credential redirects: what every
     # provisioner entry point gets as merged_parameters and merged_images.
@@ -132,6 +132,9 @@ def observe(exporter_set, namespace_objects, now):
         "label_conflicts": label_conflicts,
         "adopt": adopt,
         "not_adopted": not_adopted,
+        # The pending leases it would serve that an Exporter no set controls
+        # can serve: not its demand (pool/demand.py).
+        "withheld_leases": withheld.get(name, []),
         # The other sets whose selectors overlap its own (reported on both).
         "selector_overlaps": selectors.selector_overlaps(exporter_set, sets, constants.LABEL_EXPORTER_SET),
         # The Secrets and ConfigMaps of the namespace by name, when seen: a
@@ -324,7 +327,8 @@ def _plan(exporter_set, observed, options, surveys=None):
     plan = backend_refusal.apply_to_plan(plan, exporter_set, refusal, observed["now"])
     plan = adoption.apply_to_plan(plan, exporter_set, observed.get("adopt") or [],
                                   observed.get("selector_overlaps") or [], observed.get("not_adopted") or [],
-                                  observed["now"], mismatch=adoption.selector_mismatch(exporter_set))
+                                  observed["now"], mismatch=adoption.selector_mismatch(exporter_set),
+                                  withheld=observed.get("withheld_leases") or [])
     return policy.apply_to_plan(plan, exporter_set, observed.get("policy_condition"), observed["now"])
 
 

@@ -32,7 +32,10 @@ Overlaps: two sets of a namespace whose selectors select each other's
 Exporters are reported on both, with the ``SelectorOverlap`` condition and
 a Warning Event when it turns so (``selectors.template_label_conflicts``
 still refuses the later of the two). The condition also names the Exporters
-the selector matches and the set will not adopt, with why.
+the selector matches and the set will not adopt, with why, and the pending
+leases its template labels satisfy that are not its demand because an
+Exporter no set controls satisfies them (reason ``LeasesForUnownedExporters``
+when that is all; ``pool/demand.py``).
 """
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
@@ -48,6 +51,7 @@ REASON_SELECTOR_OVERLAP = "SelectorOverlap"
 REASON_NOT_ADOPTED = "ExportersNotAdopted"
 REASON_NO_OVERLAP = "NoOverlap"
 REASON_SELECTOR_MISMATCH = "SelectorMismatch"
+REASON_LEASES_NOT_COUNTED = "LeasesForUnownedExporters"
 REASON_ADOPTED = "Adopted"
 # How many Exporters the condition names before it says "and N more".
 _NAMED_AT_MOST = 10
@@ -147,15 +151,21 @@ def selector_mismatch(exporter_set):
             "spec.template.metadata.labels: leases asked with it do not find this set's Exporters")
 
 
-def _overlap_message(overlaps, refused):
+def _named(messages):
+    named = messages[:_NAMED_AT_MOST]
+    more = f" and {len(messages) - len(named)} more" if len(messages) > len(named) else ""
+    return "; ".join(named) + more
+
+
+def _overlap_message(overlaps, refused, withheld=()):
     parts = []
     if overlaps:
         parts.append("spec.selector overlaps " + "; ".join(overlaps))
     if refused:
-        named = refused[:_NAMED_AT_MOST]
-        more = f" and {len(refused) - len(named)} more" if len(refused) > len(named) else ""
-        parts.append("spec.selector matches Exporters this set does not adopt: "
-                     + "; ".join(named) + more)
+        parts.append("spec.selector matches Exporters this set does not adopt: " + _named(refused))
+    if withheld:
+        parts.append("spec.template.metadata.labels satisfy pending leases that are not this set's "
+                     "demand, because Exporters no set controls satisfy them too: " + _named(withheld))
     return "; ".join(parts)
 
 
@@ -163,12 +173,14 @@ def _condition(status, kind):
     return next((x for x in (status or {}).get("conditions") or () if x.get("type") == kind), {})
 
 
-def apply_to_plan(plan, exporter_set, adopt, overlaps, refused, now, mismatch=None):
+def apply_to_plan(plan, exporter_set, adopt, overlaps, refused, now, mismatch=None, withheld=()):
     """``plan`` with the set's adoptions and its ``SelectorOverlap`` condition.
 
     ``adopt`` (from ``adoption``) goes to ``plan["adopt"]`` with one Normal
     ``Adopted`` Event each, and the plan's creates are dropped for this pass.
-    ``overlaps`` (``selectors.selector_overlaps``) and ``refused`` make
+    ``overlaps`` (``selectors.selector_overlaps``), ``refused`` and
+    ``withheld`` (the pending leases its labels satisfy that are not its
+    demand, ``demand.attribute_leases``) make
     ``SelectorOverlap`` True, with a Warning Event when it turns True or its
     message changes; it turns False once a set that had it True is clear.
     """
@@ -188,17 +200,18 @@ def apply_to_plan(plan, exporter_set, adopt, overlaps, refused, now, mismatch=No
     previous_status = exporter_set.get("status") or {}
     was = _condition(previous_status, CONDITION_SELECTOR_OVERLAP)
     update = None
-    if overlaps or refused or mismatch:
+    if overlaps or refused or mismatch or withheld:
         reason = (REASON_SELECTOR_MISMATCH if mismatch else REASON_SELECTOR_OVERLAP if overlaps
-                  else REASON_NOT_ADOPTED)
-        message = "; ".join(filter(None, (mismatch, _overlap_message(overlaps, refused))))
+                  else REASON_NOT_ADOPTED if refused else REASON_LEASES_NOT_COUNTED)
+        message = "; ".join(filter(None, (mismatch, _overlap_message(overlaps, refused, withheld))))
         update = make_condition(CONDITION_SELECTOR_OVERLAP, True, reason, message)
         if (was.get("status"), was.get("message")) != ("True", update["message"]):
             plan["events"] = [*(plan.get("events") or []),
                               {"type": "Warning", "reason": reason, "message": update["message"]}]
     elif was.get("status") == "True":
         update = make_condition(CONDITION_SELECTOR_OVERLAP, False, REASON_NO_OVERLAP,
-                                "spec.selector overlaps no other set and selects no Exporter it does not adopt")
+                                "spec.selector overlaps no other set and selects no Exporter it does not "
+                                "adopt, and no pending lease it could serve is left to another's Exporters")
     if update is None:
         return plan
     generation = exporter_set["metadata"].get("generation")

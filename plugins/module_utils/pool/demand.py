@@ -17,7 +17,13 @@ Rule (documented in docs/pool-semantics.md):
    surplus and scaled down before the controller assigns it (the pool
    already holds it, so no instance is created for it). A lease claimed by
    an exporter of no set (physical) is demand for nobody.
-4. Otherwise it is demand for exactly one set whose template labels satisfy
+4. A lease that an Exporter no set controls (a lab's physical board, an
+   Exporter of another controller or detached from its set; not being
+   deleted) satisfies, whatever that Exporter's state, is demand for no set: it is asked for
+   Exporters of someone else's, and a set that copied their labels would
+   otherwise grow for it and be handed it (``withheld``: each set whose
+   template labels satisfy it, with the Exporter, for its condition).
+5. Otherwise it is demand for exactly one set whose template labels satisfy
    the lease selector: the one with the most headroom left (maxReplicas
    minus owned replicas, the dormant Exporter not counted, minus leases
    already attributed to it; no ceiling counts as unlimited), ties broken by
@@ -43,6 +49,9 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.selectors import (
     LabelIndex,
     selector_matches,
+    selector_to_string,
+    unowned_label_sets,
+    unowned_match,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.timeutil import (
     parse_time,
@@ -66,16 +75,25 @@ def is_pending_lease(lease, now):
 
 def attribute_lease_demand(exporter_sets, leases, exporters, now):
     """Map every set name to the names of the pending leases it should serve."""
+    return attribute_leases(exporter_sets, leases, exporters, now)[0]
+
+
+def attribute_leases(exporter_sets, leases, exporters, now):
+    """``(demand, withheld)``: ``demand`` as ``attribute_lease_demand``;
+    ``withheld`` maps a set name to a message per pending lease its template
+    labels satisfy that is no set's demand because an Exporter no set
+    controls satisfies it too (rule 4), naming the lease and that Exporter."""
     now = parse_time(now)
     sets = sorted(
         (s for s in exporter_sets or () if not is_terminating(s)),
         key=lambda s: s["metadata"]["name"],
     )
     demand = {s["metadata"]["name"]: [] for s in sets}
+    withheld = {}
     # While no lease waits there is nothing to attribute: the pool is not read.
     waiting = [lease for lease in leases or () if is_pending_lease(lease, now)]
     if not waiting:
-        return demand
+        return demand, withheld
     owned_counts = {}
     for exporter in exporters or ():
         owner = controller_of(exporter, EXPORTER_SET.kind)
@@ -106,6 +124,7 @@ def attribute_lease_demand(exporter_sets, leases, exporters, now):
     # two writes; a lease an Exporter already holds is not demand, whichever
     # write is seen first.
     held = {read_exporter(e)[4] for e in exporters or ()} - {None}
+    unowned = unowned_label_sets(exporters)
     pending = sorted(
         (lease for lease in waiting if lease["metadata"]["name"] not in held),
         key=_lease_order,
@@ -122,10 +141,17 @@ def attribute_lease_demand(exporter_sets, leases, exporters, now):
         candidates = [n for n in demand if selector_matches(selector, template_labels[n])]
         if not candidates:
             continue
+        theirs = unowned_match(selector, unowned)
+        if theirs is not None:
+            for name in candidates:
+                withheld.setdefault(name, []).append(
+                    f"Lease {lease['metadata']['name']} ({selector_to_string(selector)}): Exporter "
+                    f"{theirs}, which no set controls, satisfies it")
+            continue
         chosen = min(candidates, key=lambda n: (-headroom[n], n))
         demand[chosen].append(lease["metadata"]["name"])
         headroom[chosen] -= 1
-    return demand
+    return demand, withheld
 
 
 def _lease_order(lease):

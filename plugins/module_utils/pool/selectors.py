@@ -2,6 +2,9 @@
 
 from collections import deque
 
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.ownership import controller_of
+
 _SET_OPERATORS = ("In", "NotIn")
 
 
@@ -101,16 +104,19 @@ class LabelIndex:
 
 
 
-# Label keys under these DNS names are written by Jumpstarter and by this
-# operator (the set label, the host label...); a set's template may not
-# carry them.
+# Label and annotation keys under these DNS names are written by Jumpstarter
+# and by this operator (the set label, the host label, the provisioner and
+# dormant annotations, and the real controller's
+# ``jumpstarter.dev/migrated-namespace`` and ``-uid``, from which it derives
+# an Exporter's credential subject); a set's template may not carry them.
 RESERVED_LABEL_DOMAINS = ("jumpstarter.dev",)
 TEMPLATE_LABELS_FIELD = "spec.template.metadata.labels"
+TEMPLATE_ANNOTATIONS_FIELD = "spec.template.metadata.annotations"
 
 
 def reserved_label(key):
-    """Whether the label ``key`` is one a set's template may not carry: its
-    prefix is ``jumpstarter.dev`` or a subdomain of it
+    """Whether the label or annotation ``key`` is one a set's template may
+    not carry: its prefix is ``jumpstarter.dev`` or a subdomain of it
     (``virtualtarget.jumpstarter.dev/exporterset``...)."""
     prefix, slash, _ = str(key).rpartition("/")
     if not slash:
@@ -119,10 +125,40 @@ def reserved_label(key):
     return any(prefix == domain or prefix.endswith("." + domain) for domain in RESERVED_LABEL_DOMAINS)
 
 
-def _template_labels(exporter_set):
+def _template_metadata(exporter_set, kind):
     spec = exporter_set.get("spec") or {}
-    labels = (((spec.get("template") or {}).get("metadata") or {}).get("labels")) or {}
-    return labels if isinstance(labels, dict) else {}
+    found = (((spec.get("template") or {}).get("metadata") or {}).get(kind)) or {}
+    return found if isinstance(found, dict) else {}
+
+
+def _template_labels(exporter_set):
+    return _template_metadata(exporter_set, "labels")
+
+
+def unowned_label_sets(exporters):
+    """``[(labels, name)]``: each distinct label set of the live Exporters no
+    ExporterSet controls (a lab's physical boards, an Exporter of upstream's
+    controller, one detached from its set), with the first such Exporter
+    (by name) that carries it. Exporters without labels are left out: no
+    lease selector (never empty) selects them by label."""
+    first = {}
+    for exporter in exporters or ():
+        meta = exporter.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        if not labels or meta.get("deletionTimestamp") or controller_of(exporter, constants.EXPORTER_SET.kind):
+            continue
+        key = frozenset(labels.items())
+        if key not in first or meta["name"] < first[key][1]:
+            first[key] = (labels, meta["name"])
+    return sorted(first.values(), key=lambda pair: pair[1])
+
+
+def unowned_match(selector, unowned):
+    """The name of the first Exporter of ``unowned`` (``unowned_label_sets``)
+    that ``selector`` (a lease's, never empty) selects, or None."""
+    if selector_is_empty(selector):
+        return None
+    return next((name for labels, name in unowned if selector_matches(selector, labels)), None)
 
 
 def exporter_labels(exporter_set, set_label):
@@ -146,8 +182,8 @@ def template_label_conflicts(exporter_set, exporter_sets, set_label):
     """Why ``exporter_set``'s template labels may not be used, each message
     naming the field; empty when they may.
 
-    Refused: a reserved key (``reserved_label``), and a collision with a set
-    of the same namespace created before it (``exporter_sets``: at least
+    Refused: a reserved label or annotation key (``reserved_label``), and a
+    collision with a set of the same namespace created before it (``exporter_sets``: at least
     that namespace's sets, itself among them or not). Two sets collide when
     either's selector selects the other's Exporters (``exporter_labels``): a
     lease asked for one could be given the other's. Of two that collide, the
@@ -161,6 +197,12 @@ def template_label_conflicts(exporter_set, exporter_sets, set_label):
         f"{TEMPLATE_LABELS_FIELD}.{key}: reserved (label keys under jumpstarter.dev and its "
         "subdomains are written by Jumpstarter and this operator)"
         for key in sorted(_template_labels(exporter_set)) if reserved_label(key)
+    ]
+    errors += [
+        f"{TEMPLATE_ANNOTATIONS_FIELD}.{key}: reserved (annotation keys under jumpstarter.dev and "
+        "its subdomains are written by Jumpstarter and this operator; the controller derives an "
+        "Exporter's identity from some of them)"
+        for key in sorted(_template_metadata(exporter_set, "annotations")) if reserved_label(key)
     ]
     mine = exporter_labels(exporter_set, set_label)
     my_selector = (exporter_set.get("spec") or {}).get("selector") or {}

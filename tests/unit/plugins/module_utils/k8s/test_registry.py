@@ -84,7 +84,10 @@ def test_an_exporter_carrying_the_set_label_but_detached_is_not_the_sets():
     owned = exporter("a-set-0", owner="a-set", lease="someone")
     # a-set is full: the lease goes to b-set.
     assert attribute_lease_demand(sets, [lease("l1")], [owned], NOW) == {"a-set": [], "b-set": ["l1"]}
-    detached = exporter("a-set-0", owner="a-set", lease="someone")
+    # Detached, with labels the lease does not select: one it selects is an
+    # Exporter no set controls, and the lease would be nobody's demand
+    # (pool/demand.py).
+    detached = exporter("a-set-0", owner="a-set", lease="someone", labels={"board": "other"})
     del detached["metadata"]["ownerReferences"]
     # Equal headroom: the name decides.
     assert attribute_lease_demand(sets, [lease("l1")], [detached], NOW) == {"a-set": ["l1"], "b-set": []}

@@ -6,8 +6,14 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.bare
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.demand import (
     attribute_lease_demand,
+    attribute_leases,
     is_pending_lease,
 )
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.selectors import (
+    selector_matches,
+)
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pool_builders import NOW, at, exporter, exporter_set, lease
 
 
@@ -58,14 +64,34 @@ def _two_sets(max_a=10, max_b=10):
         # An available physical exporter serves the lease: no demand.
         (_two_sets(), [lease("l1")], [exporter("phys-1", owner=None)],
          {"a-set": [], "b-set": []}),
-        # One available exporter absorbs one lease only; the older lease takes it.
+        # One available exporter absorbs one lease only; the older lease takes
+        # it, and the other waits for that board too: nobody's demand.
         (_two_sets(), [lease("l2", created=-10), lease("l1", created=-20)],
-         [exporter("phys-1", owner=None)], {"a-set": ["l2"], "b-set": []}),
-        # Not ready, leased or disabled exporters serve nobody.
+         [exporter("phys-1", owner=None)], {"a-set": [], "b-set": []}),
+        # One available set Exporter absorbs one lease only; the older lease
+        # takes it, the other is demand.
+        (_two_sets(), [lease("l2", created=-10), lease("l1", created=-20)],
+         [exporter("b-set-0", owner="b-set")], {"a-set": ["l2"], "b-set": ["l1"]}),
+        # Not ready, leased or disabled exporters claim no lease (b-set's: the
+        # lease is demand, a-set has the more headroom).
         (_two_sets(), [lease("l1")],
-         [exporter("x", ready=False, owner=None), exporter("y", lease="other", owner=None),
-          exporter("z", enabled=False, owner=None)],
+         [exporter("x", ready=False, owner="b-set"), exporter("y", lease="other", owner="b-set"),
+          exporter("z", enabled=False, owner="b-set")],
          {"a-set": ["l1"], "b-set": []}),
+        # An Exporter no set controls that satisfies the lease, in any state
+        # (a leased, offline or disabled physical board): nobody's demand.
+        (_two_sets(), [lease("l1")], [exporter("phys-1", owner=None, lease="other")],
+         {"a-set": [], "b-set": []}),
+        (_two_sets(), [lease("l1")], [exporter("phys-1", owner=None, ready=False)],
+         {"a-set": [], "b-set": []}),
+        (_two_sets(), [lease("l1")], [exporter("phys-1", owner=None, enabled=False)],
+         {"a-set": [], "b-set": []}),
+        # One being deleted serves nothing: the lease is demand again.
+        (_two_sets(), [lease("l1")], [exporter("phys-1", owner=None, lease="other", terminating=True)],
+         {"a-set": ["l1"], "b-set": []}),
+        # A physical board the lease does not select leaves it to the sets.
+        (_two_sets(), [lease("l1", selector={"matchLabels": {"fidelity": "high"}})],
+         [exporter("phys-1", owner=None, lease="other")], {"a-set": [], "b-set": ["l1"]}),
         # Nothing matches: the lease is nobody's demand.
         (_two_sets(), [lease("l1", selector={"matchLabels": {"board": "imx8"}})], [],
          {"a-set": [], "b-set": []}),
@@ -106,6 +132,55 @@ def test_every_pending_lease_is_counted_once():
     demand = attribute_lease_demand(sets, leases, [], NOW)
     attributed = demand["a-set"] + demand["b-set"]
     assert sorted(attributed) == sorted(f"l{i}" for i in range(7))
+
+
+def test_a_lease_for_a_physical_board_is_withheld_from_the_set_that_copied_its_labels():
+    """Demand capture: a tenant's template copies a lab board's labels; the
+    other users' lease for it, waiting while the board is leased, is not the
+    tenant's demand, and the set is told which lease and which board."""
+    tenant = exporter_set("tenant", labels={"board": "x", "lab": "bench"})
+    board = exporter("bench-x", owner=None, lease="someone", labels={"board": "x", "lab": "bench"})
+    waiting = lease("theirs", selector={"matchLabels": {"board": "x"}})
+    demand, withheld = attribute_leases([tenant], [waiting], [board], NOW)
+    assert demand == {"tenant": []}
+    assert withheld == {"tenant": [
+        "Lease theirs (board=x): Exporter bench-x, which no set controls, satisfies it"]}
+    # Without the board, the same lease is the set's demand.
+    assert attribute_leases([tenant], [waiting], [], NOW) == ({"tenant": ["theirs"]}, {})
+
+
+_LABELS = st.dictionaries(st.sampled_from(["board", "virtual", "lab"]), st.sampled_from(["a", "b"]),
+                          max_size=3)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_LABELS, min_size=1, max_size=3),
+       st.lists(_LABELS.filter(bool), max_size=5),
+       st.lists(st.tuples(_LABELS.filter(bool), st.booleans(), st.booleans()), max_size=3))
+def test_no_lease_an_unowned_exporter_satisfies_is_any_sets_demand(set_labels, selectors, boards):
+    sets = [exporter_set(f"s{i}", labels=labels) for i, labels in enumerate(set_labels)]
+    leases = [lease(f"l{i}", selector={"matchLabels": sel}, created=-i) for i, sel in enumerate(selectors)]
+    unowned = [exporter(f"board-{i}", owner=None, labels=labels, ready=ready, lease=None if free else "x")
+               for i, (labels, ready, free) in enumerate(boards)]
+    demand, withheld = attribute_leases(sets, leases, unowned, NOW)
+    served = {name for names in demand.values() for name in names}
+    for the_lease in leases:
+        selector = the_lease["spec"]["selector"]
+        theirs = any(selector_matches(selector, b["metadata"]["labels"]) for b in unowned)
+        assert not (theirs and the_lease["metadata"]["name"] in served)
+    # A withheld lease is nobody's demand and one the set's labels satisfy.
+    without = attribute_lease_demand(sets, leases, [], NOW)
+    for the_set in sets:
+        name = the_set["metadata"]["name"]
+        for message in withheld.get(name, []):
+            lease_name = message.split()[1]
+            assert lease_name not in served
+            assert selector_matches(leases[int(lease_name[1:])]["spec"]["selector"],
+                                    the_set["spec"]["template"]["metadata"]["labels"])
+    # What no board satisfies is attributed as if there were no boards.
+    free = {the_lease["metadata"]["name"] for the_lease in leases
+            if not any(selector_matches(the_lease["spec"]["selector"], b["metadata"]["labels"]) for b in unowned)}
+    assert {n for names in without.values() for n in names} & free == served & free
 
 
 HOSTS = [{"name": "bench-b", "slots": 2}, {"name": "bench-a", "slots": 2},

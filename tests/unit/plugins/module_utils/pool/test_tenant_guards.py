@@ -11,6 +11,8 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import observe as k8s_observe
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import plan as pool_plan
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import selectors
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pool_builders import NOW, exporter, exporter_set, lease, target_class
 
 
@@ -70,6 +72,49 @@ def test_reserved_label_keys_are_refused_naming_the_key(key):
 @pytest.mark.parametrize("key", ["board", "example.com/jumpstarter.dev", "notjumpstarter.dev/x"])
 def test_other_keys_are_free(key):
     assert not selectors.reserved_label(key)
+
+
+# The real controller derives an Exporter's credential subject from the first
+# two; the others are this operator's own notes on an Exporter.
+@pytest.mark.parametrize("key", ["jumpstarter.dev/migrated-namespace", "jumpstarter.dev/migrated-uid",
+                                 c.ANNOTATION_DORMANT, c.ANNOTATION_PROVISIONER, c.ANNOTATION_FIRST_READY,
+                                 "Lab.Jumpstarter.Dev/x"])
+def test_reserved_annotation_keys_in_the_template_are_refused_as_reserved_labels_are(key):
+    the_set = a_set("pool", "2026-11-21T08:00:00Z", {"board": "alone"})
+    the_set["spec"]["template"]["metadata"]["annotations"] = {"example.com/note": "kept", key: "other-ns"}
+    (message,) = conflicts(the_set, [the_set])
+    assert message.startswith(f"spec.template.metadata.annotations.{key}: reserved")
+    # Refused as a reserved label is: nothing made, TemplateLabelConflict naming the field.
+    result = pool_plan.scale_plan(the_set, target_class(), [], [], NOW,
+                                  options={"label_conflicts": [message]})
+    assert result["create"] == [] and result["create_dormant"] == []
+    degraded = next(x for x in result["status"]["conditions"] if x["type"] == c.CONDITION_DEGRADED)
+    assert degraded["reason"] == pool_plan.REASON_LABEL_CONFLICT
+    assert f"spec.template.metadata.annotations.{key}" in degraded["message"]
+
+
+_DNS_LABEL = st.from_regex(r"[a-z0-9]([a-z0-9-]{0,8}[a-z0-9])?", fullmatch=True)
+_NAME = st.from_regex(r"[a-z0-9]([a-z0-9._-]{0,8}[a-z0-9])?", fullmatch=True)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_DNS_LABEL, max_size=3),
+       st.one_of(st.sampled_from(["jumpstarter.dev", "jumpstarter.devs", "xjumpstarter.dev", "dev",
+                                  "jumpstarter.dev.example.com"]), _DNS_LABEL),
+       _NAME, st.booleans())
+def test_an_annotation_key_is_refused_exactly_when_its_prefix_is_jumpstarter_dev_or_below(
+        subdomains, tld, name, upper):
+    prefix = ".".join([*subdomains, tld])
+    if upper:
+        prefix = prefix.upper()
+    key = f"{prefix}/{name}"
+    the_set = a_set("pool", "2026-11-21T08:00:00Z", {"board": "alone"})
+    the_set["spec"]["template"]["metadata"]["annotations"] = {key: "v"}
+    lowered = prefix.lower()
+    reserved = lowered == "jumpstarter.dev" or lowered.endswith(".jumpstarter.dev")
+    assert bool(conflicts(the_set, [the_set])) is reserved
+    # The same rule as for a label key.
+    assert selectors.reserved_label(key) is reserved
 
 
 def test_a_refused_set_creates_nothing_not_even_its_dormant_exporter():
