@@ -49,8 +49,9 @@ class OperatorPod:
             "containers"][0]
         metrics_arg = next(i for i, arg in enumerate(container["args"])
                            if arg.startswith("--metrics-bind-address="))
-        # On the host's network: a free port of the host for its probes.
-        port = free_ports(1)[0]
+        # On the host's network: free ports of the host for its metrics (the
+        # Pod's probes ask there) and its probes server.
+        port, health_port = free_ports(2)
         base = "/spec/template/spec/containers/0"
         self.dir.mkdir(parents=True, exist_ok=True)
         (self.dir / "kustomization.yaml").write_text(json.dumps({
@@ -63,21 +64,27 @@ class OperatorPod:
                 {"op": "replace", "path": f"{base}/args/{metrics_arg}",
                  "value": f"--metrics-bind-address=0.0.0.0:{port}"},
                 {"op": "add", "path": f"{base}/args/-", "value": f"--namespace={self.namespace}"},
+                {"op": "add", "path": f"{base}/args/-",
+                 "value": f"--health-probe-bind-address=127.0.0.1:{health_port}"},
                 {"op": "add", "path": f"{base}/args/-", "value": "--log-level=DEBUG"},
                 {"op": "replace", "path": f"{base}/ports/0/containerPort", "value": port},
             ])}],
         }))
-        # config/rbac/pool in the pool namespace, its subject the prefixed
-        # account of the qemu Deployment alone.
+        # config/rbac/pool in the pool namespace: the qemu Deployment's binding
+        # alone, its subject the prefixed account.
         self.pool_dir.mkdir(parents=True, exist_ok=True)
+        others = [{"patch": json.dumps({"$patch": "delete", "apiVersion": "rbac.authorization.k8s.io/v1",
+                                        "kind": "RoleBinding", "metadata": {"name": f"exporterset-operator-pool-{o}"}})}
+                  for o in ("qemu-baremetal", "corellium")]
         (self.pool_dir / "kustomization.yaml").write_text(json.dumps({
             "resources": [os.path.relpath(ROOT / "config/rbac/pool", self.pool_dir)],
             "namespace": self.namespace,
-            "patches": [{"target": {"kind": "RoleBinding"}, "patch": json.dumps([
-                {"op": "replace", "path": "/roleRef/name", "value": f"{self.prefix}exporterset-operator-pool"},
+            "patches": [{"target": {"kind": "RoleBinding", "name": "exporterset-operator-pool-qemu"},
+                         "patch": json.dumps([
+                {"op": "replace", "path": "/roleRef/name", "value": f"{self.prefix}exporterset-operator-pool-qemu"},
                 {"op": "replace", "path": "/subjects", "value": [
                     {"kind": "ServiceAccount", "name": self.deployment, "namespace": self.operator_namespace}]},
-            ])}],
+            ])}, *others],
         }))
 
     def start(self) -> OperatorPod:

@@ -29,7 +29,8 @@ CONFIG = ROOT / "config"
 # subjects) on the same bed.
 OPERATOR_NAMESPACE = "jve-operator"
 NAME_PREFIX = "jve-"
-# The qemu Deployment's account; the three provisioners' accounts hold the same roles.
+# The qemu Deployment's account. An operator runs as the account of its
+# provisioner, bound to that provisioner's pool role (account_for).
 ACCOUNT = NAME_PREFIX + "exporterset-operator-qemu"
 USERNAME = f"system:serviceaccount:{OPERATOR_NAMESPACE}:{ACCOUNT}"
 TOKEN_SECONDS = 24 * 3600
@@ -95,27 +96,40 @@ def _apply(kubeconfig, objects: list[dict]) -> None:
              input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
 
 
-def _bound(binding: dict, namespace: str) -> dict:
-    """A RoleBinding of config/rbac moved to ``namespace``, for the tests' account."""
+def account_for(provisioners) -> str:
+    """The account an operator of ``provisioners`` runs as: its provisioner's
+    (config/rbac/service_account.yaml); one serving several runs as the qemu
+    account, bound to the pool role of each."""
+    if len(provisioners) == 1:
+        return NAME_PREFIX + "exporterset-operator-" + provisioners[0].split(".")[0]
+    return ACCOUNT
+
+
+def _bound(binding: dict, namespace: str, account: str = ACCOUNT) -> dict:
+    """A RoleBinding of config/rbac moved to ``namespace``, for ``account``."""
     binding = json.loads(json.dumps(binding))
-    binding["metadata"] = {"name": NAME_PREFIX + binding["metadata"]["name"].removeprefix(NAME_PREFIX),
-                           "namespace": namespace}
+    binding["metadata"] = {"name": NAME_PREFIX + binding["metadata"]["name"].removeprefix(NAME_PREFIX)
+                           + ("" if account == ACCOUNT else "-" + account), "namespace": namespace}
     binding["roleRef"]["name"] = NAME_PREFIX + binding["roleRef"]["name"].removeprefix(NAME_PREFIX)
-    binding["subjects"] = [{"kind": "ServiceAccount", "name": ACCOUNT, "namespace": OPERATOR_NAMESPACE}]
+    binding["subjects"] = [{"kind": "ServiceAccount", "name": account, "namespace": OPERATOR_NAMESPACE}]
     return binding
 
 
-def grant(kubeconfig, pool_namespaces=(), election_namespaces=()) -> None:
+def grant(kubeconfig, pool_namespaces=(), election_namespaces=(), provisioners=("qemu.jumpstarter.dev",)) -> None:
     """Install config/rbac (once per bed and process), bind the pool
-    ClusterRole in each pool namespace (config/rbac/pool) and the leader
-    election Role in each election namespace, and wait until the API
+    ClusterRole of each of ``provisioners`` in each pool namespace
+    (config/rbac/pool) and the leader election Role in each election
+    namespace to their account (``account_for``), and wait until the API
     server's authorizer has seen them."""
     server = json.loads(Path(kubeconfig).read_text())["clusters"][0]["cluster"]["server"]
     objects = operator_rbac(kubeconfig)
+    account = account_for(provisioners)
+    username = f"system:serviceaccount:{OPERATOR_NAMESPACE}:{account}"
+    pool_roles = {"exporterset-operator-pool-" + p.split(".")[0] for p in provisioners}
     extra = []
     for namespace in pool_namespaces:
-        (binding,) = _built_once("rbac/pool", lambda: kustomize(kubeconfig, CONFIG / "rbac" / "pool"))
-        extra.append(_bound(binding, namespace))
+        bindings = _built_once("rbac/pool", lambda: kustomize(kubeconfig, CONFIG / "rbac" / "pool"))
+        extra += [_bound(b, namespace, account) for b in bindings if b["roleRef"]["name"] in pool_roles]
     election = [o for o in objects if o["metadata"]["name"] == NAME_PREFIX + "exporterset-operator-leader-election"]
     for namespace in election_namespaces:
         if namespace == OPERATOR_NAMESPACE:
@@ -123,7 +137,7 @@ def grant(kubeconfig, pool_namespaces=(), election_namespaces=()) -> None:
         for obj in election:
             moved = json.loads(json.dumps(obj))
             moved["metadata"]["namespace"] = namespace
-            extra.append(_bound(moved, namespace) if moved["kind"] == "RoleBinding" else moved)
+            extra.append(_bound(moved, namespace, account) if moved["kind"] == "RoleBinding" else moved)
     with _install_lock:
         key = (str(kubeconfig), server)
         if key not in _installed:
@@ -132,21 +146,21 @@ def grant(kubeconfig, pool_namespaces=(), election_namespaces=()) -> None:
     if extra:
         _apply(kubeconfig, extra)
     checks = [("list", "exportersets.virtualtarget.jumpstarter.dev", ns) for ns in pool_namespaces or ["default"]]
-    checks += [("create", "pods", ns) for ns in pool_namespaces]
+    checks += [("create", "exporters.jumpstarter.dev", ns) for ns in pool_namespaces]
     checks += [("update", "leases.coordination.k8s.io", ns) for ns in election_namespaces]
     deadline = time.monotonic() + 30
     for verb, resource, namespace in checks:
-        while not _may(kubeconfig, verb, resource, namespace):
+        while not _may(kubeconfig, verb, resource, namespace, username):
             if time.monotonic() > deadline:
-                raise AssertionError(f"{USERNAME} may not {verb} {resource} in {namespace} after 30s")
+                raise AssertionError(f"{username} may not {verb} {resource} in {namespace} after 30s")
             time.sleep(0.2)
 
 
-def _may(kubeconfig, verb: str, resource: str, namespace: str) -> bool:
+def _may(kubeconfig, verb: str, resource: str, namespace: str, username: str = USERNAME) -> bool:
     from testbed import BIN_DIR
 
     answer = subprocess.run([str(BIN_DIR / "kubectl"), f"--kubeconfig={kubeconfig}", "auth", "can-i", verb,
-                             resource, "-n", namespace, f"--as={USERNAME}"],
+                             resource, "-n", namespace, f"--as={username}"],
                             capture_output=True, text=True, check=False)
     return answer.stdout.strip() == "yes"
 
@@ -231,10 +245,12 @@ class OperatorProcess:
                 election = []
                 if "--leader-elect" in self.extra_args:
                     election = [_option(self.extra_args, "--leader-election-namespace") or self.namespace]
-                grant(self.admin_kubeconfig, [self.namespace] if self.namespace else [], election)
+                grant(self.admin_kubeconfig, [self.namespace] if self.namespace else [], election,
+                      self.provisioners)
                 self.workdir.mkdir(parents=True, exist_ok=True)
                 self._kubeconfig = str(token_kubeconfig(
-                    self.admin_kubeconfig, self.workdir / f"operator-{self.port}.kubeconfig", server=self.server))
+                    self.admin_kubeconfig, self.workdir / f"operator-{self.port}.kubeconfig",
+                    account=account_for(self.provisioners), server=self.server))
         return self._kubeconfig
 
     def start(self) -> OperatorProcess:

@@ -282,7 +282,10 @@ def test_reconcile_job(api, namespace, tmp_path):
 def test_install_job(api, namespace, tmp_path):
     template = BY_PLAYBOOK["install"]
     # The operator's namespace is the test's; every other answer is the default.
-    _run_job(template, tmp_path, _cluster_inventory(tmp_path), {"operator_install_namespace": namespace})
+    # The admission policy (not asked by the survey) is cluster-wide and would
+    # outlive the namespace on the shared bed; test_install_kustomize.py has it.
+    _run_job(template, tmp_path, _cluster_inventory(tmp_path), {"operator_install_namespace": namespace,
+                                                                 "operator_install_tenancy": "false"})
     deployments = client.AppsV1Api(api).list_namespaced_deployment(namespace).items
     provisioners = next(q for q in template["survey"] if q["variable"] == "operator_install_provisioners")
     assert sorted(arg for d in deployments for arg in d.spec.template.spec.containers[0].args

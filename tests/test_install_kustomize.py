@@ -1,6 +1,8 @@
 """The kustomize install (config/): it builds, it agrees with the reviewed
-operator_install role, and ``kubectl apply -k config/default`` installs the
-operator on a real API server the way docs/install.md tells a stranger to.
+operator_install role, and ``kubectl apply -k config/default`` (namespaced;
+config/cluster-wide is checked offline, and every operator test runs under
+its RBAC) installs the operator on a real API server the way
+docs/install.md tells a stranger to.
 
 The bed tests use a private bed holding only upstream Jumpstarter's CRDs
 (Exporter, Lease, Client, ExporterAccessPolicy): a Jumpstarter cluster before
@@ -9,7 +11,8 @@ and uninstalling it (CRDs included) cannot disturb the run's shared bed.
 kwok runs no containers, so the operator Pods never run: the tests check
 what the API server and the controllers make of the objects (CRDs
 established, Deployments with their ReplicaSets and scheduled Pods, RBAC
-decisions). Then the operator runs as a local process the way the installed
+decisions, the admission policy's refusals of an impersonated tenant). Then
+the operator runs as a local process the way the installed
 qemu Deployment would run it (its service account's token, its arguments and
 environment) until a pool is warm, once for config/default and once for a
 second bed installed by playbooks/install.yml; the two installs are compared
@@ -66,27 +69,105 @@ def _listed(directory: Path) -> list[dict]:
             for doc in yaml.safe_load_all((directory / name).read_text()) if doc]
 
 
+# config/rbac's Roles, whose rules the role reads as they are (tasks/main.yml).
+RBAC_ROLE_FILES = ("role.yaml", "pool_role_qemu.yaml", "pool_role_qemu_baremetal.yaml", "pool_role_corellium.yaml",
+                   "leader_election_role.yaml")
+SHORTS = [p.split(".")[0] for p in PROVISIONERS]
+# Verbs each provisioner's pool role must not grant: what its operator never
+# does (no Pods on lab hosts, no exec but the QEMU Pod's reset in place, no
+# cache of Secrets or ConfigMaps without Pod-backed instances to re-sync).
+NOT_NEEDED = {
+    "qemu": set(),
+    "corellium": {("", "pods/exec", "get"), ("", "pods/exec", "create")},
+    "qemu-baremetal": {("", "pods", verb) for verb in ("get", "create", "delete")}
+    | {("", "pods/exec", "get"), ("", "pods/exec", "create"), ("jumpstarter.dev", "exporters/finalizers", "update")}
+    | {("", "secrets", verb) for verb in ("list", "watch", "create", "update")}
+    | {("", "configmaps", verb) for verb in ("list", "watch")},
+}
+
+
+def _bool(value) -> bool:
+    """Ansible's ``bool`` filter, for the role's templates."""
+    return value if isinstance(value, bool) else str(value).lower() in ("1", "true", "yes", "on")
+
+
 def _render_role_template(name: str, **overrides) -> list[dict]:
-    """A template of roles/operator_install as the role renders it with its defaults."""
-    variables = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text()) | overrides
+    """A template of roles/operator_install as the role renders it with its
+    defaults (and, as its task passes them, config/rbac's Roles)."""
+    roles = [yaml.safe_load((CONFIG / "rbac" / file).read_text()) for file in RBAC_ROLE_FILES]
+    variables = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text()) | {
+        "operator_install_rbac_roles": roles} | overrides
     environment = jinja2.Environment(trim_blocks=True, undefined=jinja2.StrictUndefined)
+    environment.filters["bool"] = _bool
     text = environment.from_string((ROLE / "templates" / name).read_text()).render(**variables)
     return [doc for doc in yaml.safe_load_all(text) if doc]
+
+
+def _grants(role: dict) -> set[tuple[str, str, str]]:
+    return {(group, resource, verb) for rule in role["rules"] for group in rule["apiGroups"]
+            for resource in rule["resources"] for verb in rule["verbs"]}
+
+
+RBAC_KINDS = {"Namespace", "ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"}
+TENANCY = {"virtualtarget-tenant", "virtualtarget-admin"}
+
+
+def _operator_rbac(objects: list[dict]) -> dict[tuple, dict]:
+    """The operator's namespace, accounts and RBAC among ``objects`` (not the tenancy roles)."""
+    return {_key(obj): obj for obj in objects
+            if obj["kind"] in RBAC_KINDS and obj["metadata"]["name"] not in TENANCY}
 
 
 # -- the kustomizations, built offline ------------------------------------------
 
 
-def test_default_builds_the_crds_rbac_and_one_deployment_per_provisioner():
+def test_default_builds_a_namespaced_install():
+    """config/default: every grant of the operator is a Role in its own
+    namespace, each account bound to its own pool role, and each operator
+    watches that namespace; cluster-scoped are only the CRDs, the tenancy
+    roles and the admission policy."""
     objects = _kustomize(CONFIG / "default")
     kinds = sorted(obj["kind"] for obj in objects)
-    assert kinds == sorted(["Namespace", "CustomResourceDefinition", "CustomResourceDefinition",
-                            "CustomResourceDefinition", "ServiceAccount", "ServiceAccount", "ServiceAccount",
-                            "ClusterRole", "ClusterRole",
-                            "ClusterRoleBinding", "Role", "RoleBinding", "Deployment", "Deployment", "Deployment"])
-    cluster_scoped = {"Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding"}
+    assert kinds == sorted(["Namespace", *["CustomResourceDefinition"] * 3, *["ServiceAccount"] * 3,
+                            *["Role"] * 5, *["RoleBinding"] * 5, "ClusterRole", "ClusterRole",
+                            "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", *["Deployment"] * 3])
+    assert {obj["metadata"]["name"] for obj in objects if obj["kind"] == "ClusterRole"} == TENANCY
+    # config/tenancy as written (the role applies the files themselves), but
+    # the namespace kustomize gives the admission policy and its binding.
+    tenancy = {_key(obj): obj for obj in _listed(CONFIG / "tenancy")}
+    built = [json.loads(json.dumps(obj)) for obj in objects if _scoped_key(obj) in tenancy]
+    for obj in built:
+        obj["metadata"].pop("namespace", None)
+    assert {_key(obj): obj for obj in built} == tenancy
     for obj in objects:
-        assert obj["metadata"].get("namespace") == (None if obj["kind"] in cluster_scoped else NAMESPACE), _key(obj)
+        if obj["kind"] in ("Role", "RoleBinding", "ServiceAccount", "Deployment"):
+            assert obj["metadata"]["namespace"] == NAMESPACE, _key(obj)
+    bindings = {obj["metadata"]["name"]: obj for obj in objects if obj["kind"] == "RoleBinding"}
+    for short in SHORTS:
+        binding = bindings[f"exporterset-operator-pool-{short}"]
+        assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                      "name": f"exporterset-operator-pool-{short}"}
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": f"exporterset-operator-{short}",
+                                        "namespace": NAMESPACE}]
+    assert bindings["exporterset-operator"]["roleRef"]["kind"] == "Role"
+    for deployment in (obj for obj in objects if obj["kind"] == "Deployment"):
+        (container,) = deployment["spec"]["template"]["spec"]["containers"]
+        env = {entry["name"]: entry for entry in container["env"]}
+        assert env["WATCH_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+
+
+def test_cluster_wide_builds_the_crds_rbac_and_one_deployment_per_provisioner():
+    objects = _kustomize(CONFIG / "cluster-wide")
+    kinds = sorted(obj["kind"] for obj in objects)
+    assert kinds == sorted(["Namespace", *["CustomResourceDefinition"] * 3, *["ServiceAccount"] * 3,
+                            *["ClusterRole"] * 6, "ClusterRoleBinding", "Role", "RoleBinding",
+                            "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", *["Deployment"] * 3])
+    for obj in objects:
+        if obj["kind"] in ("Role", "RoleBinding", "ServiceAccount", "Deployment"):
+            assert obj["metadata"]["namespace"] == NAMESPACE, _key(obj)
+        if obj["kind"] == "Deployment":
+            (container,) = obj["spec"]["template"]["spec"]["containers"]
+            assert "WATCH_NAMESPACE" not in {entry["name"] for entry in container["env"]}
     assert [obj["metadata"]["name"] for obj in objects if obj["kind"] == "Namespace"] == [NAMESPACE]
 
 
@@ -100,50 +181,97 @@ def test_crd_kustomization_holds_exactly_the_crds_the_bed_installs():
     assert built == {obj["metadata"]["name"]: obj for obj in _listed(CONFIG / "crd")}
 
 
-def _pool_binding(namespace: str) -> dict:
+def _pool_bindings(namespace: str) -> list[dict]:
     """config/rbac/pool as ``kubectl apply -k config/rbac/pool -n NAMESPACE`` makes it."""
-    (binding,) = _kustomize(CONFIG / "rbac" / "pool")
-    binding["metadata"]["namespace"] = namespace
-    return binding
+    bindings = _kustomize(CONFIG / "rbac" / "pool")
+    for binding in bindings:
+        binding["metadata"]["namespace"] = namespace
+    return bindings
 
 
 def test_rbac_is_what_the_operator_install_role_creates():
-    """config/rbac and rbac.yml.j2 (with the role's defaults: cluster-wide,
-    namespace jumpstarter-virtual) hold the same objects, rules included."""
-    role = {_key(obj): obj for obj in _render_role_template("rbac.yml.j2")}
+    """rbac.yml.j2 with the role's defaults (namespaced, namespace
+    jumpstarter-virtual) makes the RBAC of config/default, and with
+    operator_install_cluster_wide config/rbac as written, rules included; a
+    pool namespace of the role is config/rbac/pool applied there."""
+    namespaced = _operator_rbac(_render_role_template("rbac.yml.j2"))
+    assert namespaced == _operator_rbac(_kustomize(CONFIG / "default"))
+    cluster = {_key(obj): obj for obj in _render_role_template("rbac.yml.j2", operator_install_cluster_wide=True)}
     kustomize = {_key(obj): obj for obj in _listed(CONFIG / "rbac")}
-    assert kustomize == role
+    assert cluster == kustomize
     # ...and kustomize leaves them as written.
     assert {_key(obj): obj for obj in _kustomize(CONFIG / "rbac")} == kustomize
-    # A pool namespace of the role is config/rbac/pool applied there.
+    assert _operator_rbac(_kustomize(CONFIG / "cluster-wide")) == kustomize
     pools = ["jumpstarter-lab", "team-b"]
-    role = {_key(obj): obj for obj in _render_role_template("rbac.yml.j2", operator_install_pool_namespaces=pools)}
-    assert role == kustomize | {_key(b): b for b in map(_pool_binding, pools)}
+    role = {_key(obj): obj for obj in _render_role_template("rbac.yml.j2", operator_install_cluster_wide=True,
+                                                            operator_install_pool_namespaces=pools)}
+    assert role == kustomize | {_key(b): b for pool in pools for b in _pool_bindings(pool)}
+
+
+def test_each_provisioner_account_gets_its_own_pool_role_and_no_more():
+    """Per provisioner, the pool role grants none of what its operator never
+    does (NOT_NEEDED), and its account is bound to that role alone: in every
+    install (config/rbac/pool, config/default, the role for one provisioner)."""
+    roles = {obj["metadata"]["name"]: obj for obj in _listed(CONFIG / "rbac") if obj["kind"] == "ClusterRole"}
+    assert set(roles) == {"exporterset-operator"} | {f"exporterset-operator-pool-{s}" for s in SHORTS}
+    qemu = _grants(roles["exporterset-operator-pool-qemu"])
+    for short in SHORTS:
+        grants = _grants(roles[f"exporterset-operator-pool-{short}"])
+        assert grants & NOT_NEEDED[short] == set(), short
+        assert grants <= qemu, short
+    # Only the QEMU Pod's reset in place execs, in a rule of its own.
+    (exec_rule,) = [r for r in roles["exporterset-operator-pool-qemu"]["rules"] if "pods/exec" in r["resources"]]
+    assert exec_rule == {"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["get", "create"]}
+    for built in (_pool_bindings("x"), [o for o in _kustomize(CONFIG / "default") if o["kind"] == "RoleBinding"
+                                        and o["metadata"]["name"].startswith("exporterset-operator-pool-")]):
+        assert sorted((b["roleRef"]["name"], [s["name"] for s in b["subjects"]]) for b in built) == sorted(
+            (f"exporterset-operator-pool-{s}", [f"exporterset-operator-{s}"]) for s in SHORTS)
+    only = _render_role_template("rbac.yml.j2", operator_install_provisioners=[constants.PROVISIONER_QEMU_BAREMETAL])
+    assert sorted(o["metadata"]["name"] for o in only if o["kind"] == "Role"
+                  and o["metadata"]["name"].startswith("exporterset-operator-pool")) == [
+        "exporterset-operator-pool-qemu-baremetal"]
 
 
 def test_no_secret_or_configmap_is_listed_watched_or_written_outside_the_pool_namespaces():
     """Secrets and ConfigMaps are read, listed and watched (Secrets as
-    metadata only, for the config re-sync on change) only where the pool
-    ClusterRole is bound, with no verb beyond those; the cluster-wide role
-    grants nothing on them, nor pods/exec, nor any write on Pods or Exporters;
-    pods/exec (the reset in place of a QEMU Pod) is the pool role's, a rule of
-    its own with get and create only."""
-    by_name = {obj["metadata"]["name"]: obj for obj in _listed(CONFIG / "rbac") if obj["kind"] == "ClusterRole"}
-    cluster_wide = {(group, resource, verb) for rule in by_name["exporterset-operator"]["rules"]
-                    for group in rule["apiGroups"] for resource in rule["resources"] for verb in rule["verbs"]}
+    metadata only, for the config re-sync on change) only where a pool role
+    is bound, with no verb beyond those and ConfigMaps never written; the
+    watch role grants nothing on them, nor pods/exec, nor any write on Pods
+    or Exporters."""
+    roles = {obj["metadata"]["name"]: obj for obj in _listed(CONFIG / "rbac") if obj["kind"] == "ClusterRole"}
+    cluster_wide = _grants(roles.pop("exporterset-operator"))
     assert not {r for _, r, _ in cluster_wide} & {"secrets", "configmaps", "pods/exec"}
     assert {v for _, r, v in cluster_wide if r in ("pods", "exporters")} == {"list", "watch"}
-    for rule in by_name["exporterset-operator-pool"]["rules"]:
-        if {"secrets", "configmaps"} & set(rule["resources"]):
-            allowed = {"get", "list", "watch"} | ({"create", "update", "delete"} if "secrets" in rule["resources"]
-                                                  else set())
-            assert set(rule["verbs"]) <= allowed and rule["resources"] in (["secrets"], ["configmaps"]), rule
-        if "pods/exec" in rule["resources"]:
-            assert rule["resources"] == ["pods/exec"] and set(rule["verbs"]) <= {"get", "create"}, rule
-    (binding,) = [obj for obj in _kustomize(CONFIG / "default") if obj["kind"] == "ClusterRoleBinding"]
+    for role in roles.values():
+        for rule in role["rules"]:
+            if {"secrets", "configmaps"} & set(rule["resources"]):
+                allowed = {"get", "list", "watch"} | ({"create", "update", "delete"}
+                                                      if "secrets" in rule["resources"] else set())
+                assert set(rule["verbs"]) <= allowed and rule["resources"] in (["secrets"], ["configmaps"]), rule
+    (binding,) = [obj for obj in _kustomize(CONFIG / "cluster-wide") if obj["kind"] == "ClusterRoleBinding"]
     assert binding["roleRef"]["name"] == "exporterset-operator"
-    assert _pool_binding("x")["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                                             "name": "exporterset-operator-pool"}
+    assert {b["roleRef"]["kind"] for b in _pool_bindings("x")} == {"ClusterRole"}
+
+
+def test_tenant_and_admin_roles_grant_what_each_owns():
+    """A set author gets their sets (and scale) and policies and a read of
+    classes: never a set's status, a class write, a Secret or a ConfigMap.
+    The admin role holds the verb the admission policy asks for."""
+    roles = {obj["metadata"]["name"]: obj for obj in _listed(CONFIG / "tenancy") if obj["kind"] == "ClusterRole"}
+    group = "virtualtarget.jumpstarter.dev"
+    tenant = _grants(roles["virtualtarget-tenant"])
+    writes = {"create", "update", "patch", "delete"}
+    assert {(g, r, v) for g, r, v in tenant if v in writes} == {
+        (group, r, v) for r in ("exportersets", "exportersetpolicies") for v in writes} | {
+        (group, "exportersets/scale", v) for v in ("update", "patch")}
+    assert {r for _, r, _ in tenant} == {"exportersets", "exportersets/scale", "exportersetpolicies",
+                                         "virtualtargetclasses"}
+    assert not {v for _, r, v in tenant if r == "virtualtargetclasses"} - {"get", "list", "watch"}
+    admin = _grants(roles["virtualtarget-admin"])
+    assert (group, "virtualtargetclasses", "administer") in admin
+    assert not {r for _, r, _ in admin if r.endswith("/status")}
+    (policy,) = [obj for obj in _listed(CONFIG / "tenancy") if obj["kind"] == "ValidatingAdmissionPolicy"]
+    assert "check('administer')" in " ".join(v["expression"] for v in policy["spec"]["variables"])
 
 
 def test_watching_one_namespace_makes_only_namespaced_rbac_there():
@@ -152,9 +280,9 @@ def test_watching_one_namespace_makes_only_namespaced_rbac_there():
     kinds = {(obj["kind"], obj["metadata"]["name"]): obj["metadata"].get("namespace") for obj in objects}
     assert kinds == {
         ("Namespace", NAMESPACE): None,
-        **{("ServiceAccount", f"exporterset-operator-{p.split('.')[0]}"): NAMESPACE for p in PROVISIONERS},
+        **{("ServiceAccount", f"exporterset-operator-{s}"): NAMESPACE for s in SHORTS},
         ("Role", "exporterset-operator"): "team-a", ("RoleBinding", "exporterset-operator"): "team-a",
-        ("Role", "exporterset-operator-pool"): "team-a", ("RoleBinding", "exporterset-operator-pool"): "team-a",
+        **{(kind, f"exporterset-operator-pool-{s}"): "team-a" for s in SHORTS for kind in ("Role", "RoleBinding")},
         ("Role", "exporterset-operator-leader-election"): NAMESPACE,
         ("RoleBinding", "exporterset-operator-leader-election"): NAMESPACE,
     }
@@ -162,10 +290,19 @@ def test_watching_one_namespace_makes_only_namespaced_rbac_there():
                if obj["kind"] == "ClusterRole"}
     assert {obj["metadata"]["name"]: obj["rules"] for obj in objects if obj["kind"] == "Role"
             and obj["metadata"]["namespace"] == "team-a"} == cluster
+    deployments = _render_role_template("deployment.yml.j2", operator_install_watch_namespace="team-a")
+    for deployment in deployments:
+        (container,) = deployment["spec"]["template"]["spec"]["containers"]
+        assert "--namespace=team-a" in container["args"]
+        assert "WATCH_NAMESPACE" not in {entry["name"] for entry in container["env"]}
 
 
 def test_manager_deployments_are_what_the_role_creates():
-    role = {_key(obj): obj for obj in _render_role_template("deployment.yml.j2")}
+    """The role's Deployments are config/default's (each watching its own
+    namespace), and cluster-wide config/manager's as written."""
+    default = {_key(obj): obj for obj in _kustomize(CONFIG / "default") if obj["kind"] == "Deployment"}
+    assert {_key(obj): obj for obj in _render_role_template("deployment.yml.j2")} == default
+    role = {_key(obj): obj for obj in _render_role_template("deployment.yml.j2", operator_install_cluster_wide=True)}
     kustomize = {_key(obj): obj for obj in _listed(CONFIG / "manager")}
     assert kustomize == role
 
@@ -216,8 +353,10 @@ def test_an_overlay_chooses_namespace_image_and_monitoring(tmp_path):
     (monitor,) = by_kind["ServiceMonitor"]
     assert service["metadata"]["namespace"] == monitor["metadata"]["namespace"] == "monitored"
     assert {obj["metadata"]["namespace"] for obj in objects if "namespace" in obj["metadata"]} == {"monitored"}
-    assert [subject["namespace"] for binding in by_kind["ClusterRoleBinding"] + by_kind["RoleBinding"]
-            for subject in binding["subjects"]] == ["monitored"] * 6  # three accounts, two bindings
+    # Three accounts in the watch and election bindings, one in each pool binding.
+    assert [subject["namespace"] for binding in by_kind["RoleBinding"]
+            for subject in binding["subjects"]] == ["monitored"] * 9
+    assert "ClusterRoleBinding" not in by_kind
     for deployment in by_kind["Deployment"]:
         assert [container["image"] for container in deployment["spec"]["template"]["spec"]["containers"]] == [
             "registry.example.com/jumpstarter/exporterset-operator:dev"]
@@ -300,6 +439,15 @@ def cluster(testbed_factory):
         assert gone.returncode != 0 and "NotFound" in gone.stderr
 
 
+CLUSTER_SCOPED = {"Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding",
+                  "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+
+
+def _scoped_key(obj: dict) -> tuple:
+    kind, namespace, name = _key(obj)
+    return kind, None if kind in CLUSTER_SCOPED else namespace, name
+
+
 def _get(bed, *args) -> dict:
     return json.loads(bed.kubectl("get", "-o", "json", *args).stdout)
 
@@ -321,7 +469,9 @@ def test_apply_installs_established_crds_and_every_object(cluster):
                     "crd/exportersets.virtualtarget.jumpstarter.dev",
                     "crd/virtualtargetclasses.virtualtarget.jumpstarter.dev")
     live = _get(cluster, "-k", str(CONFIG / "default"))["items"]
-    assert sorted(_key(obj) for obj in live) == sorted(_key(obj) for obj in _kustomize(CONFIG / "default"))
+    # kustomize gives the admission policy and its binding the namespace too
+    # (it does not know them as cluster-scoped); the API server drops it.
+    assert sorted(_key(obj) for obj in live) == sorted(_scoped_key(obj) for obj in _kustomize(CONFIG / "default"))
     # A second apply changes nothing and is accepted as well (an upgrade in place).
     again = cluster.kubectl("apply", "--server-side", "-k", str(CONFIG / "default"))
     assert "serverside-applied" in again.stdout
@@ -348,55 +498,42 @@ def test_every_deployment_gets_scheduled_pods(cluster):
         assert pod["spec"]["containers"][0]["env"][0]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
 
 
-@pytest.mark.testbed
-@pytest.mark.parametrize(("verb", "resource", "allowed"), [
-    ("patch", "exportersets.virtualtarget.jumpstarter.dev/status", "yes"),
-    ("update", "exportersets.virtualtarget.jumpstarter.dev/status", "no"),
-    ("watch", "exporters.jumpstarter.dev", "yes"),
-    ("create", "exporters.jumpstarter.dev", "no"),
-    ("create", "pods", "no"),
-    ("create", "pods/exec", "no"),
-    ("get", "secrets", "no"),
-    ("list", "configmaps", "no"),
-    ("delete", "exportersets.virtualtarget.jumpstarter.dev", "no"),
-    ("create", "leases.jumpstarter.dev", "no"),
-])
-def test_outside_the_pool_namespaces_the_account_only_reads_and_reports(cluster, verb, resource, allowed):
-    def decided():
-        assert _can_i(cluster, verb, resource, "some-team") == allowed
-    _eventually(decided, timeout=20)
+def _account(short: str) -> str:
+    return f"system:serviceaccount:{NAMESPACE}:exporterset-operator-{short}"
 
 
-def _can_i(bed, verb: str, resource: str, namespace: str) -> str:
-    """``kubectl auth can-i`` for the operator's account; ``resource/sub`` is a subresource."""
+def _allowed(auth, user: str, grant: tuple[str, str, str], namespace: str) -> bool:
+    """The API server's RBAC decision (a SubjectAccessReview) for ``user``."""
+    group, resource, verb = grant
     resource, _, subresource = resource.partition("/")
-    answer = bed.kubectl("auth", "can-i", verb, resource, *([f"--subresource={subresource}"] if subresource else []),
-                         "-n", namespace, f"--as={ACCOUNT}", check=False)
-    return answer.stdout.strip()
+    review = client.V1SubjectAccessReview(spec=client.V1SubjectAccessReviewSpec(
+        user=user, resource_attributes=client.V1ResourceAttributes(
+            namespace=namespace, verb=verb, group=group, resource=resource, subresource=subresource)))
+    return auth.create_subject_access_review(review).status.allowed
 
 
 @pytest.mark.testbed
-def test_a_pool_namespace_gets_the_writes_and_reads_by_name(cluster, request):
-    """`kubectl apply -k config/rbac/pool -n NAMESPACE` (docs/install.md)."""
-    namespace = namespace_name(request.node.name)
-    cluster.kubectl("create", "namespace", namespace)
-    try:
-        cluster.kubectl("apply", "--server-side", "-k", str(CONFIG / "rbac" / "pool"), "-n", namespace)
-        expected = [("create", "exporters.jumpstarter.dev", "yes"), ("create", "pods", "yes"),
-                    ("get", "secrets", "yes"), ("delete", "secrets", "yes"), ("get", "configmaps", "yes"),
-                    # Listed and watched (Secrets as metadata only) for the config
-                    # re-sync on change; ConfigMaps never written.
-                    ("list", "secrets", "yes"), ("watch", "secrets", "yes"), ("list", "configmaps", "yes"),
-                    ("update", "configmaps", "no"),
-                    # The reset in place of a QEMU Pod, in the set's own namespace.
-                    ("create", "pods/exec", "yes"), ("update", "leases.jumpstarter.dev", "no")]
+def test_each_operator_account_may_do_what_its_provisioner_needs_and_nothing_more(cluster):
+    """The namespaced install on a real API server: in its namespace each
+    provisioner's account holds the watch role's and its own pool role's
+    grants and none of NOT_NEEDED; in any other namespace it holds none."""
+    roles = {obj["metadata"]["name"]: obj for obj in _listed(CONFIG / "rbac") if obj["kind"] == "ClusterRole"}
+    watch = _grants(roles["exporterset-operator"])
+    asked = watch | _grants(roles["exporterset-operator-pool-qemu"])
+    expected = {}
+    for short in SHORTS:
+        own = watch | _grants(roles[f"exporterset-operator-pool-{short}"])
+        for grant in sorted(asked | NOT_NEEDED[short]):
+            expected[(short, NAMESPACE, grant)] = grant in own and grant not in NOT_NEEDED[short]
+            expected[(short, "some-team", grant)] = False
+    assert sum(expected.values()) > 0 and not all(expected.values())
+    with cluster.api_client() as api:
+        auth = client.AuthorizationV1Api(api)
 
         def decided():
-            answers = [(verb, resource, _can_i(cluster, verb, resource, namespace)) for verb, resource, _ in expected]
-            assert answers == expected
+            answers = {key: _allowed(auth, _account(key[0]), key[2], key[1]) for key in expected}
+            assert {k: v for k, v in answers.items() if v != expected[k]} == {}
         _eventually(decided, timeout=20)
-    finally:
-        cluster.kubectl("delete", "namespace", namespace, "--wait=false")
 
 
 @pytest.mark.testbed
@@ -426,9 +563,115 @@ def test_samples_apply_in_a_team_namespace(cluster, request):
         cluster.kubectl("delete", "namespace", namespace, "--wait=false")
 
 
+TENANT, ADMIN = "tenant-a", "admin-a"
+
+
+def _as(api, user: str):
+    """A CustomObjectsApi and a CoreV1Api acting as ``user`` (impersonation)."""
+    impersonated = client.ApiClient(api.configuration)
+    impersonated.set_default_header("Impersonate-User", user)
+    return client.CustomObjectsApi(impersonated), client.CoreV1Api(impersonated)
+
+
+def _refused(call) -> str:
+    """The API server's message refusing ``call()``: a 403."""
+    with pytest.raises(client.ApiException) as refused:
+        call()
+    assert refused.value.status == 403, refused.value.body
+    return json.loads(refused.value.body)["message"]
+
+
+def _ca(name: str, labels=None) -> dict:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "labels": labels or {}},
+            "data": {"ca.crt": "-----BEGIN CERTIFICATE-----\nMA==\n-----END CERTIFICATE-----\n"}}
+
+
+@pytest.mark.testbed
+def test_tenants_write_sets_and_policies_only_admins_write_classes_and_trusted_configmaps(cluster, request):
+    """A tenant bound to the shipped tenant role makes sets and policies in its
+    namespace, but not their status; a Role that also lets it write classes
+    and ConfigMaps does not get its class or a trusted ConfigMap past the
+    admission policy. An admin bound to the shipped admin role writes both."""
+    namespace = namespace_name(request.node.name)
+    cluster.kubectl("create", "namespace", namespace)
+    try:
+        cluster.kubectl("create", "rolebinding", "sets", "-n", namespace, "--clusterrole=virtualtarget-tenant",
+                        f"--user={TENANT}")
+        cluster.kubectl("create", "rolebinding", "lab-admins", "-n", namespace, "--clusterrole=virtualtarget-admin",
+                        f"--user={ADMIN}")
+        # RBAC that is too wide: what a namespace's `edit` gives on ConfigMaps, and classes.
+        cluster.kubectl("create", "role", "too-wide", "-n", namespace, "--verb=get,create,update,patch,delete",
+                        "--resource=configmaps,virtualtargetclasses.virtualtarget.jumpstarter.dev")
+        cluster.kubectl("create", "rolebinding", "too-wide", "-n", namespace, "--role=too-wide", f"--user={TENANT}")
+        with cluster.api_client() as api:
+            auth = client.AuthorizationV1Api(api)
+            def bound():
+                assert _allowed(auth, TENANT, (GROUP[0], "exportersets", "create"), namespace)
+                assert _allowed(auth, TENANT, (GROUP[0], "virtualtargetclasses", "create"), namespace)
+                assert _allowed(auth, ADMIN, (GROUP[0], "virtualtargetclasses", "administer"), namespace)
+            _eventually(bound, timeout=20)
+            tenant, tenant_core = _as(api, TENANT)
+            admin, admin_core = _as(api, ADMIN)
+
+            # The admin makes the class and the controller CA; the tenant a set and its policy.
+            make_class(admin, namespace)
+            admin_core.create_namespaced_config_map(namespace, _ca("jumpstarter-service-ca-cert"))
+            make_set(tenant, namespace)
+            tenant.create_namespaced_custom_object(*GROUP, namespace, "exportersetpolicies", {
+                "apiVersion": "virtualtarget.jumpstarter.dev/v1alpha1", "kind": "ExporterSetPolicy",
+                "metadata": {"name": "pool"}, "spec": {"exporterSetName": "pool"}})
+            tenant.patch_namespaced_custom_object(*GROUP, namespace, "exportersets", "pool",
+                                                  {"spec": {"minAvailableReplicas": 1}})
+            # Not the status the operator decides from: RBAC refuses it.
+            assert "exportersets/status" in _refused(lambda: tenant.patch_namespaced_custom_object_status(
+                *GROUP, namespace, "exportersets", "pool", {"status": {"replicas": 7}}))
+
+            # RBAC lets the tenant write ConfigMaps and classes; the policy refuses the trusted ones.
+            tenant_core.create_namespaced_config_map(namespace, _ca("notes"))
+            policy = "only a class admin may"
+            assert policy in _refused(lambda: make_class(tenant, namespace, name="mine"))
+            assert policy in _refused(lambda: tenant.patch_namespaced_custom_object(
+                *GROUP, namespace, "virtualtargetclasses", "qemu-small", {"spec": {"parameters": {"memory": "64Gi"}}}))
+            assert policy in _refused(lambda: tenant.delete_namespaced_custom_object(
+                *GROUP, namespace, "virtualtargetclasses", "qemu-small"))
+            message = _refused(lambda: tenant_core.patch_namespaced_config_map(
+                "jumpstarter-service-ca-cert", namespace, {"data": {"ca.crt": "mine"}}))
+            assert f"trusted ConfigMap {namespace}/jumpstarter-service-ca-cert: {policy} update it" in message
+            assert TENANT in message
+            assert policy in _refused(lambda: tenant_core.delete_namespaced_config_map(
+                "jumpstarter-service-ca-cert", namespace))
+            assert policy in _refused(lambda: tenant_core.create_namespaced_config_map(
+                namespace, _ca("my-ca", {"virtualtarget.jumpstarter.dev/trusted": "true"})))
+            # A change of the finalizers alone passes (the operator's in-use
+            # finalizer, written by an account that may not administer).
+            tenant.patch_namespaced_custom_object(*GROUP, namespace, "virtualtargetclasses", "qemu-small",
+                                                  {"metadata": {"finalizers": ["example.com/held"]}})
+            tenant.patch_namespaced_custom_object(*GROUP, namespace, "virtualtargetclasses", "qemu-small",
+                                                  {"metadata": {"finalizers": None}})
+            # Nor can it make its own ConfigMap trusted by labelling it.
+            assert policy in _refused(lambda: tenant_core.patch_namespaced_config_map(
+                "notes", namespace, {"metadata": {"labels": {"virtualtarget.jumpstarter.dev/trusted": "true"}}}))
+            # Nothing refused was written.
+            ca = client.CoreV1Api(api).read_namespaced_config_map("jumpstarter-service-ca-cert", namespace)
+            assert ca.data == _ca("x")["data"]
+            klass = client.CustomObjectsApi(api).get_namespaced_custom_object(
+                *GROUP, namespace, "virtualtargetclasses", "qemu-small")
+            assert "memory" not in (klass["spec"].get("parameters") or {})
+            assert not klass["metadata"].get("deletionTimestamp")
+
+            # The admin may change both.
+            admin_core.patch_namespaced_config_map("jumpstarter-service-ca-cert", namespace,
+                                                   {"metadata": {"labels": {"rotated": "yes"}}})
+            admin.patch_namespaced_custom_object(*GROUP, namespace, "virtualtargetclasses", "qemu-small",
+                                                 {"metadata": {"annotations": {"reviewed": "yes"}}})
+    finally:
+        cluster.kubectl("delete", "namespace", namespace, "--wait=false")
+
+
 # -- from either install to a warm pool, as the installed service account ---------
 
-POOL_NAMESPACE = "jumpstarter-lab"
+# config/default's operator serves the namespace it is installed in.
+POOL_NAMESPACE = NAMESPACE
 # Set by the API server or by who applied, not by the install.
 SERVER_FIELDS = ("uid", "resourceVersion", "creationTimestamp", "managedFields", "generation")
 
@@ -436,14 +679,12 @@ SERVER_FIELDS = ("uid", "resourceVersion", "creationTimestamp", "managedFields",
 @pytest.fixture(scope="module")
 def playbook_cluster(testbed_factory, cluster, tmp_path_factory):
     """Another bed with only upstream's CRDs, installed by playbooks/install.yml
-    with the pool namespace the stand-in will serve."""
+    with its defaults (namespaced, as config/default)."""
     bed = testbed_factory("install-playbook", crd_files=upstream_core_crd_files())
-    bed.kubectl("create", "namespace", POOL_NAMESPACE)
     workdir = tmp_path_factory.mktemp("install-playbook")
     done = subprocess.run(
         [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,",
-         str(ROOT / "playbooks" / "install.yml"),
-         "-e", json.dumps({"operator_install_pool_namespaces": [POOL_NAMESPACE]})],
+         str(ROOT / "playbooks" / "install.yml")],
         env={**ansible_env(), "K8S_AUTH_KUBECONFIG": str(bed.kubeconfig), "KUBECONFIG": str(bed.kubeconfig),
              "ANSIBLE_STDOUT_CALLBACK": "default"},
         capture_output=True, text=True, timeout=600, cwd=workdir,
@@ -454,16 +695,13 @@ def playbook_cluster(testbed_factory, cluster, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def kustomize_cluster(cluster):
-    """The config/default bed, with config/rbac/pool applied to the pool namespace."""
-    cluster.kubectl("create", "namespace", POOL_NAMESPACE)
-    cluster.kubectl("apply", "--server-side", "-k", str(CONFIG / "rbac" / "pool"), "-n", POOL_NAMESPACE)
-    yield cluster
-    cluster.kubectl("delete", "namespace", POOL_NAMESPACE, "--wait=false")
+    """The config/default bed."""
+    return cluster
 
 
 def _installed(bed) -> dict[tuple, dict]:
     """The live objects of the install, without what the API server adds."""
-    wanted = [_key(obj) for obj in _kustomize(CONFIG / "default")] + [_key(_pool_binding(POOL_NAMESPACE))]
+    wanted = [_scoped_key(obj) for obj in _kustomize(CONFIG / "default")]
     live = {}
     for kind, namespace, name in wanted:
         obj = _get(bed, kind, name, *(["-n", namespace] if namespace else []))

@@ -26,7 +26,8 @@ from pool_helpers import GROUP, SET_LABEL, make_class, make_set, settle_pool
 
 ROOT = Path(__file__).resolve().parents[1]
 RBAC = ROOT / "config" / "rbac"
-ROLE_FILES = ("role.yaml", "pool_role.yaml", "leader_election_role.yaml")
+# The qemu operator's Roles: this run's sets are qemu.jumpstarter.dev sets.
+ROLE_FILES = ("role.yaml", "pool_role_qemu.yaml", "leader_election_role.yaml")
 
 # Grants this run cannot show in the audit log, each with why it is kept.
 # Grants whose use in this run depends on timing: they are neither required

@@ -5,7 +5,7 @@ notes the digest it was written from) and the ConfigMaps (the controller CA).
 
 A cache is started for a namespace the first time a set of a Pod
 provisioner this operator serves is reconciled there: these are the
-namespaces where the pool role (config/rbac/pool_role.yaml) is bound, and
+namespaces where the pool role (config/rbac/pool_role_qemu.yaml) is bound, and
 where it grants list and watch on Secrets and ConfigMaps. Until both caches
 of a namespace are synced (or while that grant is missing) the sets there
 are re-synced on the fallback period instead (k8s/observe.py).
