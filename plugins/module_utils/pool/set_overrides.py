@@ -32,6 +32,14 @@ What is refused:
   allowed entry the rest of the template does not support
   (``Provisioner.allowed_driver_violations``: a QEMU serial console without a
   QEMU driver) or the template as a whole (``template_violations``).
+* **Reach**: a template driver whose ``config`` names a ``host`` (a
+  ``TcpNetwork`` to an address of the lab's network) unless the class's
+  ``reach`` entry lists that ``host:port``: the exporter connects to it from
+  the Pod or the shared lab host. A driver without a ``host`` is pointed at
+  the guest by the provisioner.
+* **Image hosts**: a set's ``*.url`` (http, https, OCI) whose host is not
+  that of one of the class's own urls nor in its ``image-hosts`` entry; the
+  file the url belongs to is the class's again.
 * **More resources than the class gives**: a set's resources (the
   provisioner's ``resource_ceilings``: for QEMU ``resources.cpu``,
   ``resources.memory``, ``resources.storage``) and each host's ``slots`` may
@@ -51,7 +59,8 @@ The class says more in its annotation ``constants.ANNOTATION_SET_OVERRIDABLE``
       images.exporter=quay.io/example/jumpstarter:0.9.1;
       parameters.disk.path=/srv/images/a.qcow2|/srv/images/b.qcow2;
       drivers=jumpstarter_driver_qemu.driver.Qemu|jumpstarter_driver_network.driver.TcpNetwork;
-      max.resources.memory=8Gi; max.resources.cpu=4; max.slots=4
+      max.resources.memory=8Gi; max.resources.cpu=4; max.slots=4;
+      reach=ci.lab.example:22|10.0.0.5:8080; image-hosts=images.lab.example
 
 Entries are separated by ``;`` or new lines, values by ``|``. A
 ``parameters.*`` or ``images.*`` entry lists values a set may give besides
@@ -69,6 +78,7 @@ Pure: no I/O.
 """
 
 import copy
+import re
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants, provisioners
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.merge import (
@@ -94,6 +104,22 @@ REASON_NOT_ALLOWED_BY_CLASS = "NotAllowedByClass"
 # (provisioners/base.py). This module applies them, and names none.
 HOST_CONNECTION_FIELDS = ("address", "port", "user")
 DRIVERS_FIELD = "drivers"
+# The ``host:port`` values a template driver's config may name, and the
+# hosts a set's image urls may name besides those of the class's own urls:
+# read_allowlist takes both for every provisioner.
+REACH_FIELD = "reach"
+IMAGE_HOSTS_FIELD = "image-hosts"
+_REACH_WHY = ("the exporter connects to it from where the instance runs, the Pod's or the lab "
+              "host's network")
+_IMAGE_HOSTS_WHY = "the image is fetched from where the instance runs, by the operator's fetch"
+# The schemes the image fetch takes (qemu/images.py URL_SCHEMES, which this
+# module may not import); a url of any other form is refused by validation
+# (the image-url format), not here.
+FETCHED_SCHEMES = ("http", "https", "oci")
+# An authority that names one host and nothing else: no user part, no
+# backslash, no percent sign that a later parser could read otherwise.
+_AUTHORITY = re.compile(r"^(?P<host>[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\])"
+                        r"(?::(?P<port>[0-9]{1,5}))?$")
 _DRIVERS_WHY = "the exporter imports and runs it where the instance runs"
 SLOTS_CEILING = "max.slots"
 
@@ -123,7 +149,7 @@ def read_allowlist(virtual_target_class):
     class_meta = (virtual_target_class or {}).get("metadata") or {}
     provisioner = ((virtual_target_class or {}).get("spec") or {}).get("provisioner")
     text = (class_meta.get("annotations") or {}).get(constants.ANNOTATION_SET_OVERRIDABLE) or ""
-    known = allowable_fields(provisioner)
+    known = allowable_fields(provisioner) + [REACH_FIELD, IMAGE_HOSTS_FIELD]
     where = f"VirtualTargetClass annotation {constants.ANNOTATION_SET_OVERRIDABLE}"
     allowed, warnings = {}, []
     for entry in text.replace("\n", ";").split(";"):
@@ -210,6 +236,9 @@ def resolve(virtual_target_class, exporter_set):
     if own.credential_hosts is not None:
         _slot_ceilings(class_parameters.get("hosts"), parameters, allowed, refusals)
     refusals.extend(_driver_violations(virtual_target_class, exporter_set, allowed))
+    refusals.extend(reach_violations(exporter_set, allowed))
+    refusals.extend(_image_host_violations(class_parameters, set_spec.get("parameters"), parameters,
+                                           allowed))
 
     reason = (constants.REASON_CREDENTIAL_REDIRECT if redirects
               else REASON_NOT_ALLOWED_BY_CLASS if refusals else None)
@@ -325,6 +354,98 @@ def _driver_violations(virtual_target_class, exporter_set, allowed):
             f"class allows ({_DRIVERS_WHY}); supported types: {shown} ({source})"
             + (f"; {hint}" if hint else ""))
     violations += own.template_violations(drivers)
+    return violations
+
+
+def driver_reach(config):
+    """``host:port`` (``[v6]:port``; the host alone without a port) that a
+    template driver's ``config`` names, or None when it names no ``host``."""
+    if not isinstance(config, dict) or config.get("host") in (None, ""):
+        return None
+    host, port = str(config["host"]), config.get("port")
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return host if port in (None, "") else f"{host}:{port}"
+
+
+def reach_violations(exporter_set, allowed):
+    """One message per template driver whose config names a ``host`` that the
+    class's ``reach`` entry does not list as ``host:port``.
+
+    A driver without a ``host`` (a TcpNetwork that names a port alone) is
+    pointed at the guest by the provisioner and needs no entry.
+    """
+    drivers = ((((exporter_set or {}).get("spec") or {}).get("template") or {}).get("spec")
+               or {}).get("drivers")
+    reach = allowed.get(REACH_FIELD) or set()
+    violations = []
+    for index, driver in enumerate(drivers if isinstance(drivers, list) else ()):
+        target = driver_reach(driver.get("config") if isinstance(driver, dict) else None)
+        if target is None or target in reach:
+            continue
+        listed = ", ".join(sorted(reach)) if reach else "none"
+        violations.append(
+            f"spec.template.spec.drivers[{index}].config.host: {_show(target)} is not a host:port the "
+            f"class lets a set reach ({_REACH_WHY}); the class allows: {listed} ({REACH_FIELD} in "
+            "the class's annotation lists them)")
+    return violations
+
+
+def url_host(url):
+    """The lowercased host an image url names (http, https, oci:// or a
+    scheme-less OCI reference), or None when it names none or its authority
+    is more than a host and a port."""
+    if not isinstance(url, str):
+        return None
+    _, sep, rest = url.strip().partition("://")
+    authority, slash, _ = (rest if sep else url.strip()).partition("/")
+    match = _AUTHORITY.match(authority) if sep or slash else None
+    return match.group("host").lower() if match else None
+
+
+def _fetched(url):
+    """Whether ``url`` is of a form the fetch takes (else validation refuses it)."""
+    if not isinstance(url, str):
+        return False
+    scheme, sep, _ = url.strip().partition("://")
+    if sep:
+        return scheme.lower() in FETCHED_SCHEMES
+    first = url.strip().split("/", 1)[0]
+    return ":" not in first or bool(re.match(r"^[^/:]+:\d+/", url.strip()))
+
+
+def _urls(parameters, path=()):
+    """``(path, url)`` of every ``url`` key in ``parameters`` (mappings only)."""
+    if not isinstance(parameters, dict):
+        return
+    for key, value in parameters.items():
+        if key == "url":
+            yield path + (key,), value
+        elif isinstance(value, dict):
+            yield from _urls(value, path + (key,))
+
+
+def _image_host_violations(class_parameters, set_parameters, parameters, allowed):
+    """One message per ``*.url`` the set gives whose host is not one of the
+    class's own urls nor listed in its ``image-hosts`` entry; the file it
+    belongs to becomes the class's again."""
+    hosts = {url_host(url) for _, url in _urls(class_parameters)} - {None}
+    hosts |= {(url_host("x://" + entry) or entry).lower() for entry in allowed.get(IMAGE_HOSTS_FIELD, ())}
+    violations = []
+    for path, url in sorted(_urls(set_parameters), key=lambda pair: pair[0]):
+        if url == _get(class_parameters, path) or not _fetched(url):
+            continue  # the class's own, or a url no fetch takes (validation names it)
+        host = url_host(url)
+        if host is not None and host in hosts:
+            continue
+        named = f"host {_show(host)}" if host else "no plain host (a host and a port, nothing more)"
+        listed = ", ".join(sorted(hosts)) if hosts else "none"
+        violations.append(
+            f"spec.parameters.{'.'.join(path)}: {_show(url)} names {named}, not one the class fetches "
+            f"images from ({_IMAGE_HOSTS_WHY}); the class allows: {listed} (the hosts of its own "
+            f"urls, and {IMAGE_HOSTS_FIELD} in the class's annotation)")
+        whole = path[:-1] or path
+        _put(parameters, whole, _get(class_parameters, whole))
     return violations
 
 

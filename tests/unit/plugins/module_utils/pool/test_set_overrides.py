@@ -10,6 +10,7 @@ import copy
 import pytest
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants as c
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import observe as k8s_observe
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import set_overrides
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.merge import (
     deep_merge,
     merge_images,
@@ -21,6 +22,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool
     resolve,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.base import DEFAULT_IMAGES
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu import images
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.quantity import (
     quantity_to_bytes,
 )
@@ -414,7 +416,7 @@ def test_paths_binaries_and_work_dirs_are_the_classs(provisioner, override, fiel
 
 
 def test_dropping_the_classs_path_is_refused_too():
-    resolved = resolve(qemu_class(), a_set({"disk": {"path": None, "url": "https://x/d.qcow2"}}))
+    resolved = resolve(qemu_class("image-hosts=x"), a_set({"disk": {"path": None, "url": "https://x/d.qcow2"}}))
     assert fields_of(resolved) == ["spec.parameters.disk.path"]
     assert resolved["parameters"]["disk"]["path"] == "/srv/images/base.qcow2"
 
@@ -437,7 +439,8 @@ def test_a_set_may_still_change_what_is_its_own():
     own = {"arch": "x86_64", "machineType": "pc", "kernelArgs": "quiet", "kvm": True,
            "resources": {"cpu": 1, "memory": "256Mi"}, "disk": {"url": "https://x/d.qcow2",
                                                               "digest": "sha256:" + "0" * 64}}
-    resolved = resolve(qemu_class(), with_drivers(QEMU_DRIVER, parameters=own))
+    # The url's host is one the class lets it fetch from (image-hosts).
+    resolved = resolve(qemu_class("image-hosts=x"), with_drivers(QEMU_DRIVER, parameters=own))
     assert resolved["violations"] == [] and resolved["reason"] is None
     assert resolved["parameters"] == deep_merge(QEMU_CLASS, own)
 
@@ -672,11 +675,157 @@ def test_a_hostless_tcp_network_needs_a_guest_port_in_a_pod_class(port):
     assert fields_of(resolved) == ["spec.template.spec.drivers[1].config.port"]
     assert "an integer from 1 to 65535" in resolved["violations"][0]
     assert resolved["reason"] == "NotAllowedByClass"
-    # With a host it is the template's own connection, and a lab host's
-    # exporter forwards nothing: neither is checked here.
+    # With a host it is the template's own connection (the reach rule's,
+    # below), and a lab host's exporter forwards nothing: no port check.
     the_set["spec"]["template"]["spec"]["drivers"][1]["config"] = {"host": "10.0.0.1", "port": 22}
-    assert resolve(qemu_class(), the_set)["violations"] == []
+    assert resolve(qemu_class("reach=10.0.0.1:22"), the_set)["violations"] == []
     the_set["spec"]["template"]["spec"]["drivers"][1]["config"] = {"port": port}
     assert resolve(lab_class(), the_set)["violations"] == []
     the_set["spec"]["template"]["spec"]["drivers"][1]["config"] = {"port": 22}
     assert resolve(qemu_class(), the_set)["violations"] == []
+
+
+# --- reach: a driver that names a host; image urls' hosts ----------------------------------
+
+TCP = "jumpstarter_driver_network.driver.TcpNetwork"
+
+
+def reaching(config, driver_type=TCP):
+    the_set = with_drivers(QEMU_DRIVER, driver_type)
+    the_set["spec"]["template"]["spec"]["drivers"][1]["config"] = config
+    return the_set
+
+
+@pytest.mark.parametrize("klass", [qemu_class, lab_class])
+@pytest.mark.parametrize("config, shown", [
+    ({"host": "10.0.0.7", "port": 22}, "10.0.0.7:22"),
+    ({"host": "jenkins.lab.example", "port": "8080"}, "jenkins.lab.example:8080"),
+    ({"host": "fd00::7", "port": 443}, "[fd00::7]:443"),
+    ({"host": "169.254.169.254"}, "169.254.169.254"),
+])
+def test_a_driver_that_names_a_host_is_refused_unless_the_class_lists_it(klass, config, shown):
+    """Every lab host (or Pod) would be a TCP relay into the network it sits in."""
+    resolved = resolve(klass(), reaching(config))
+    assert fields_of(resolved) == ["spec.template.spec.drivers[1].config.host"]
+    assert resolved["violations"][0].startswith(
+        f"spec.template.spec.drivers[1].config.host: '{shown}' is not a host:port the class lets a set reach")
+    assert resolved["reason"] == "NotAllowedByClass"
+    # Listed by the class: allowed; another port of the same host is not.
+    assert resolve(klass(f"reach=other:1|{shown}"), reaching(config))["violations"] == []
+    assert fields_of(resolve(klass("reach=10.0.0.7:23"), reaching(config))) == [
+        "spec.template.spec.drivers[1].config.host"]
+
+
+@pytest.mark.parametrize("klass", [qemu_class, lab_class])
+def test_a_tcp_network_without_a_host_reaches_only_the_guest_and_is_allowed(klass):
+    assert resolve(klass(), reaching({"port": 22}))["violations"] == []
+    assert resolve(klass(), reaching({"port": 22, "host": None}))["violations"] == []
+
+
+def test_any_allowed_driver_naming_a_host_needs_the_entry():
+    other = "jumpstarter_driver_network.driver.UdpNetwork"
+    resolved = resolve(qemu_class(f"drivers={QEMU_DRIVER}|{other}"), reaching({"host": "10.1.1.1", "port": 53},
+                                                                               other))
+    assert fields_of(resolved) == ["spec.template.spec.drivers[1].config.host"]
+
+
+def test_the_plan_refuses_a_reaching_set_and_makes_nothing():
+    the_set = reaching({"host": "10.0.0.7", "port": 22})
+    the_set["spec"]["minAvailableReplicas"] = 1
+    result = k8s_observe.plan_for(the_set, observed(the_set, lab_class(), []))
+    degraded = condition(result, c.CONDITION_DEGRADED)
+    assert (degraded["status"], degraded["reason"]) == ("True", "NotAllowedByClass")
+    assert degraded["message"].startswith("spec.template.spec.drivers[1].config.host: ")
+    assert result["create"] == []
+
+
+IMAGE_DIGEST = "sha256:" + "0" * 64
+IMAGE_CLASS = {**QEMU_CLASS, "disk": {"url": "https://images.lab.example/base.qcow2", "digest": IMAGE_DIGEST},
+               "firmware": {"url": "registry.lab.example:5000/firmware/ovmf:1", "digest": IMAGE_DIGEST}}
+
+
+def image_class(allow=None, provisioner=c.PROVISIONER_QEMU):
+    base = QEMU_CLASS if provisioner == c.PROVISIONER_QEMU else lab_class()["spec"]["parameters"]
+    return qemu_class(allow, provisioner, {**base, **IMAGE_CLASS})
+
+
+@pytest.mark.parametrize("url", [
+    "http://10.0.0.1/disk.qcow2",
+    "https://metadata.google.internal/computeMetadata/v1/",
+    "http://[::1]:8080/disk",
+    "oci://registry.internal/tenant/disk:1",
+    "registry.internal:5000/tenant/disk:1",
+    "https://images.lab.example@10.0.0.1/base.qcow2",
+    "https://images.lab.example\\@10.0.0.1/base.qcow2",
+    "https://images.lab.example%2f@10.0.0.1/",
+])
+@pytest.mark.parametrize("provisioner", [c.PROVISIONER_QEMU, c.PROVISIONER_QEMU_BAREMETAL])
+def test_an_image_url_may_name_only_the_classs_hosts(url, provisioner):
+    """Smaller: an http(s) url could name any internal address the fetch reaches."""
+    resolved = resolve(image_class(provisioner=provisioner), a_set({"kernel": {"url": url, "digest": IMAGE_DIGEST}}))
+    assert fields_of(resolved) == ["spec.parameters.kernel.url"]
+    assert resolved["violations"][0].startswith(f"spec.parameters.kernel.url: '{url}' names ")
+    assert "the class allows: images.lab.example, registry.lab.example" in resolved["violations"][0]
+    assert resolved["reason"] == "NotAllowedByClass"
+    # The file is the class's again: it gives no kernel.
+    assert "kernel" not in resolved["parameters"]
+
+
+@pytest.mark.parametrize("url", [
+    "https://images.lab.example/other.qcow2",
+    "http://IMAGES.lab.example:8080/other.qcow2",
+    "oci://registry.lab.example:5000/firmware/other:2",
+    "registry.lab.example/firmware/other:2",
+])
+def test_the_hosts_of_the_classs_own_urls_are_allowed(url):
+    assert resolve(image_class(), a_set({"disk": {"url": url, "digest": IMAGE_DIGEST}}))["violations"] == []
+
+
+def test_the_class_lists_more_image_hosts_and_without_urls_allows_none():
+    the_set = a_set({"disk": {"url": "https://mirror.example/d.qcow2", "digest": IMAGE_DIGEST}})
+    assert resolve(image_class("image-hosts=mirror.example|other:5000"), the_set)["violations"] == []
+    (message,) = resolve(qemu_class(), the_set)["violations"]
+    assert message.startswith("spec.parameters.disk.url: 'https://mirror.example/d.qcow2' names host "
+                              "'mirror.example', not one the class fetches images from")
+    assert "the class allows: none" in message
+    # The class's disk stands: its path.
+    assert resolve(qemu_class(), the_set)["parameters"]["disk"] == QEMU_CLASS["disk"]
+
+
+def test_a_url_no_fetch_takes_is_left_to_validation():
+    """file:, ftp: and the like are InvalidParameters (qemu/images.py url_problem)."""
+    for url in ("file:///etc/shadow", "ftp://10.0.0.1/x", "file:/etc/shadow", "data:,x"):
+        assert resolve(qemu_class(), a_set({"disk": {"url": url}}))["violations"] == [], url
+
+
+def test_the_fetched_schemes_are_the_image_fetchs():
+    assert set(set_overrides.FETCHED_SCHEMES) == set(images.URL_SCHEMES)
+
+
+_HOST = st.one_of(st.sampled_from(["images.lab.example", "IMAGES.LAB.EXAMPLE", "10.0.0.1", "[::1]",
+                                   "images.lab.example@10.0.0.1", "images.lab.example.evil",
+                                   "evil.images.lab.example", "mirror.example", ""]),
+                  st.from_regex(r"[a-z0-9.@:%\\\[\]-]{1,20}", fullmatch=True))
+
+
+@settings(max_examples=300, deadline=None)
+@given(scheme=st.sampled_from(["http://", "https://", "oci://", ""]), host=_HOST,
+       port=st.sampled_from(["", ":5000", ":x"]), path=st.sampled_from(["/a/b:1", "", "/x?y", "#z"]),
+       extra=st.sampled_from(["", "image-hosts=mirror.example"]))
+def test_a_url_reaches_the_fetch_only_with_a_host_the_class_allows(scheme, host, port, path, extra):
+    url = f"{scheme}{host}{port}{path}"
+    klass = image_class(extra)
+    resolved = resolve(klass, a_set({"disk": {"url": url, "digest": IMAGE_DIGEST}}))
+    allowed = {"images.lab.example", "registry.lab.example", *(["mirror.example"] if extra else [])}
+    authority = url.split("://", 1)[-1].split("/", 1)[0].lower()
+    named = authority in allowed or (":" in authority and authority.rsplit(":", 1)[0] in allowed
+                                     and authority.rsplit(":", 1)[1].isdigit())
+    other_scheme = images.url_problem(url) is not None
+    if resolved["violations"]:
+        assert resolved["parameters"]["disk"] == IMAGE_CLASS["disk"]
+    else:
+        # Kept: a url whose authority is an allowed host (and a port), and
+        # a slash after it, or one that validation refuses (no fetch takes it).
+        assert (named and (scheme or "/" in url)) or other_scheme, url
+        assert resolved["parameters"] == deep_merge(klass["spec"]["parameters"],
+                                                    {"disk": {"url": url, "digest": IMAGE_DIGEST}})
