@@ -4,7 +4,10 @@ the host, a path, a binary, a work directory, more resources or slots than
 the class gives), and each is refused by the class's policy
 (pool/set_overrides.py): the set is Degraded/NotAllowedByClass naming the
 field, a Warning Event names it too, and nothing is made for it (no Exporter
-but the dormant one, no Pod, no host chosen).
+but the dormant one, no Pod, no host chosen). A reserved template annotation
+is refused as a reserved label is (TemplateLabelConflict), and a set whose
+template copies a lab board's labels does not grow for the lease that waits
+for that board (pool/demand.py).
 
 One operator serves every set of the table at once, beside a set that asks
 for nothing out of bounds and is served (so the bed makes what it is asked
@@ -30,6 +33,9 @@ from testbed import namespace_name
 REASON = "NotAllowedByClass"
 QEMU = "jumpstarter_driver_qemu.driver.Qemu"
 UNIX_NETWORK = "jumpstarter_driver_network.driver.UnixNetwork"
+TCP_NETWORK = "jumpstarter_driver_network.driver.TcpNetwork"
+DIGEST = "sha256:" + "0" * 64
+EXPORTERS = ("jumpstarter.dev", "v1alpha1")
 LAB_PROVISIONER = constants.PROVISIONER_QEMU_BAREMETAL
 # The Pod class names ceilings (a qemu.jumpstarter.dev set has none
 # otherwise); the lab class's own values are its ceilings.
@@ -81,8 +87,33 @@ ATTACKS = [
      "spec.parameters.resources.storage"),
     ("memory-above-the-named-ceiling", "pod", {"parameters": {"resources": {"memory": "1Gi"}}},
      "spec.parameters.resources.memory"),
+    # A TcpNetwork that names a host turns the lab host (or the Pod) into a
+    # relay into its network; one without a host reaches only the guest.
+    ("tcp-relay-from-a-lab-host", "lab",
+     drivers({"name": "relay", "type": TCP_NETWORK, "config": {"host": "10.0.0.1", "port": 22}}),
+     "spec.template.spec.drivers[1].config.host"),
+    ("tcp-relay-from-a-pod", "pod",
+     drivers({"name": "relay", "type": TCP_NETWORK, "config": {"host": "kubernetes.default", "port": 443}}),
+     "spec.template.spec.drivers[1].config.host"),
+    ("image-from-an-internal-address", "pod",
+     {"parameters": {"disk": {"url": "http://169.254.169.254/latest/disk.qcow2", "digest": DIGEST}}},
+     "spec.parameters.disk.url"),
+    ("image-behind-a-user-part", "pod",
+     {"parameters": {"kernel": {"url": "https://10.0.0.1@192.168.1.1/vmlinuz", "digest": DIGEST}}},
+     "spec.parameters.kernel.url"),
+    # The real controller derives an Exporter's credential subject from it.
+    ("reserved-annotation", "pod",
+     {"template": {"metadata": {"annotations": {"jumpstarter.dev/migrated-uid": "0b8b0e55"}},
+                   "spec": {"drivers": [{"name": "qemu", "type": QEMU}]}}},
+     "spec.template.metadata.annotations.jumpstarter.dev/migrated-uid"),
 ]
 CLASS_NAMES = {"pod": "pods", "lab": "lab"}
+# Refused as a reserved label is, not by the class's policy.
+REASONS = {"reserved-annotation": "TemplateLabelConflict"}
+# Demand capture: a set whose template copies the labels of a lab's board
+# (an Exporter no set controls), and another user's lease for that board
+# waiting while the board is offline.
+BOARD_LABELS = {"board": "capture", "lab": "bench"}
 
 
 def _ssh_key(directory):
@@ -117,17 +148,29 @@ def hostile(testbed, tmp_path_factory):
                          parameters={"resources": {"memory": "512Mi", "cpu": 2}})
                 for name, kind, spec, _ in ATTACKS:
                     if "template" in spec:
-                        spec = {**spec, "template": {**spec["template"], "metadata": {"labels": {"board": name}}}}
+                        metadata = {**spec["template"].get("metadata", {}), "labels": {"board": name}}
+                        spec = {**spec, "template": {**spec["template"], "metadata": metadata}}
                     make_set(custom, namespace, name=name, board=name,
                              virtualTargetClassName=CLASS_NAMES[kind], minAvailableReplicas=1,
                              maxReplicas=2, **spec)
+                custom.create_namespaced_custom_object(*EXPORTERS, namespace, "exporters", {
+                    "apiVersion": "jumpstarter.dev/v1alpha1", "kind": "Exporter",
+                    "metadata": {"name": "bench-capture", "labels": BOARD_LABELS}, "spec": {"enabled": True}})
+                standin.create_lease("theirs", {"board": "capture"})
+                # Its selector tells its Exporters from the board (it selects
+                # nothing it does not adopt); its labels still satisfy the lease.
+                make_set(custom, namespace, name="capture", board="capture", virtualTargetClassName="pods",
+                         minAvailableReplicas=0, maxReplicas=2,
+                         selector={"matchLabels": {"board": "capture", "virtual": "true"}},
+                         template={"metadata": {"labels": {**BOARD_LABELS, "virtual": "true"}},
+                                   "spec": {"drivers": [{"name": "qemu", "type": QEMU}]}})
                 proc = OperatorProcess(str(testbed.kubeconfig), namespace, work,
                                        provisioners=(constants.PROVISIONER_QEMU, LAB_PROVISIONER))
                 proc.start()
                 try:
                     proc.wait_ready()
                     # Every set planned once (its status has conditions).
-                    for name in ["fine", *(attack[0] for attack in ATTACKS)]:
+                    for name in ["fine", "capture", *(attack[0] for attack in ATTACKS)]:
                         wait_for(lambda name=name: (get_set(custom, namespace, name).get("status")
                                                     or {}).get("conditions"),
                                  timeout=120, message=f"{name} planned")
@@ -141,16 +184,17 @@ def hostile(testbed, tmp_path_factory):
 
 def _refusal(api, namespace, name, field):
     custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
+    reason = REASONS.get(name, REASON)
 
     def degraded():
         cond = condition(get_set(custom, namespace, name), "Degraded")
-        return cond if cond and cond["reason"] == REASON else None
+        return cond if cond and cond["reason"] == reason else None
 
     # Every set has been planned by now (the fixture).
-    cond = wait_for(degraded, timeout=20, message=f"{name}: Degraded/{REASON}")
+    cond = wait_for(degraded, timeout=20, message=f"{name}: Degraded/{reason}")
     events = wait_for(lambda: [e for e in core.list_namespaced_event(namespace).items
-                               if e.reason == REASON and e.involved_object.name == name],
-                      message=f"{name}: Warning Event {REASON}")
+                               if e.reason == reason and e.involved_object.name == name],
+                      message=f"{name}: Warning Event {reason}")
     return cond, events
 
 
@@ -179,3 +223,25 @@ def test_the_fine_set_beside_them_is_served(hostile):
     assert condition(get_set(custom, namespace, "fine"), "Degraded")["status"] == "False"
     assert [p.metadata.name for p in standin.pods(f"{constants.LABEL_EXPORTER_SET}=fine")] == [
         "fine-0"]
+
+
+def test_a_lease_for_a_lab_board_is_not_the_demand_of_a_set_that_copied_its_labels(hostile):
+    """Demand capture: the set stays at zero for the other user's lease (no
+    Exporter, no Pod: the lease cannot land on the tenant's Exporters), and
+    says which lease it left to which board."""
+    api, namespace, standin = hostile
+    custom = client.CustomObjectsApi(api)
+
+    def told():
+        found = condition(get_set(custom, namespace, "capture"), "SelectorOverlap") or {}
+        return found if found.get("reason") == "LeasesForUnownedExporters" else None
+
+    found = wait_for(told, timeout=20, message="capture: SelectorOverlap/LeasesForUnownedExporters")
+    assert found["status"] == "True"
+    assert "Lease theirs (board=capture): Exporter bench-capture, which no set controls" in found["message"]
+    assert (get_set(custom, namespace, "capture").get("status") or {}).get("replicas", 0) == 0
+    exporters = standin.exporters(f"{constants.LABEL_EXPORTER_SET}=capture")
+    assert all(constants.ANNOTATION_DORMANT in (e["metadata"].get("annotations") or {})
+               for e in exporters), [e["metadata"]["name"] for e in exporters]
+    assert standin.pods(f"{constants.LABEL_EXPORTER_SET}=capture") == []
+    assert standin.exporter_of("theirs") is None
