@@ -11,6 +11,7 @@ wrote into their config, and it matches the leases.
 from __future__ import annotations
 
 import json
+import pwd
 import time
 
 from jumpstarter_standin import wait_for
@@ -94,7 +95,9 @@ def test_pool_on_lab_hosts(api, namespace, standin, operator, lab_hosts, tmp_pat
     assert sorted(placed.values()) == ["lab1", "lab1", "lab2", "lab2"]
     for name, host in placed.items():
         config = lab_hosts.instance_dir(host, namespace, name) / "exporter.yaml"
-        assert oct(config.stat().st_mode & 0o777) == "0o600"
+        # The instance's own identity alone reads its token (jumpstarter-instance).
+        assert oct(config.stat().st_mode & 0o777) == "0o400"
+        assert config.stat().st_uid != pwd.getpwnam("jumpstarter").pw_uid
         assert lab.running(name, host)
         # Its own jmp run, registered with the controller over TLS.
         assert lab.standin.online(name)

@@ -5,6 +5,7 @@ in the real test bed."""
 import base64
 import json
 import os
+import pwd
 import subprocess
 import sys
 import time
@@ -116,7 +117,8 @@ def test_provision_reset_remove_and_host_loss(testbed, namespace, standin, lab, 
         e["status"]["credential"]["name"], namespace).data["token"]).decode() for e in bed.exporters()}
     for name, host in hosts.items():
         config_file = bed.instance_dir(host, name) / "exporter.yaml"
-        assert oct(config_file.stat().st_mode & 0o777) == "0o600"
+        assert oct(config_file.stat().st_mode & 0o777) == "0o400"
+        assert config_file.stat().st_uid != pwd.getpwnam("jumpstarter").pw_uid
         assert json.loads(config_file.read_text())["token"] == tokens[name]
         assert tokens[name] not in stdout
 

@@ -54,3 +54,16 @@ def test_unknown_key_and_wrong_host_key_are_refused(lab_hosts, tmp_path):
          f"jumpstarter@{lab_hosts.hosts['lab1']}", "true"],
         capture_output=True, text=True, timeout=60)
     assert unverified.returncode == 255 and "Host key verification failed" in unverified.stderr
+
+
+def test_the_service_user_may_run_the_identity_helper_as_root_and_nothing_else(lab_hosts):
+    result = ssh_as_operator(
+        lab_hosts, "lab1",
+        f"sudo -n {PREFIX}/bin/jumpstarter-instance claim ../../etc.x; echo helper=$?; "
+        "sudo -n /bin/true 2>/dev/null; echo other=$?; "
+        f"sudo -n {PREFIX}/venv/bin/python -c 1 2>/dev/null; echo python=$?; id -Gn")
+    lines = result.stdout.split("\n")
+    # The helper runs as root and refuses a name outside instances/.
+    assert "jumpstarter-instance: not an instance name: '../../etc.x'" in result.stderr
+    assert lines[:3] == ["helper=1", "other=1", "python=1"], result
+    assert {"jve-i0", "jve-i15"} <= set(lines[3].split())

@@ -146,6 +146,7 @@ import hashlib
 import json
 import os
 import shlex
+import stat
 import subprocess
 import tempfile
 import time
@@ -180,7 +181,7 @@ def _alive(pid_file):
     """The pid in a supervisor's file, if a process of the file's owner (the
     instance's identity, which wrote it) has it."""
     try:
-        pid = int(open(pid_file).read().strip())
+        pid = int((_read(pid_file) or "").strip())
         return pid if os.stat(f"/proc/{pid}").st_uid == os.stat(pid_file).st_uid else None
     except (OSError, ValueError):
         return None
@@ -545,7 +546,7 @@ class HostInstances:
         if self._stop(name) or not os.path.exists(marker):
             self.changed.append(name)
             if not self.module.check_mode:
-                open(marker, "w").close()
+                _replace(marker, "", 0o600)
 
 
 def _replace(path, content, mode):
@@ -559,11 +560,20 @@ def _replace(path, content, mode):
 
 
 def _read(path):
+    """A regular file's text, else None; the instance's identity writes some
+    of them, so a FIFO or a device there is not waited on."""
     try:
-        with open(path) as handle:
-            return handle.read().strip() if path.endswith("exit-status") else handle.read()
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError:
         return None
+    with os.fdopen(descriptor) as handle:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            return None
+        try:
+            text = handle.read()
+        except (OSError, ValueError):
+            return None
+    return text.strip() if path.endswith("exit-status") else text
 
 
 def set_lock(module):
