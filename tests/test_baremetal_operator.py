@@ -21,7 +21,7 @@ from pool_helpers import GROUP, condition, get_set, make_class, make_set
 
 PROVISIONER = "qemu-baremetal.jumpstarter.dev"
 HOST_LABEL = "virtualtarget.jumpstarter.dev/host"
-REPORT = "virtualtarget.jumpstarter.dev/host-report"
+REPORT = "hostReport"  # of status.operatorState (pool/operator_state.py)
 BOARD = "lab-x86"
 # Short enough to cost the test one probe interval (5 s at least), not
 # two, long enough that a host slow to answer under load is not lost.
@@ -150,7 +150,7 @@ def test_pool_on_lab_hosts(api, namespace, standin, operator, lab_hosts, tmp_pat
              message="the lost host's Exporters replaced")
     replaced_after = time.monotonic() - crashed
     assert replaced_after >= RECONNECT_TIMEOUT
-    report = json.loads(get_set(custom, namespace)["metadata"]["annotations"][REPORT])
+    report = json.loads(get_set(custom, namespace)["status"]["operatorState"][REPORT])
     assert report["hosts"]["lab1"]["unreachableSince"]
     # The status said 5 of 5 before the crash too: wait for the new placement.
     refilled = ["lab2", "lab2", "lab3", "lab3", "lab3"]
@@ -165,7 +165,7 @@ def test_pool_on_lab_hosts(api, namespace, standin, operator, lab_hosts, tmp_pat
     lab_hosts.up()
     wait_for(lambda: not any(lab_hosts.instance_dir("lab1", namespace, n).exists() for n in lost),
              timeout=60, interval=0.5, message="leftovers on lab1 removed")
-    wait_for(lambda: not json.loads(get_set(custom, namespace)["metadata"]["annotations"][REPORT])
+    wait_for(lambda: not json.loads(get_set(custom, namespace)["status"]["operatorState"][REPORT])
              ["hosts"]["lab1"]["unreachableSince"], message="lab1 reachable in the report")
 
     # Scale-down stops exactly the instances it chose and nothing else.

@@ -146,9 +146,9 @@ def test_a_changed_config_is_rewritten_and_restarted_only_while_unleased(testbed
         assert (config["token"], config["endpoint"]) == ("third-token", "grpc.moved.example:443")
         assert not [p for p in core.list_namespaced_pod(namespace).items
                     if p.metadata.name == "pool-0" and not p.metadata.deletion_timestamp]
-        annotations = custom.get_namespaced_custom_object(*GROUP, namespace, "exportersets", "pool")[
-            "metadata"]["annotations"]
-        assert k8s_observe.ANNOTATION_CONFIG_SYNCED in annotations
+        state = custom.get_namespaced_custom_object(*GROUP, namespace, "exportersets", "pool")[
+            "status"]["operatorState"]
+        assert k8s_observe.CONFIG_SYNCED_KEY in state
 
 
 def _rendered(core, namespace, name):

@@ -31,7 +31,10 @@ SECRET = "corellium-creds"
 CA_CONFIGMAP = "corellium-ca"
 DEVICE = {"flavor": "kronos", "os": "1.1.1", "build": "Critical Application Monitor (Baremetal)"}
 CORELLIUM_DRIVER = {"name": "corellium", "type": "jumpstarter_driver_corellium.driver.Corellium"}
-REFUSAL_ANNOTATION = "virtualtarget.jumpstarter.dev/backend-refusal"
+# Where the refusal is kept: the set's status (pool/operator_state.py), which
+# a set's author cannot write; the annotation of its former name is never read.
+REFUSAL_KEY = "backendRefusal"
+FORMER_REFUSAL_ANNOTATION = "virtualtarget.jumpstarter.dev/backend-refusal"
 OVERRIDABLE_ANNOTATION = "virtualtarget.jumpstarter.dev/set-overridable"
 
 
@@ -184,6 +187,10 @@ def test_wait_for_first_consumer_creates_for_leases_through_a_rate_limit_storm(
     assert_token_nowhere(api, namespace, corellium_fake.token, proc.log_path.read_text())
 
 
+def refusal_of(exporter_set):
+    return ((exporter_set.get("status") or {}).get("operatorState") or {}).get(REFUSAL_KEY)
+
+
 def _quiet_count(fake, quiet=1.0, timeout=15.0):
     """How many requests the fake has had, once none came for ``quiet`` seconds."""
     count, since = len(fake.requests), time.monotonic()
@@ -224,10 +231,17 @@ def test_rejected_token_gives_condition_and_backs_off(api, namespace, standin, o
     # be finishing its last request when the condition shows: counted once
     # the requests have been quiet for a second.
     refused_requests = _quiet_count(corellium_fake)
-    refusal = (get_set(custom, namespace)["metadata"].get("annotations") or {}).get(REFUSAL_ANNOTATION)
+    refusal = refusal_of(get_set(custom, namespace))
+    assert refusal and json.loads(refusal)["reason"] == "CredentialsRejected"
     with no_event(api, "Pod", added, 4.0, namespace, what="Pod while the backend refuses"):
-        assert_no_event(api, "ExporterSet",
-                        lambda t, o: (o["metadata"].get("annotations") or {}).get(REFUSAL_ANNOTATION) != refusal,
+        # The set's author clears the refusal where it was once kept, and
+        # forges one whose backoff is over: neither sends the token sooner.
+        custom.patch_namespaced_custom_object(*GROUP, namespace, "exportersets", "pool", {"metadata": {
+            "annotations": {FORMER_REFUSAL_ANNOTATION: json.dumps({**json.loads(refusal),
+                                                                   "retryAt": "2000-01-01T00:00:00Z"})}}})
+        custom.patch_namespaced_custom_object(*GROUP, namespace, "exportersets", "pool", {"metadata": {
+            "annotations": {FORMER_REFUSAL_ANNOTATION: None}}})
+        assert_no_event(api, "ExporterSet", lambda t, o: refusal_of(o) != refusal,
                         4.0, namespace, what="retry before the backoff ended")
     assert len(corellium_fake.requests) == refused_requests
     assert standin.pods() == []
@@ -240,7 +254,7 @@ def test_rejected_token_gives_condition_and_backs_off(api, namespace, standin, o
     assert list(made) == ["pool-0"]
     wait_for(lambda: condition(get_set(custom, namespace), "Degraded")["status"] == "False",
              message="Degraded cleared")
-    assert REFUSAL_ANNOTATION not in (get_set(custom, namespace)["metadata"].get("annotations") or {})
+    assert refusal_of(get_set(custom, namespace)) is None
     assert_token_nowhere(api, namespace, bad_token, proc.log_path.read_text())
     assert_token_nowhere(api, namespace, corellium_fake.token, proc.log_path.read_text())
 

@@ -97,7 +97,7 @@ def test_unschedulable_instance_backs_off_longer_each_time(testbed, api, namespa
 
         _, degraded_set = sets.wait(replica_failure, timeout=60, message="Degraded=True/ReplicaFailure")
         degraded = next(c for c in degraded_set["status"]["conditions"] if c["type"] == "Degraded")
-        last_failure = json.loads(degraded_set["metadata"]["annotations"][constants.ANNOTATION_LAST_FAILURE])
+        last_failure = json.loads(degraded_set["status"]["operatorState"]["lastFailure"])
         failing_for = parse_time(degraded["lastTransitionTime"]) - parse_time(last_failure["since"])
         assert failing_for >= timedelta(seconds=15), (degraded, last_failure)
         # ... although the threshold was reached well before that.

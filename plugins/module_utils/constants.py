@@ -55,21 +55,10 @@ LABEL_EXPORTER = GROUP + "/exporter"
 # Exporter label: the lab host a qemu-baremetal instance runs on.
 LABEL_HOST = GROUP + "/host"
 
-# ExporterSet annotation: RFC3339 time since which the pool has had more
-# replicas than its target without interruption (scale-down cooldown clock).
-ANNOTATION_SURPLUS_SINCE = GROUP + "/surplus-since"
-# ExporterSet annotation: number of instance failures since an instance last
-# became ready (drives backoff and the ReplicaFailure condition).
-ANNOTATION_CONSECUTIVE_FAILURES = GROUP + "/consecutive-failures"
-# ExporterSet annotation: JSON {"time", "reason", "message", "exporters"} of
-# the latest failure round; "exporters" stops a failure seen twice through a
-# stale cache from being counted twice.
-ANNOTATION_LAST_FAILURE = GROUP + "/last-failure"
-
-# ExporterSet annotation: JSON {reason, message, since, count, retryAt} of
-# the last time a provisioner's backend refused to make an instance (rejected
-# credentials, quota); see backend_refusal.py.
-ANNOTATION_BACKEND_REFUSAL = GROUP + "/backend-refusal"
+# What the operator decides from about a set (the scale-down cooldown's clock,
+# the failure streak, a backend's refusal, the lab hosts' report, the last
+# config re-sync) is kept in its status, never in its annotations:
+# pool/operator_state.py.
 
 # Exporter annotation: name of the lease the Exporter was last seen holding
 # (bookkeeping for people; a lease's end is read from the Lease objects).

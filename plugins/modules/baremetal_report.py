@@ -10,9 +10,10 @@ version_added: 0.1.0
 description:
   - Runs where the operator runs, after M(jumpstarter.virtual_exporters.baremetal_instances)
     ran on every host of the set.
-  - Writes the host report annotation C(virtualtarget.jumpstarter.dev/host-report) of the
-    ExporterSet. Every reconcile reads it back for the state of the instances, the free
-    slots and the hosts that stopped answering (and since when).
+  - Writes the host report into the ExporterSet's status (C(status.operatorState.hostReport),
+    through the status subresource, which a set's author cannot write). Every reconcile reads
+    it back for the state of the instances, the free slots and the hosts that stopped
+    answering (and since when).
   - A host that answered replaces its entry; one that did not keeps its last entry and the
     time it was first missed.
   - A set that no longer exists is left alone.
@@ -57,7 +58,7 @@ hosts_changed:
   returned: always
   type: bool
 written:
-  description: Whether the set existed and the annotation was written.
+  description: Whether the set existed and the report was written.
   returned: always
   type: bool
 """
@@ -98,9 +99,9 @@ def main():
     previous = baremetal_pool.read_report(exporter_set)
     report = baremetal_pool.next_report(previous, p["results"], datetime.now(UTC))
     if not module.check_mode:
-        k8s_status.patch_annotations(
-            api, constants.EXPORTER_SET, p["namespace"], p["exporterset"],
-            {baremetal_pool.REPORT_ANNOTATION: baremetal_pool.encode_report(report)})
+        k8s_status.write_state(api, p["namespace"], p["exporterset"],
+                               {baremetal_pool.REPORT_KEY: baremetal_pool.encode_report(report)},
+                               given=exporter_set)
     # Recording an observation changes nothing on the hosts or in the pool;
     # like an _info module it reports no change. hosts_changed says whether
     # what was observed moved.

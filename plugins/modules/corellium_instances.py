@@ -179,7 +179,7 @@ refusal:
       description: What users read; for quota, the API's own message.
       type: str
 set_changes:
-  description: Plan fragment (C(set_annotations), C(events)) that records or clears the refusal
+  description: Plan fragment (C(set_state), C(events)) that records or clears the refusal
     on the set; empty when nothing is to change or O(exporterset) was not given.
   returned: always
   type: dict

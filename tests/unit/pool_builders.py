@@ -19,7 +19,7 @@ def at(seconds_from_now):
 
 def exporter_set(name=SET_NAME, min_replicas=0, max_replicas=0, min_available=0,
                  cooldown="5m", recycle="ExitAndReplace", annotations=None, status=None,
-                 parameters=None, labels=None, generation=3):
+                 parameters=None, labels=None, generation=3, state=None):
     obj = {
         "apiVersion": "virtualtarget.jumpstarter.dev/v1alpha1",
         "kind": "ExporterSet",
@@ -41,6 +41,9 @@ def exporter_set(name=SET_NAME, min_replicas=0, max_replicas=0, min_available=0,
         obj["spec"]["parameters"] = parameters
     if status is not None:
         obj["status"] = status
+    if state:
+        # The operator state (pool/operator_state.py), as the status carries it.
+        obj.setdefault("status", {})["operatorState"] = dict(state)
     return obj
 
 

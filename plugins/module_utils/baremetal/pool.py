@@ -1,9 +1,10 @@
 """What the pool logic learns from the lab hosts of a qemu-baremetal set.
 
 The lab hosts are not in the Kubernetes API, so every run of the provisioner
-role (and the periodic probe) records what it found on them in one ExporterSet
-annotation, the *host report*. Every reconcile reads it back through
-``LabView``, from which ``k8s_observe`` takes:
+role (and the periodic probe) records what it found on them in the
+ExporterSet's operator state (``status.operatorState.hostReport``, which a
+set author cannot write), the *host report*. Every reconcile reads it back
+through ``LabView``, from which ``k8s_observe`` takes:
 
 * ``instances`` for the plan: the phase each host reported for each instance.
   A host that stopped answering turns its instances Unknown (offline) and,
@@ -31,7 +32,7 @@ import json
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.baremetal import hosts as baremetal
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.baremetal import placement
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import set_overrides
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import operator_state, set_overrides
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.exporter_state import (
     read_exporter,
 )
@@ -44,9 +45,9 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.time
     parse_time,
 )
 
-# ExporterSet annotation: JSON {"probedAt", "hosts": {host: {"seenAt",
-# "unreachableSince", "instances": {exporter: {"phase", "reason", "message"}}}}}.
-REPORT_ANNOTATION = constants.GROUP + "/host-report"
+# JSON {"probedAt", "hosts": {host: {"seenAt", "unreachableSince",
+# "instances": {exporter: {"phase", "reason", "message"}}}}}.
+REPORT_KEY = operator_state.HOST_REPORT
 # VirtualTargetClass annotation: comma-separated names of drained hosts.
 DRAINED_HOSTS_ANNOTATION = constants.GROUP + "/drained-hosts"
 
@@ -66,8 +67,8 @@ REPORTED_FIELDS = ("phase", "reason", "message", "uid")
 
 
 def read_report(exporter_set):
-    """The host report on the set, or an empty one (also for an unreadable annotation)."""
-    text = ((exporter_set.get("metadata") or {}).get("annotations") or {}).get(REPORT_ANNOTATION)
+    """The host report on the set, or an empty one (also for an unreadable one)."""
+    text = operator_state.get(exporter_set, REPORT_KEY)
     try:
         report = json.loads(text) if text else {}
         parse_time(report["probedAt"])

@@ -469,25 +469,24 @@ class PlanApplier:
 
     def write_set(self, plan):
         meta = self.set["metadata"]
-        set_annotations = plan.get("set_annotations") or {}
-        if k8s_status.annotations_differ(meta.get("annotations"), set_annotations):
-            if not self.check:
-                k8s_status.patch_annotations(
-                    self.api_client, constants.EXPORTER_SET, self.namespace, meta["name"], set_annotations,
-                )
-            self.result["set_annotations_changed"] = True
+        # The operator state (pool/operator_state.py) is written with the
+        # status, through the status subresource, never as annotations.
+        state = plan.get("set_state") or {}
         status = plan.get("status")
         if status:
             outcome = None
             if self.write_outcome:
                 outcome = lifecycle.outcome(self.set)
             if self.check:
-                desired = k8s_status.status_with_outcome(status, self.set.get("status"), outcome)
+                desired = k8s_status.desired_status(status, self.set.get("status"), outcome, state)
                 self.result["status_changed"] = k8s_status.status_differs(self.set.get("status"), desired)
             else:
                 self.result["status_changed"], _ = k8s_status.write_status(
-                    self.api_client, self.namespace, meta["name"], status, outcome=outcome
+                    self.api_client, self.namespace, meta["name"], status, outcome=outcome, state=state
                 )
+        elif state:
+            self.result["status_changed"] = k8s_status.write_state(
+                self.api_client, self.namespace, meta["name"], state, check_mode=self.check)
         # An Event about an Exporter this pass was held from tells of an
         # action that did not happen; the next plan that acts writes it once.
         held = set(self.held_why) | self.not_adopted
@@ -579,5 +578,4 @@ class PlanApplier:
         r = self.result
         return bool(
             r["created"] or r["deleted"] or r["patched"] or r["status_changed"] or r["events"]
-            or r.get("set_annotations_changed")
         )

@@ -19,6 +19,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool
     adoption,
     backend_refusal,
     lease_safety,
+    operator_state,
     policy,
     pool_index,
     rollout,
@@ -44,7 +45,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.time
 CONFIG_SYNC_PLAYBOOK = "playbooks/config_sync.yml"
 CONFIG_SYNC_SECONDS = 300
 CONFIG_SYNC_MIN_SECONDS = 5
-ANNOTATION_CONFIG_SYNCED = constants.GROUP + "/config-synced-at"
+CONFIG_SYNCED_KEY = operator_state.CONFIG_SYNCED_AT
 
 
 def _labels(obj):
@@ -232,7 +233,8 @@ def config_sync_due(observed, exporter_set=None):
     once an unleased running instance's config Secret notes other inputs
     than now's (``stale_configs``) and the last sync is
     CONFIG_SYNC_MIN_SECONDS old; elsewhere once the set's last sync
-    (``ANNOTATION_CONFIG_SYNCED``, else its creation) is CONFIG_SYNC_SECONDS old."""
+    (``CONFIG_SYNCED_KEY`` of its operator state, else its creation) is
+    CONFIG_SYNC_SECONDS old."""
     if paused(observed) or held(observed) or not running_exporters(observed):
         return False
     if observed.get("sync_config"):
@@ -283,8 +285,9 @@ def stale_configs(observed):
 def _since_sync(observed, exporter_set=None):
     """Seconds since the set's config was last re-synced (else since its
     creation): 0 without either time, infinite when it is unreadable."""
-    meta = (exporter_set or observed.get("set") or {}).get("metadata") or {}
-    since = (meta.get("annotations") or {}).get(ANNOTATION_CONFIG_SYNCED) or meta.get("creationTimestamp")
+    exporter_set = exporter_set or observed.get("set") or {}
+    since = (operator_state.get(exporter_set, CONFIG_SYNCED_KEY)
+             or (exporter_set.get("metadata") or {}).get("creationTimestamp"))
     if not since:
         return 0.0
     try:
@@ -453,7 +456,7 @@ def playbook_variables(exporter_set, observed, plan, teardown=False):
             "controller_tls_ca": (observed.get("controller_ca") or {}).get("tls_ca", ""),
             # Pod-backed instances whose config this run re-syncs (exporter_pods synced).
             "running_exporters": exporters_to_resync(observed, exporter_set),
-            "config_synced_annotation": ANNOTATION_CONFIG_SYNCED,
+            "config_synced_key": CONFIG_SYNCED_KEY,
             "merged_parameters": resolved["parameters"],
             "merged_images": resolved["images"],
             # The role that makes the class's backends ('' for no provisioner the

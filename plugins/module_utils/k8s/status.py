@@ -1,4 +1,4 @@
-"""Writes of an ExporterSet's status, annotations and Events.
+"""Writes of an ExporterSet's status, its operator state and Events.
 
 Shared by the ``exporterset_status`` module (slow path, from a playbook) and
 the operator (fast path, in process), so both write the same thing the same
@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import core as k8s_core
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import guarded_write
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import status_compare
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import operator_state, status_compare
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.status import merge_conditions
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.timeutil import format_time
 
@@ -74,25 +74,51 @@ def status_differs(current, desired):
     return status_compare.status_differs(current, desired)
 
 
-def write_status(api_client, namespace, name, status, outcome=None, attempts=guarded_write.ATTEMPTS):
-    """Write ``status`` through the status subresource.
+def desired_status(status, current_status, outcome=None, state=None):
+    """What a status write leaves on the set: ``status`` with the outcome
+    (``status_with_outcome``) and the current operator state with ``state``
+    (a patch) over it; the operator state ``status`` was planned with is
+    not written, so a writer never undoes another's keys."""
+    return operator_state.rebased(status_with_outcome(status, current_status, outcome), current_status, state)
+
+
+def write_status(api_client, namespace, name, status, outcome=None, attempts=guarded_write.ATTEMPTS, state=None):
+    """Write ``status`` through the status subresource, with ``state`` (a
+    patch of the operator state, ``pool/operator_state.py``) applied.
 
     Guarded by the object's resourceVersion, a 409 Conflict retried on a
     fresh read (``guarded_write``), so a concurrent writer is never
     overwritten blindly. Returns (changed, written status); a set that is
     gone is (False, None).
     """
+    wanted = {}
+
     def plan(current):
-        return guarded_write.status_patch(
-            current, status_with_outcome(status, current.get("status"), outcome))
+        current_status = current.get("status") or {}
+        wanted["status"] = desired = desired_status(status, current_status, outcome, state)
+        if guarded_write.status_patch(current, desired) is None:
+            return None
+        return guarded_write.Patch({"status": operator_state.patch_body(current_status, desired)})
 
     written = guarded_write.read_modify_write(
         api_client, constants.EXPORTER_SET, namespace, name, plan, attempts=attempts)
     if not written.exists:
         return False, None
     if written.changed:
-        return True, written.patches[-1].body["status"]
+        return True, wanted["status"]
     return False, written.current.get("status")
+
+
+def write_state(api_client, namespace, name, state, given=None, check_mode=False):
+    """Write ``state`` (a patch of the set's operator state) alone, through
+    the status subresource, on a fresh read (or ``given``, the caller's copy,
+    first), guarded by its resourceVersion. Returns whether it changed."""
+    def plan(current):
+        body = operator_state.state_patch_body(operator_state.of(current), state)
+        return None if body is None else guarded_write.Patch({"status": body})
+
+    return guarded_write.read_modify_write(
+        api_client, constants.EXPORTER_SET, namespace, name, plan, given=given, check_mode=check_mode).changed
 
 
 def patch_annotations(api_client, gvr, namespace, name, annotations):
@@ -106,11 +132,6 @@ def patch_annotations(api_client, gvr, namespace, name, annotations):
         *gvr.at(namespace), name, {"metadata": {"annotations": annotations}}
     )
     return True
-
-
-def annotations_differ(current, patch):
-    current = current or {}
-    return any(current.get(key) != value for key, value in (patch or {}).items())
 
 
 def event_name(involved_name, reason, message, exporter=None):

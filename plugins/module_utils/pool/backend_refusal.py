@@ -2,8 +2,9 @@
 
 An API-backed provisioner (Corellium) can be told "no" for reasons that a
 quick retry cannot fix: the API token is rejected, or the project's quota is
-used up. The provisioner role records the refusal on the ExporterSet as one
-annotation; every later reconcile reads it back (``k8s_observe``) and
+used up. The provisioner role records the refusal in the ExporterSet's
+operator state (``status.operatorState.backendRefusal``, which a set author
+cannot write); every later reconcile reads it back (``k8s_observe``) and
 
 * shows it as a condition: ``Degraded``/``CredentialsRejected`` for a token,
   ``ScalingLimited``/``QuotaExceeded`` with the API's own message for quota;
@@ -12,13 +13,14 @@ annotation; every later reconcile reads it back (``k8s_observe``) and
   wait, so a bad token costs a few requests an hour, not a storm;
 * forgets it as soon as the provisioner makes an instance again.
 
-Pure: no I/O. The annotation holds the API's message, never a credential.
+Pure: no I/O. The record holds the API's message, never a credential.
 """
 
 import json
 from datetime import timedelta
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import operator_state
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.status import (
     merge_condition,
     with_set_healthy,
@@ -29,8 +31,8 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.time
     parse_time,
 )
 
-# ExporterSet annotation: JSON {"reason", "message", "since", "count", "retryAt"}.
-ANNOTATION = constants.ANNOTATION_BACKEND_REFUSAL
+# JSON {"reason", "message", "since", "count", "retryAt"}.
+KEY = operator_state.BACKEND_REFUSAL
 
 REASON_CREDENTIALS_REJECTED = constants.REASON_CREDENTIALS_REJECTED
 REASON_QUOTA_EXCEEDED = constants.REASON_QUOTA_EXCEEDED
@@ -46,8 +48,8 @@ _CONDITION_OF = {
 
 
 def read(exporter_set):
-    """The refusal recorded on the set, or None (also for an unreadable annotation)."""
-    text = ((exporter_set.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION)
+    """The refusal recorded on the set, or None (also for an unreadable record)."""
+    text = operator_state.get(exporter_set, KEY)
     if not text:
         return None
     try:
@@ -73,7 +75,7 @@ def holds(refusal, now):
 
 
 def record(exporter_set, reason, message, now, retry_base=RETRY_BASE, retry_max=RETRY_MAX):
-    """Plan fragment (``set_annotations``, ``events``) that records a refusal.
+    """Plan fragment (``set_state``, ``events``) that records a refusal.
 
     ``message`` is what users read in the condition and the Event; a refusal
     with the same reason as the one already recorded counts as one more in a
@@ -94,7 +96,7 @@ def record(exporter_set, reason, message, now, retry_base=RETRY_BASE, retry_max=
         "retryAt": format_time(now + timedelta(seconds=wait)),
     }
     return {
-        "set_annotations": {ANNOTATION: json.dumps(refusal, sort_keys=True)},
+        "set_state": {KEY: json.dumps(refusal, sort_keys=True)},
         "events": [{"type": "Warning", "reason": reason,
                     "message": f"{message} (refusal {count} in a row; next try in {wait:g}s)"}],
     }
@@ -102,10 +104,9 @@ def record(exporter_set, reason, message, now, retry_base=RETRY_BASE, retry_max=
 
 def cleared(exporter_set):
     """Plan fragment that forgets a recorded refusal; empty when there is none."""
-    annotations = (exporter_set.get("metadata") or {}).get("annotations") or {}
-    if ANNOTATION not in annotations:
+    if KEY not in operator_state.of(exporter_set):
         return {}
-    return {"set_annotations": {ANNOTATION: None}}
+    return {"set_state": {KEY: None}}
 
 
 def capacity(refusal, now, capacity_option):

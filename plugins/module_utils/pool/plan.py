@@ -37,6 +37,7 @@ another enabled Exporter exists.
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants as c
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import (
     class_status,
+    operator_state,
     policy,
     pool_index,
     rollout,
@@ -134,7 +135,7 @@ def make_plan(exporter_set, virtual_target_class, exporters, pending_leases, now
     if not isinstance(leases, pool_index.Snapshot):
         leases = list(leases or ())
     spec = exporter_set.get("spec") or {}
-    set_annotations = exporter_set["metadata"].get("annotations") or {}
+    state = operator_state.of(exporter_set)
     recycle_strategy = spec.get("recycleStrategy") or c.RECYCLE_EXIT_AND_REPLACE
     survey = survey_pool(exporter_set, exporters, leases, instances or {}, recycle_strategy, surveys)
     ceiling = creates.effective_max_replicas(spec, options)
@@ -146,7 +147,7 @@ def make_plan(exporter_set, virtual_target_class, exporters, pending_leases, now
     if unusable is not None:
         return _unusable_plan(exporter_set, virtual_target_class, survey, pending, ceiling, unusable, now)
 
-    draft = Draft(set_annotations, now)
+    draft = Draft(state, now)
     for note in survey.notes:
         draft.annotate(note.name, note.key, draft.now_text if note.at_now else note.value)
     wanted = Wanted(exporter_set, virtual_target_class, options)
@@ -154,7 +155,7 @@ def make_plan(exporter_set, virtual_target_class, exporters, pending_leases, now
 
     # Failures, ended leases, retiring and outdated members: who departs.
     moves = departures.walk(survey, wanted, now, options, draft)
-    failures = FailureLog(set_annotations, now)
+    failures = FailureLog(state, now)
     failures.settle(moves.failed, survey.became_ready, draft)
 
     # An invalid set (its parameters, its refusals, its labels) resets no
@@ -219,7 +220,7 @@ def _unusable_plan(exporter_set, virtual_target_class, survey, pending, ceiling,
     """The plan of a set whose class cannot be used: no action, and the status says why."""
     reason, message = unusable
     spec = exporter_set.get("spec") or {}
-    draft = Draft(exporter_set["metadata"].get("annotations") or {}, now)
+    draft = Draft(operator_state.of(exporter_set), now)
     target = creates.clamp(survey.leased + pending + (spec.get("minAvailableReplicas") or 0),
                            spec.get("minReplicas") or 0, ceiling[0])
     set_conditions = [

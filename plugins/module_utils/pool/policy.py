@@ -273,7 +273,7 @@ def paused_plan(exporter_set, now):
         "create_dormant": [],
         "delete_dormant": [],
         "exporter_annotations": {},
-        "set_annotations": {},
+        "set_state": {},
         "status": status,
         "events": events,
         "requeue_after": None,

@@ -3,7 +3,7 @@ conditions after this plan, the status they make, Warning Events for the
 ones that turn bad, and the finished ``Plan``."""
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants as c
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import rollout
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import operator_state, rollout
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.phases.creates import (
     REASON_REPLICA_CEILING,
 )
@@ -113,4 +113,5 @@ def finish(exporter_set, counters, now, draft, target, conditions, parameters, i
     status = pool_status(exporter_set, None, now=now, conditions=conditions, counters=counters)
     if backoff:
         status["backoff"] = backoff
+    status = operator_state.rebased(status, previous_status, draft.set_state)
     return draft.finish(previous_status, status, target, parameters, images, warnings)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants as c
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import operator_state
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.exporter_state import (
     find_condition,
 )
@@ -64,17 +65,17 @@ def timeout_failure(member, now, options, draft):
 
 
 class FailureLog:
-    """Consecutive failures kept in the set's annotations."""
+    """Consecutive failures kept in the set's operator state."""
 
-    def __init__(self, annotations, now):
+    def __init__(self, state, now):
         self.now = now
         try:
-            self.count = int(annotations.get(c.ANNOTATION_CONSECUTIVE_FAILURES) or 0)
-        except ValueError:
+            self.count = int(state.get(operator_state.CONSECUTIVE_FAILURES) or 0)
+        except (TypeError, ValueError):
             self.count = 0
         try:
-            self.last = json.loads(annotations.get(c.ANNOTATION_LAST_FAILURE) or "{}")
-        except ValueError:
+            self.last = json.loads(state.get(operator_state.LAST_FAILURE) or "{}")
+        except (TypeError, ValueError):
             self.last = {}
         if not isinstance(self.last, dict):
             self.last = {}
@@ -112,8 +113,8 @@ class FailureLog:
     def reset(self, draft):
         self.count = 0
         self.last = {}
-        draft.annotate_set(c.ANNOTATION_CONSECUTIVE_FAILURES, None)
-        draft.annotate_set(c.ANNOTATION_LAST_FAILURE, None)
+        draft.remember(operator_state.CONSECUTIVE_FAILURES, None)
+        draft.remember(operator_state.LAST_FAILURE, None)
 
     def record(self, failed, draft):
         already_counted = set(self.last.get("exporters") or ())
@@ -139,9 +140,9 @@ class FailureLog:
         if any((entry.member.instance or {}).get("reason") in UNRECOVERABLE_REASONS for entry in fresh):
             # A wrong image digest fails every retry alike: degraded at once.
             self.last["unrecoverable"] = True
-        draft.annotate_set(c.ANNOTATION_CONSECUTIVE_FAILURES, str(self.count))
-        draft.annotate_set(c.ANNOTATION_LAST_FAILURE,
-                           json.dumps(self.last, sort_keys=True, separators=(",", ":")))
+        draft.remember(operator_state.CONSECUTIVE_FAILURES, self.count)
+        draft.remember(operator_state.LAST_FAILURE,
+                       json.dumps(self.last, sort_keys=True, separators=(",", ":")))
 
     def delay(self, options):
         """Seconds the create after the last failure waits: instances that

@@ -96,7 +96,7 @@ class Event:
 
 # The plan's actions on Exporters and on the set: any of them makes it a change.
 ACTIONS = ("adopt", "create", "enable", "disable", "delete", "recycle", "create_dormant", "delete_dormant",
-           "exporter_annotations", "set_annotations")
+           "exporter_annotations", "set_state")
 _ENTRY_TYPES = {"create": NewExporter, "create_dormant": NewExporter, "delete": Removal,
                 "delete_dormant": Removal, "recycle": Reset, "events": Event}
 
@@ -147,7 +147,9 @@ class Plan:
     create_dormant: list = field(default_factory=list)
     delete_dormant: list = field(default_factory=list)
     exporter_annotations: dict = field(default_factory=dict)
-    set_annotations: dict = field(default_factory=dict)
+    # A patch of the set's operator state (pool/operator_state.py), written
+    # with its status.
+    set_state: dict = field(default_factory=dict)
     events: list = field(default_factory=list)
     requeue_after: float | None = None
     parameters: dict | None = None
@@ -208,7 +210,7 @@ class Plan:
             "create_dormant": [entry.to_dict() for entry in self.create_dormant],
             "delete_dormant": [entry.to_dict() for entry in self.delete_dormant],
             "exporter_annotations": self.exporter_annotations,
-            "set_annotations": self.set_annotations,
+            "set_state": self.set_state,
             "status": self.status,
             "events": [event.to_dict() for event in self.events],
             "requeue_after": self.requeue_after,
@@ -232,7 +234,7 @@ class Plan:
                 value = [_ENTRY_TYPES[key].from_dict(entry) for entry in value or ()]
             elif key in ("enable", "disable", "warnings"):
                 value = list(value or ())
-            elif key in ("exporter_annotations", "set_annotations"):
+            elif key in ("exporter_annotations", "set_state"):
                 value = value or {}
             elif key == "status":
                 value = value or {}
@@ -244,7 +246,7 @@ class Plan:
 class Draft:
     """The actions of one plan as its phases add them (``finish`` makes the Plan)."""
 
-    def __init__(self, set_annotations, now):
+    def __init__(self, state, now):
         self.now_text = format_time(now)
         self.create = []
         self.enable = []
@@ -254,8 +256,9 @@ class Draft:
         self.create_dormant = []
         self.delete_dormant = []
         self.exporter_annotations = {}
-        self.set_annotation_values = set_annotations
-        self.set_annotations = {}
+        # The set's operator state as planned on, and this plan's patch of it.
+        self.state_values = state
+        self.set_state = {}
         self.events = []
         self.requeue = []
         # Written on every Exporter it creates (rollout.py).
@@ -268,9 +271,10 @@ class Draft:
     def annotate(self, name, key, value):
         self.exporter_annotations.setdefault(name, {})[key] = value
 
-    def annotate_set(self, key, value):
-        if self.set_annotation_values.get(key) != value:
-            self.set_annotations[key] = value
+    def remember(self, key, value):
+        """Set ``key`` of the set's operator state (None removes it)."""
+        if self.state_values.get(key) != value:
+            self.set_state[key] = value
 
     def event(self, kind, reason, message, exporter=None):
         self.events.append(Event(kind, reason, message, exporter))
@@ -295,7 +299,7 @@ class Draft:
             delete_dormant=self.delete_dormant,
             exporter_annotations={name: patch for name, patch in sorted(self.exporter_annotations.items())
                                   if name not in leaving},
-            set_annotations=dict(sorted(self.set_annotations.items())),
+            set_state=dict(sorted(self.set_state.items())),
             events=self.events,
             requeue_after=min(self.requeue) if self.requeue else None,
             parameters=parameters,

@@ -3,7 +3,7 @@ while the pool needs them and deleted otherwise, and the least useful idle
 members disabled once the surplus outlasted ``scaleDownCooldown``."""
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants as c
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import rollout
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import operator_state, rollout
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.selectors import (
     selector_matches,
 )
@@ -76,7 +76,7 @@ def disable_surplus(survey, idle, fresh_idle, surplus, cooldown, warm_buffer, op
     were disabled.
     """
     if surplus <= 0 or not idle:
-        draft.annotate_set(c.ANNOTATION_SURPLUS_SINCE, None)
+        draft.remember(operator_state.SURPLUS_SINCE, None)
         return False, 0
     scale_in = (options.get("policy") or {}).get("scaleIn") or {}
     if fresh_idle or custom_scale_in(scale_in):
@@ -97,13 +97,13 @@ def _scale_down(members, surplus, cooldown, now, draft, spare_ready):
     buffer). Returns whether the cooldown is still running, and how many
     were disabled.
     """
-    since_text = draft.set_annotation_values.get(c.ANNOTATION_SURPLUS_SINCE)
+    since_text = draft.state_values.get(operator_state.SURPLUS_SINCE)
     try:
         since = parse_time(since_text) if since_text else None
     except ValueError:
         since = None
     if since is None:
-        draft.annotate_set(c.ANNOTATION_SURPLUS_SINCE, draft.now_text)
+        draft.remember(operator_state.SURPLUS_SINCE, draft.now_text)
         since = now
     remaining = cooldown - (now - since).total_seconds()
     if remaining > 0:

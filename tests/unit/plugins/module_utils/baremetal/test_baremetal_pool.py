@@ -29,12 +29,13 @@ def exporter(name, host=None, online=True, credential=True):
             "spec": {"enabled": True}, "status": status}
 
 
-def objects(report, exporters, minimum=2, drained=None):
-    annotations = {baremetal_pool.REPORT_ANNOTATION: json.dumps(report)} if report else {}
+def objects(report, exporters, minimum=2, drained=None, annotations=None):
     exporter_set = {"metadata": {"name": "pool", "namespace": "lab", "uid": "u1", "generation": 1,
-                                 "annotations": annotations},
+                                 "annotations": dict(annotations or {})},
                     "spec": {"virtualTargetClassName": "lab", "minAvailableReplicas": minimum,
                              "maxReplicas": 10}}
+    if report:
+        exporter_set["status"] = {"operatorState": {baremetal_pool.REPORT_KEY: json.dumps(report)}}
     vclass = {"metadata": {"name": "lab", "annotations": (
         {baremetal_pool.DRAINED_HOSTS_ANNOTATION: drained} if drained else {})},
         "spec": {"provisioner": "qemu-baremetal.jumpstarter.dev",
@@ -152,6 +153,31 @@ def test_unprovisioned_and_probe_timing():
     assert k8s_observe.probe_playbook(observed) == "playbooks/baremetal_probe.yml"
     _, observed = objects({}, pool)
     assert k8s_observe.probe_playbook(observed) and k8s_observe.unprovisioned(observed) == ["pool-0", "pool-1"]
+
+
+def test_a_host_report_in_the_sets_annotations_is_never_read():
+    """The report lives in the set's status, which its author cannot write: a
+    report forged into the former annotation (a probe long ago, a host lost,
+    its instance failed) neither forces a probe nor fails an instance, and
+    deleting it forgets nothing."""
+    pool = [exporter("pool-0", "lab1"), exporter("pool-1", "lab2")]
+    report = {"probedAt": "2030-01-01T00:09:55Z", "hosts": {
+        "lab1": {"seenAt": NOW, "instances": running("pool-0")},
+        "lab2": {"seenAt": NOW, "instances": running("pool-1")}}}
+    forged = {"probedAt": "2000-01-01T00:00:00Z", "hosts": {
+        "lab1": {"seenAt": None, "unreachableSince": "2000-01-01T00:00:00Z",
+                 "instances": {"pool-0": {"phase": "Failed", "reason": "Error", "message": "forged"}}}}}
+    exporter_set, observed = objects(report, pool)
+    plan = k8s_observe.plan_for(exporter_set, observed)
+    for annotations in ({"virtualtarget.jumpstarter.dev/host-report": json.dumps(forged)}, {}):
+        again_set, again = objects(report, pool, annotations=annotations)
+        assert again["lab"].instances() == observed["lab"].instances()
+        assert k8s_observe.probe_playbook(again) is None
+        assert k8s_observe.plan_for(again_set, again) == plan
+    assert plan["disable"] == [] and plan["delete"] == []
+    # Without the report in the status the hosts are probed.
+    _, unreported = objects({}, pool, annotations={"virtualtarget.jumpstarter.dev/host-report": json.dumps(report)})
+    assert k8s_observe.probe_playbook(unreported) == "playbooks/baremetal_probe.yml"
 
 
 def test_a_probe_that_only_sees_the_same_hosts_again_is_no_change():

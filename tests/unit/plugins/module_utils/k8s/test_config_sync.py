@@ -70,7 +70,11 @@ def test_a_sync_is_due_on_a_run_by_hand_and_every_interval_otherwise():
     assert k8s_observe.probe_playbook(observed) is None
     observed["sync_config"] = True
     assert k8s_observe.config_sync_due(observed)
-    old = exporter_set(annotations={k8s_observe.ANNOTATION_CONFIG_SYNCED: at(-k8s_observe.CONFIG_SYNC_SECONDS)})
+    # The set's author writes its annotations, not its status: a forged
+    # sync stamp of the former annotation starts no re-sync.
+    young["metadata"]["annotations"]["virtualtarget.jumpstarter.dev/config-synced-at"] = at(-86400)
+    assert not k8s_observe.config_sync_due(observed_for(young, exporters, pods))
+    old = exporter_set(state={k8s_observe.CONFIG_SYNCED_KEY: at(-k8s_observe.CONFIG_SYNC_SECONDS)})
     old["metadata"]["creationTimestamp"] = at(-86400)
     observed = observed_for(old, exporters, pods)
     assert k8s_observe.config_sync_due(observed)
@@ -105,7 +109,7 @@ class Pool:
     from; ``observed()`` is a pass over them."""
 
     def __init__(self, since_sync=-3600):
-        self.set = exporter_set(annotations={k8s_observe.ANNOTATION_CONFIG_SYNCED: at(since_sync)})
+        self.set = exporter_set(state={k8s_observe.CONFIG_SYNCED_KEY: at(since_sync)})
         self.set["metadata"]["creationTimestamp"] = at(-86400)
         self.exporter, = members()[0][:1]
         self.exporter["status"].update({"credential": {"name": "rpi4-0-exporter"}, "endpoint": "grpc.lab:443"})
@@ -227,8 +231,8 @@ def test_nothing_is_due_where_a_sync_would_write_nothing():
     quiet(lambda pool: pool.config["metadata"]["ownerReferences"][0].update(uid="uid-earlier"))
     quiet(lambda pool: pool.credential["metadata"]["ownerReferences"][0].update(uid="uid-earlier"))
     quiet(lambda pool: pool.exporter["spec"].update(enabled=False))
-    quiet(lambda pool: pool.set["metadata"]["annotations"].update(
-        {k8s_observe.ANNOTATION_CONFIG_SYNCED: "garbage"}) or pool.exporter["status"].pop("credential"))
+    quiet(lambda pool: pool.set["status"]["operatorState"].update(
+        {k8s_observe.CONFIG_SYNCED_KEY: "garbage"}) or pool.exporter["status"].pop("credential"))
 
 
 def test_without_the_inputs_the_sync_falls_back_to_the_period():

@@ -4,6 +4,7 @@ the controller CA, credentials bound to an Exporter's UID."""
 import base64
 
 import pytest
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import operator_state
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants as c
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import controller_ca, credentials
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import observe as k8s_observe
@@ -109,7 +110,7 @@ def test_dormant_exporter_counts_nowhere_and_never_fails():
     assert status["replicas"] == 0 and status["unavailableReplicas"] == 0
     assert status["exportersOffline"] == 0
     assert result["delete"] == [] and result["delete_dormant"] == []
-    assert c.ANNOTATION_CONSECUTIVE_FAILURES not in result["set_annotations"]
+    assert operator_state.CONSECUTIVE_FAILURES not in result["set_state"]
     assert result["changed"] is True  # the first status write; nothing else
 
 
@@ -126,7 +127,7 @@ def test_pending_lease_on_the_dormant_exporter_brings_up_a_real_instance():
 
 
 def test_scale_down_to_zero_creates_the_dormant_exporter_with_the_disable():
-    the_set = exporter_set(cooldown="0s", annotations={c.ANNOTATION_SURPLUS_SINCE: at(-1)})
+    the_set = exporter_set(cooldown="0s", state={operator_state.SURPLUS_SINCE: at(-1)})
     result = plan(the_set, [exporter("rpi4-0"), exporter("rpi4-1")])
     assert result["disable"] == ["rpi4-0", "rpi4-1"]
     assert names(result["create_dormant"]) == ["rpi4-dormant-0"]

@@ -12,18 +12,21 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.time
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 
 
-def exporter_set(annotations=None, conditions=()):
+def exporter_set(state=None, conditions=(), annotations=None):
+    status = {"conditions": list(conditions)}
+    if state:
+        status["operatorState"] = dict(state)
     return {"metadata": {"name": "pool", "namespace": "lab", "generation": 3,
                          "annotations": dict(annotations or {})},
-            "status": {"conditions": list(conditions)}}
+            "status": status}
 
 
 def with_record(fragment):
-    return exporter_set(fragment["set_annotations"])
+    return exporter_set(fragment["set_state"])
 
 
 def retry_delay(fragment, now):
-    record = json.loads(fragment["set_annotations"][refusal_log.ANNOTATION])
+    record = json.loads(fragment["set_state"][refusal_log.KEY])
     return (parse_time(record["retryAt"]) - now).total_seconds()
 
 
@@ -35,7 +38,7 @@ def test_refusals_in_a_row_double_the_wait_up_to_the_ceiling():
         delays.append(retry_delay(fragment, NOW))
         current = with_record(fragment)
     assert delays == [10, 20, 40, 80, 160, 320, 600, 600]
-    assert json.loads(current["metadata"]["annotations"][refusal_log.ANNOTATION])["count"] == 8
+    assert json.loads(current["status"]["operatorState"][refusal_log.KEY])["count"] == 8
 
 
 def test_another_reason_starts_counting_again():
@@ -44,7 +47,7 @@ def test_another_reason_starts_counting_again():
     again = with_record(refusal_log.record(first, refusal_log.REASON_CREDENTIALS_REJECTED,
                                            "bad token", NOW + timedelta(seconds=30)))
     quota = refusal_log.record(again, refusal_log.REASON_QUOTA_EXCEEDED, "quota", NOW)
-    record = json.loads(quota["set_annotations"][refusal_log.ANNOTATION])
+    record = json.loads(quota["set_state"][refusal_log.KEY])
     assert (record["count"], record["since"]) == (1, "2026-03-01T12:00:00Z")
     assert refusal_log.read(again)["since"] == "2026-03-01T12:00:00Z"
 
@@ -70,14 +73,28 @@ def test_holds_until_retry_at_then_lets_one_try_through():
 @pytest.mark.parametrize("text", ["", "{", "[]", '{"reason": "Other", "retryAt": "2026-03-01T12:00:00Z"}',
                                   '{"reason": "QuotaExceeded"}'])
 def test_unreadable_records_are_ignored(text):
-    assert refusal_log.read(exporter_set({refusal_log.ANNOTATION: text})) is None
+    assert refusal_log.read(exporter_set({refusal_log.KEY: text})) is None
+
+
+def test_an_annotation_of_the_former_name_is_never_read():
+    """A set's author writes its annotations, never its status: a refusal
+    forged, or a real one moved, into the former annotation is no refusal,
+    and clearing finds nothing to clear."""
+    recorded = refusal_log.record(exporter_set(), refusal_log.REASON_CREDENTIALS_REJECTED, "no", NOW)
+    text = recorded["set_state"][refusal_log.KEY]
+    forged = exporter_set(annotations={"virtualtarget.jumpstarter.dev/backend-refusal": text})
+    assert refusal_log.read(forged) is None
+    assert refusal_log.cleared(forged) == {}
+    # Deleting the annotations of a set in back-off leaves the back-off.
+    kept = exporter_set({refusal_log.KEY: text})
+    assert refusal_log.holds(refusal_log.read(kept), NOW + timedelta(seconds=9))
 
 
 def test_cleared_only_when_something_is_recorded():
     assert refusal_log.cleared(exporter_set()) == {}
     recorded = with_record(refusal_log.record(exporter_set(), refusal_log.REASON_QUOTA_EXCEEDED,
                                               "q", NOW))
-    assert refusal_log.cleared(recorded) == {"set_annotations": {refusal_log.ANNOTATION: None}}
+    assert refusal_log.cleared(recorded) == {"set_state": {refusal_log.KEY: None}}
 
 
 def plan_with(conditions, requeue_after=None):

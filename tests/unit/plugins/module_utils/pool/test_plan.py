@@ -2,6 +2,7 @@ import json
 import random
 
 import pytest
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import operator_state
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants as c
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.plan import (
     scale_plan,
@@ -140,7 +141,7 @@ def test_pending_leases_drive_scale_up():
 def test_surplus_starts_the_cooldown_clock():
     result = plan(exporter_set(min_available=1), ready_pool(3))
     assert result["disable"] == []
-    assert result["set_annotations"] == {c.ANNOTATION_SURPLUS_SINCE: NOW}
+    assert result["set_state"] == {operator_state.SURPLUS_SINCE: NOW}
     assert result["requeue_after"] == 300
     assert condition(result, c.CONDITION_PROGRESSING)["reason"] == "WaitingForCooldown"
 
@@ -157,7 +158,7 @@ def test_surplus_starts_the_cooldown_clock():
 )
 def test_cooldown(since, cooldown, disabled, requeue):
     the_set = exporter_set(min_available=1, cooldown=cooldown,
-                           annotations={c.ANNOTATION_SURPLUS_SINCE: at(since)})
+                           state={operator_state.SURPLUS_SINCE: at(since)})
     result = plan(the_set, ready_pool(3))
     assert result["disable"] == disabled
     assert result["requeue_after"] == requeue
@@ -166,9 +167,9 @@ def test_cooldown(since, cooldown, disabled, requeue):
 
 
 def test_surplus_gone_clears_the_clock():
-    the_set = exporter_set(min_available=3, annotations={c.ANNOTATION_SURPLUS_SINCE: at(-100)})
+    the_set = exporter_set(min_available=3, state={operator_state.SURPLUS_SINCE: at(-100)})
     result = plan(the_set, ready_pool(3))
-    assert result["set_annotations"] == {c.ANNOTATION_SURPLUS_SINCE: None}
+    assert result["set_state"] == {operator_state.SURPLUS_SINCE: None}
     assert result["disable"] == [] and result["create"] == []
 
 
@@ -181,7 +182,7 @@ def test_scale_down_removes_least_useful_first():
         exporter("provisioning", ready=False, created=-30),
         exporter("lost", created=-5000),
     ]
-    the_set = exporter_set(cooldown="0s", annotations={c.ANNOTATION_SURPLUS_SINCE: at(-1)})
+    the_set = exporter_set(cooldown="0s", state={operator_state.SURPLUS_SINCE: at(-1)})
     instances = {"lost": {"phase": "Unknown"}}
     expectations = ["lost", "provisioning", "offline", "idle-new", "idle-old"]
     for keep in range(len(owned)):
@@ -192,13 +193,13 @@ def test_scale_down_removes_least_useful_first():
 
 def test_never_below_min_replicas():
     the_set = exporter_set(min_replicas=2, cooldown="0s",
-                           annotations={c.ANNOTATION_SURPLUS_SINCE: at(-1)})
+                           state={operator_state.SURPLUS_SINCE: at(-1)})
     result = plan(the_set, ready_pool(5))
     assert len(result["disable"]) == 3
 
 
 def test_leased_exporters_are_never_scaled_down():
-    the_set = exporter_set(cooldown="0s", annotations={c.ANNOTATION_SURPLUS_SINCE: at(-1)})
+    the_set = exporter_set(cooldown="0s", state={operator_state.SURPLUS_SINCE: at(-1)})
     result = plan(the_set, ready_pool(4, leased=4))
     assert result["disable"] == [] and result["delete"] == []
 
@@ -228,7 +229,7 @@ def test_needed_again_is_re_enabled_not_created():
 
 def test_exporters_disabled_by_someone_else_are_never_touched():
     held = exporter("rpi4-1", enabled=False)
-    the_set = exporter_set(cooldown="0s", annotations={c.ANNOTATION_SURPLUS_SINCE: at(-1)})
+    the_set = exporter_set(cooldown="0s", state={operator_state.SURPLUS_SINCE: at(-1)})
     result = plan(the_set, [held], instances={"rpi4-1": {"phase": "Failed"}})
     assert result["delete"] == [] and result["enable"] == [] and result["disable"] == []
     assert result["status"]["exportersDisabled"] == 1
@@ -258,7 +259,7 @@ def test_lease_end_exit_and_replace():
     assert second["delete"] == [{"name": "rpi4-0", "reason": c.DELETE_RECYCLE}]
     # The freed slot is refilled in the same plan: deletes are applied first.
     assert created(second) == ["rpi4-1"]
-    assert c.ANNOTATION_CONSECUTIVE_FAILURES not in second["set_annotations"]
+    assert operator_state.CONSECUTIVE_FAILURES not in second["set_state"]
 
 
 def test_lease_end_in_place_reuse():
@@ -293,7 +294,7 @@ def test_an_exporter_leased_from_either_side_is_never_touched(state):
     if state == "lease-side":
         leases.append(lease("l1", assigned="rpi4-0"))
     the_set = exporter_set(min_available=0, cooldown="0s",
-                           annotations={c.ANNOTATION_SURPLUS_SINCE: at(-600)})
+                           state={operator_state.SURPLUS_SINCE: at(-600)})
     result = plan(the_set, [held], leases=leases, instances={"rpi4-0": {"phase": "Failed"}})
     assert result["disable"] == [] and result["delete"] == [] and result["recycle"] == []
     assert result["status"]["leasedReplicas"] == 1
@@ -336,13 +337,13 @@ def test_startup_timeout_replaces_with_backoff():
     # Disabled first, deleted by the next plan that sees it disabled.
     assert result["disable"] == ["rpi4-0"] and result["delete"] == []
     assert result["exporter_annotations"]["rpi4-0"][c.ANNOTATION_RETIRING] == c.DELETE_STARTUP_TIMEOUT
-    then = plan(exporter_set(min_available=1, annotations=result["set_annotations"]),
+    then = plan(exporter_set(min_available=1, state=result["set_state"]),
                 [after(result, stuck)])
     assert deleted(then) == {"rpi4-0": c.DELETE_STARTUP_TIMEOUT}
-    assert then["set_annotations"] == {}  # counted once
+    assert then["set_state"] == {}  # counted once
     assert result["create"] == []
-    assert result["set_annotations"][c.ANNOTATION_CONSECUTIVE_FAILURES] == "1"
-    last = json.loads(result["set_annotations"][c.ANNOTATION_LAST_FAILURE])
+    assert result["set_state"][operator_state.CONSECUTIVE_FAILURES] == 1
+    last = json.loads(result["set_state"][operator_state.LAST_FAILURE])
     assert last == {"time": NOW, "since": NOW, "reason": c.DELETE_STARTUP_TIMEOUT,
                     "exporters": ["rpi4-0"], "message": "rpi4-0: not ready 300s after creation",
                     "start": True}
@@ -368,7 +369,7 @@ def test_failed_instance_is_replaced():
     assert result["disable"] == ["rpi4-0"] and result["delete"] == []
     disabled = after(result, exporter("rpi4-0"))
     assert deleted(plan(exporter_set(min_available=1), [disabled])) == {"rpi4-0": c.DELETE_FAILED}
-    assert "qemu exited with 1" in result["set_annotations"][c.ANNOTATION_LAST_FAILURE]
+    assert "qemu exited with 1" in result["set_state"][operator_state.LAST_FAILURE]
 
 
 def test_offline_exporter_is_replaced_after_offline_timeout():
@@ -397,8 +398,8 @@ def test_offline_exporter_is_replaced_after_offline_timeout():
 def test_backoff(failures_before, since_last, allowed, requeue):
     last = json.dumps({"time": at(-since_last), "reason": "Failed", "message": "boom",
                        "exporters": ["gone-0"]})
-    the_set = exporter_set(min_available=3, annotations={
-        c.ANNOTATION_CONSECUTIVE_FAILURES: str(failures_before), c.ANNOTATION_LAST_FAILURE: last})
+    the_set = exporter_set(min_available=3, state={
+        operator_state.CONSECUTIVE_FAILURES: failures_before, operator_state.LAST_FAILURE: last})
     result = plan(the_set)
     assert len(result["create"]) == allowed
     assert result["requeue_after"] == requeue
@@ -407,11 +408,11 @@ def test_backoff(failures_before, since_last, allowed, requeue):
 def test_threshold_reports_replica_failure():
     last = json.dumps({"time": at(-60), "reason": "Failed", "message": "old",
                        "exporters": ["rpi4-9"]})
-    the_set = exporter_set(min_available=1, annotations={
-        c.ANNOTATION_CONSECUTIVE_FAILURES: "2", c.ANNOTATION_LAST_FAILURE: last})
+    the_set = exporter_set(min_available=1, state={
+        operator_state.CONSECUTIVE_FAILURES: 2, operator_state.LAST_FAILURE: last})
     result = plan(the_set, [exporter("rpi4-0")],
                   instances={"rpi4-0": {"phase": "Failed", "message": "disk full"}})
-    assert result["set_annotations"][c.ANNOTATION_CONSECUTIVE_FAILURES] == "3"
+    assert result["set_state"][operator_state.CONSECUTIVE_FAILURES] == 3
     degraded = condition(result, c.CONDITION_DEGRADED)
     assert (degraded["status"], degraded["reason"]) == ("True", c.REASON_REPLICA_FAILURE)
     assert "rpi4-0: disk full" in degraded["message"]
@@ -423,21 +424,21 @@ def test_threshold_reports_replica_failure():
 def test_failure_seen_twice_is_counted_once():
     last = json.dumps({"time": at(-1), "reason": "Failed", "message": "x",
                        "exporters": ["rpi4-0"]})
-    the_set = exporter_set(annotations={c.ANNOTATION_CONSECUTIVE_FAILURES: "1",
-                                        c.ANNOTATION_LAST_FAILURE: last})
+    the_set = exporter_set(state={operator_state.CONSECUTIVE_FAILURES: 1,
+                                        operator_state.LAST_FAILURE: last})
     result = plan(the_set, [exporter("rpi4-0")], instances={"rpi4-0": {"phase": "Failed"}})
     assert result["disable"] == ["rpi4-0"]
-    assert result["set_annotations"] == {}
+    assert result["set_state"] == {}
 
 
 def test_ready_exporter_resets_failures():
-    the_set = exporter_set(min_available=1, annotations={
-        c.ANNOTATION_CONSECUTIVE_FAILURES: "4",
-        c.ANNOTATION_LAST_FAILURE: json.dumps({"time": at(-1), "message": "x"})})
+    the_set = exporter_set(min_available=1, state={
+        operator_state.CONSECUTIVE_FAILURES: 4,
+        operator_state.LAST_FAILURE: json.dumps({"time": at(-1), "message": "x"})})
     fresh = exporter("rpi4-3", first_ready=False)
     result = plan(the_set, [fresh])
-    assert result["set_annotations"] == {c.ANNOTATION_CONSECUTIVE_FAILURES: None,
-                                         c.ANNOTATION_LAST_FAILURE: None}
+    assert result["set_state"] == {operator_state.CONSECUTIVE_FAILURES: None,
+                                         operator_state.LAST_FAILURE: None}
     assert result["exporter_annotations"] == {"rpi4-3": {c.ANNOTATION_FIRST_READY: NOW}}
     assert condition(result, c.CONDITION_DEGRADED)["status"] == "False"
 
@@ -450,7 +451,7 @@ def test_class_not_found():
                                                            created=-9999)], klass=None)
     for action in ("create", "enable", "disable", "delete", "recycle"):
         assert result[action] == []
-    assert result["exporter_annotations"] == {} and result["set_annotations"] == {}
+    assert result["exporter_annotations"] == {} and result["set_state"] == {}
     degraded = condition(result, c.CONDITION_DEGRADED)
     assert (degraded["status"], degraded["reason"]) == ("True", c.REASON_CLASS_NOT_FOUND)
     assert "qemu-small" in degraded["message"]
@@ -504,12 +505,8 @@ def test_status_counters():
 
 def _apply_status(the_set, result):
     the_set = json.loads(json.dumps(the_set))
+    # The plan's status carries the operator state with its patch applied.
     the_set["status"] = result["status"]
-    for key, value in result["set_annotations"].items():
-        if value is None:
-            the_set["metadata"]["annotations"].pop(key, None)
-        else:
-            the_set["metadata"]["annotations"][key] = value
     return the_set
 
 
@@ -544,7 +541,7 @@ def test_fixed_point_is_unchanged():
 
 def test_plan_is_deterministic_and_order_independent():
     owned = ready_pool(6, leased=2) + [exporter("rpi4-9", ready=False, created=-400)]
-    the_set = exporter_set(min_available=5, annotations={c.ANNOTATION_SURPLUS_SINCE: at(-900)})
+    the_set = exporter_set(min_available=5, state={operator_state.SURPLUS_SINCE: at(-900)})
     reference = plan(the_set, owned, pending=2)
     shuffled = list(owned)
     random.Random(7).shuffle(shuffled)
@@ -561,7 +558,7 @@ def test_now_accepts_datetime():
 
 def test_inputs_are_not_mutated():
     owned = ready_pool(3, leased=1)
-    the_set = exporter_set(min_available=0, annotations={c.ANNOTATION_SURPLUS_SINCE: at(-900)})
+    the_set = exporter_set(min_available=0, state={operator_state.SURPLUS_SINCE: at(-900)})
     snapshot = json.dumps([the_set, owned], sort_keys=True)
     plan(the_set, owned)
     assert json.dumps([the_set, owned], sort_keys=True) == snapshot

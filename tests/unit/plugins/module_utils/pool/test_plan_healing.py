@@ -4,6 +4,7 @@ scale plan reads them (``options["policy"]``, pool/policy.normalize's form)."""
 import json
 
 import pytest
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import operator_state
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants as c
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.plan import (
     scale_plan,
@@ -22,7 +23,7 @@ def plan(the_set, exporters=(), instances=None, policy=None, **options):
 
 def surplus_set(keep=0):
     return exporter_set(min_replicas=keep, cooldown="0s",
-                        annotations={c.ANNOTATION_SURPLUS_SINCE: at(-1)})
+                        state={operator_state.SURPLUS_SINCE: at(-1)})
 
 
 def condition(result, kind):
@@ -127,9 +128,9 @@ def failing_set(count, since, last=-5, start=False):
                     "exporters": ["gone-0"]}
     if start:
         last_failure["start"] = True
-    return exporter_set(min_available=1, annotations={
-        c.ANNOTATION_CONSECUTIVE_FAILURES: str(count),
-        c.ANNOTATION_LAST_FAILURE: json.dumps(last_failure)})
+    return exporter_set(min_available=1, state={
+        operator_state.CONSECUTIVE_FAILURES: count,
+        operator_state.LAST_FAILURE: json.dumps(last_failure)})
 
 
 def test_startup_failure_threshold_from_the_policy():
@@ -167,10 +168,10 @@ def test_streak_start_is_kept_across_failures():
     the_set = failing_set(1, since=-400, last=-100)
     stuck = exporter("stuck-0", ready=False, created=-301)
     result = plan(the_set, [stuck])
-    last = json.loads(result["set_annotations"][c.ANNOTATION_LAST_FAILURE])
+    last = json.loads(result["set_state"][operator_state.LAST_FAILURE])
     assert (last["since"], last["time"]) == (at(-400), NOW)
     fresh = plan(exporter_set(min_available=1), [stuck])
-    assert json.loads(fresh["set_annotations"][c.ANNOTATION_LAST_FAILURE])["since"] == NOW
+    assert json.loads(fresh["set_state"][operator_state.LAST_FAILURE])["since"] == NOW
 
 
 # --- backoff of instances that never became ready -------------------------------------
@@ -216,7 +217,7 @@ def test_failures_of_ready_instances_keep_their_backoff():
     gone = exporter("gone-0", ready=False, annotations={c.ANNOTATION_FIRST_READY: at(-900)},
                     online_since=-301)
     first = plan(exporter_set(min_available=1), [gone])
-    assert "start" not in json.loads(first["set_annotations"][c.ANNOTATION_LAST_FAILURE])
+    assert "start" not in json.loads(first["set_state"][operator_state.LAST_FAILURE])
     assert first["requeue_after"] == 10
 
 

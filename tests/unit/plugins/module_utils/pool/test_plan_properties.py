@@ -10,6 +10,7 @@ fail, and time passes.
 import copy
 from datetime import timedelta
 
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import operator_state
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants as c
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.demand import (
     attribute_lease_demand,
@@ -134,12 +135,7 @@ class World:
                     notes.pop(key, None)
                 else:
                     notes[key] = value
-        notes = self.set["metadata"]["annotations"]
-        for key, value in plan["set_annotations"].items():
-            if value is None:
-                notes.pop(key, None)
-            else:
-                notes[key] = value
+        # The plan's status carries the operator state with its patch applied.
         self.set["status"] = plan["status"]
 
     # -- the world ---------------------------------------------------------------
@@ -422,7 +418,7 @@ def held_pools(draw):
     neither, and may also be failed, surplus, retiring, parked or used before."""
     the_set = exporter_set(
         min_available=draw(st.integers(0, 3)), max_replicas=draw(st.sampled_from([0, 2, 6])),
-        cooldown="0s", annotations={c.ANNOTATION_SURPLUS_SINCE: "2026-11-21T07:00:00Z"},
+        cooldown="0s", state={operator_state.SURPLUS_SINCE: "2026-11-21T07:00:00Z"},
         recycle=draw(st.sampled_from(["ExitAndReplace", "InPlaceReuse"])))
     pool, leases, instances = [], [], {}
     for index in range(draw(st.integers(1, 6))):

@@ -182,7 +182,7 @@ def test_a_paused_set_plans_nothing_and_says_so_once():
     seen = observed(the_set, copy.deepcopy(exporters), [esp(paused=True)], pending=leases)
     plan = k8s_observe.plan_for(the_set, seen, read_controller_ca=lambda: pytest.fail("no CA read when paused"))
     for key in ("create", "enable", "disable", "delete", "recycle", "create_dormant", "delete_dormant",
-                "exporter_annotations", "set_annotations"):
+                "exporter_annotations", "set_state"):
         assert not plan[key], key
     assert plan["status"]["replicas"] == 4, "counters stay as they were"
     paused = condition(plan["status"], c.CONDITION_PAUSED)

@@ -7,6 +7,7 @@ import copy
 import json
 
 import pytest
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import operator_state
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants as c
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import observe as k8s_observe
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import backend_refusal
@@ -81,9 +82,9 @@ def test_a_degraded_set_is_not_healthy_and_says_why(case, reason):
     elif case == "bad-parameters":
         the_set = exporter_set(min_available=1, parameters={"resources": {"memory": "8Gx"}})
     else:
-        the_set = exporter_set(min_available=1, annotations={
-            c.ANNOTATION_CONSECUTIVE_FAILURES: "3",
-            c.ANNOTATION_LAST_FAILURE: json.dumps({"reason": "Failed", "message": "boom",
+        the_set = exporter_set(min_available=1, state={
+            operator_state.CONSECUTIVE_FAILURES: 3,
+            operator_state.LAST_FAILURE: json.dumps({"reason": "Failed", "message": "boom",
                                                    "time": at(-5), "unrecoverable": True})})
     result = plan(the_set, exporters, klass=klass, **kwargs)
     degraded = condition(result, c.CONDITION_DEGRADED)
@@ -96,7 +97,7 @@ def test_a_backend_refusing_the_credentials_makes_the_set_unhealthy():
     the_set = exporter_set(min_available=1)
     fragment = backend_refusal.record(the_set, backend_refusal.REASON_CREDENTIALS_REJECTED,
                                       "401: token rejected", parse_time(NOW))
-    the_set["metadata"]["annotations"].update(fragment["set_annotations"])
+    the_set = exporter_set(min_available=1, state=fragment["set_state"])
     result = k8s_observe.plan_for(the_set, observed(the_set))
     cond = healthy(result)
     assert (cond["status"], cond["reason"], cond["message"]) == (

@@ -2,6 +2,7 @@
 the same, ``changed`` has one definition, and ``split`` hands the backends
 only what needs them."""
 
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import operator_state
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants as c
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.phases.model import (
     Event,
@@ -45,7 +46,7 @@ def test_events_alone_are_no_change_and_a_new_status_is():
     quiet.status = {**STATUS, "replicas": 4}
     assert quiet.changed()
     assert a_plan(adopt=[{"name": "stray-0"}]).changed()
-    assert a_plan(set_annotations={c.ANNOTATION_SURPLUS_SINCE: None}).changed()
+    assert a_plan(set_state={operator_state.SURPLUS_SINCE: None}).changed()
 
 
 def _mixed():
