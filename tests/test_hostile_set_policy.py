@@ -1,7 +1,7 @@
 """A hostile tenant's ExporterSets against the real operator on the test bed:
 each asks for something only the class may decide (a driver that would reach
 the host, a path, a binary, a work directory, more resources or slots than
-the class gives), and each is refused by the class's policy
+the class gives, a runtime image of its own), and each is refused by the class's policy
 (pool/set_overrides.py): the set is Degraded/NotAllowedByClass naming the
 field, a Warning Event names it too, and nothing is made for it (no Exporter
 but the dormant one, no Pod, no host chosen). A reserved template annotation
@@ -87,6 +87,8 @@ ATTACKS = [
      "spec.parameters.resources.storage"),
     ("memory-above-the-named-ceiling", "pod", {"parameters": {"resources": {"memory": "1Gi"}}},
      "spec.parameters.resources.memory"),
+    ("runtime-image", "pod", {"images": {"runtime": {"image": "registry.tenant.test/qemu:mine"}}},
+     "spec.images.runtime"),
     # A TcpNetwork that names a host turns the lab host (or the Pod) into a
     # relay into its network; one without a host reaches only the guest.
     ("tcp-relay-from-a-lab-host", "lab",

@@ -23,6 +23,7 @@ it needs).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -331,13 +332,23 @@ def test_a_killed_qemu_is_reported_on_the_set_and_replaced(pool):
     """The JEP's Pod crash: QEMU's container is killed (SIGKILL through the
     node's containerd). It is not started again on the used disk: the Pod
     fails, the set reports the instance's failure (a ReplicaFailed Event
-    naming it) and a new Exporter with a new Pod replaces it."""
+    naming it) and a new Exporter with a new Pod replaces it.
+
+    Before that, the running instance's containers are looked into: QEMU's
+    sees of the node's image cache its own kernel and initramfs alone,
+    read-only, not another digest the cache holds; the exporter's sees none
+    of it."""
     guest_class(pool, "guest")
-    make_set(pool.custom, pool.namespace, board=BOARD, virtualTargetClassName="guest",
-             minAvailableReplicas=1, maxReplicas=1)
-    name = wait_for(lambda: next(iter(pool.live_exporters("pool")), None), timeout=60, interval=0.1,
-                    message="the set's Exporter")
-    uid = pool.standin.wait_online(name, timeout=240)["metadata"]["uid"]
+    planted = plant_in_node_cache(b"another tenant's image")
+    try:
+        make_set(pool.custom, pool.namespace, board=BOARD, virtualTargetClassName="guest",
+                 minAvailableReplicas=1, maxReplicas=1)
+        name = wait_for(lambda: next(iter(pool.live_exporters("pool")), None), timeout=60, interval=0.1,
+                        message="the set's Exporter")
+        uid = pool.standin.wait_online(name, timeout=240)["metadata"]["uid"]
+        sees_its_own_images_alone(pool, name, planted)
+    finally:
+        planted.unlink(missing_ok=True)
     container = pool.container_status(name, "qemu").container_id.split("//", 1)[1]
     killed = time.monotonic()
     pool.node.ctr("tasks", "kill", "--signal", "SIGKILL", container)
@@ -362,6 +373,42 @@ def test_a_killed_qemu_is_reported_on_the_set_and_replaced(pool):
     pod = wait_for(fresh_pod, timeout=60, interval=0.5, message="the replacement's Pod, scheduled")
     assert pod.spec.node_name == pool.node.name
     print(f"QEMU killed -> replacement Pod in {time.monotonic() - killed:.1f} s")
+
+
+def plant_in_node_cache(content):
+    """A valid entry of the node's image cache that no instance of the test
+    uses; used just now, so no ``images`` container prunes it meanwhile."""
+    path = Path(k8s_pod.NODE_IMAGE_CACHE) / "sha256" / hashlib.sha256(content).hexdigest()
+    path.parent.mkdir(exist_ok=True)
+    os.chown(path.parent, k8s_pod.IMAGE_FETCH_UID, k8s_pod.IMAGE_FETCH_UID)
+    path.write_bytes(content)
+    os.chmod(path, 0o444)
+    return path
+
+
+def sees_its_own_images_alone(pool, name, planted):
+    """What the instance ``name``'s containers see of the node's image cache:
+    QEMU's container its class's digests alone, read-only; the exporter's nothing."""
+    parameters = pool.custom.get_namespaced_custom_object(*GROUP, pool.namespace, "virtualtargetclasses",
+                                                          "guest")["spec"]["parameters"]
+    own = sorted(parameters[key]["digest"].split(":", 1)[1] for key in ("kernel", "initrd"))
+    cache = f"{k8s_pod.IMAGE_CACHE_DIR}/sha256"
+
+    def run(container, script):
+        done = pool.bed.kubectl("exec", "-n", pool.namespace, name, "-c", container, "--",
+                                "/bin/sh", "-c", script, check=False)
+        return done.stdout.split(), done
+
+    assert run("qemu", f"ls -A {k8s_pod.IMAGE_CACHE_DIR}")[0] == ["sha256"]
+    # The node's cache holds the planted digest too; the container does not see it.
+    assert planted.exists() and run("qemu", f"ls -A {cache}")[0] == own
+    said, done = run("qemu", f"cat {cache}/{planted.name} || echo unreadable; "
+                             f"touch {cache}/{own[0]} || echo read-only; wc -c < {k8s_pod.RUN_DIR}/kernel")
+    assert said == ["unreadable", "read-only", str((GUEST_DIR / "vmlinuz").stat().st_size)], done
+    said, done = run("exporter", f"ls -A {k8s_pod.IMAGE_CACHE_DIR} || echo none")
+    assert said[-1:] == ["none"], done
+    pod = pool.core.read_namespaced_pod(name, pool.namespace)
+    assert next(v for v in pod.spec.volumes if v.name == "run").empty_dir.size_limit
 
 
 def start_lessee(pool, config, name, *args):
