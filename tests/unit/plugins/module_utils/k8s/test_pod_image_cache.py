@@ -125,7 +125,8 @@ def test_the_run_directory_has_a_size_limit_from_the_disk_or_the_default():
     assert run_volume(render({})) == {"sizeLimit": "1Gi"}
     assert run_volume(render({"resources": {"memory": "128Mi", "storage": "4Gi"}})) == {"sizeLimit": "5Gi"}
     # An overlay without a size grows to its base: at most the class's image size limit.
-    assert quantity_to_bytes(run_volume(render(BY_URL))["sizeLimit"]) == image_fetch.DEFAULT_MAX_BYTES + RUN_DIR_HEADROOM
+    limit = quantity_to_bytes(run_volume(render(BY_URL))["sizeLimit"])
+    assert limit == image_fetch.DEFAULT_MAX_BYTES + RUN_DIR_HEADROOM
     limited = {"metadata": {"annotations": {image_fetch.ANNOTATION_MAX_SIZE: "2Gi"}}, "spec": {}}
     assert run_volume(render(BY_URL, vclass=limited)) == {"sizeLimit": "3Gi"}
     assert run_volume(render({"resources": {"memory": "128Mi", "storage": "100Mi"}})) == {"sizeLimit": "1124Mi"}

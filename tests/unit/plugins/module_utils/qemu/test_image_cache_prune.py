@@ -159,13 +159,16 @@ def test_prune_removes_the_fewest_least_recently_used_unprotected_digests(entrie
             assert left + info[order[len(removed) - 1]][0] > quota
 
 
-def test_class_cache_quota_defaults_and_reads_the_class_annotation():
-    assert image_fetch.class_cache_quota(None) == image_fetch.DEFAULT_CACHE_QUOTA_BYTES
-    vclass = {"metadata": {"annotations": {image_fetch.ANNOTATION_CACHE_QUOTA: "100Gi"}}}
-    assert image_fetch.class_cache_quota(vclass) == 100 << 30
+@pytest.mark.parametrize(("read", "annotation", "default"), [
+    (image_fetch.class_cache_quota, image_fetch.ANNOTATION_CACHE_QUOTA, image_fetch.DEFAULT_CACHE_QUOTA_BYTES),
+    (image_fetch.class_max_bytes, image_fetch.ANNOTATION_MAX_SIZE, image_fetch.DEFAULT_MAX_BYTES),
+])
+def test_a_class_size_is_its_annotation_or_the_default(read, annotation, default):
+    assert read(None) == read({"metadata": {}}) == default
+    assert read({"metadata": {"annotations": {annotation: "100Gi"}}}) == 100 << 30
     for bad in ("0", "-1Gi", "lots"):
-        with pytest.raises(ValueError, match=image_fetch.ANNOTATION_CACHE_QUOTA):
-            image_fetch.class_cache_quota({"metadata": {"annotations": {image_fetch.ANNOTATION_CACHE_QUOTA: bad}}})
+        with pytest.raises(ValueError, match=annotation):
+            read({"metadata": {"annotations": {annotation: bad}}})
 
 
 def test_entry_digests_are_the_valid_ones_normalised_once():

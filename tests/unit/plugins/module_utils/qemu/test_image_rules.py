@@ -61,16 +61,6 @@ def test_fetch_refuses_a_file_url_before_reading_it(tmp_path):
     assert not (tmp_path / "cache").exists()
 
 
-def test_class_max_bytes_defaults_and_reads_the_class_annotation():
-    assert image_fetch.class_max_bytes({"metadata": {}}) == image_fetch.DEFAULT_MAX_BYTES
-    assert image_fetch.class_max_bytes(None) == image_fetch.DEFAULT_MAX_BYTES
-    annotated = {"metadata": {"annotations": {image_fetch.ANNOTATION_MAX_SIZE: "40Gi"}}}
-    assert image_fetch.class_max_bytes(annotated) == 40 << 30
-    for bad in ("lots", "0", "-1Gi"):
-        with pytest.raises(ValueError, match=image_fetch.ANNOTATION_MAX_SIZE):
-            image_fetch.class_max_bytes({"metadata": {"annotations": {image_fetch.ANNOTATION_MAX_SIZE: bad}}})
-
-
 def test_the_default_limit_is_finite_and_fits_a_disk_image():
     assert 4 << 30 <= image_fetch.DEFAULT_MAX_BYTES <= 64 << 30
 
