@@ -227,6 +227,7 @@ class OperatorProcess:
         self.server = server
         self.service_account = service_account
         self.port = free_port()
+        self.health_port = free_port()
         self.proc: subprocess.Popen | None = None
         self.starts = 0
         self._kubeconfig: str | None = None
@@ -259,6 +260,7 @@ class OperatorProcess:
             "--kubeconfig", self.kubeconfig,
             *(["--namespace", self.namespace] if self.namespace else []),
             "--metrics-bind-address", f"127.0.0.1:{self.port}",
+            "--health-probe-bind-address", f"127.0.0.1:{self.health_port}",
             "--artifacts-dir", str(self.workdir / "artifacts"),
             "--log-level", "DEBUG",
             *[arg for p in self.provisioners for arg in ("--provisioner", p)],
@@ -284,7 +286,7 @@ class OperatorProcess:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise AssertionError(f"operator exited with {self.proc.returncode}:\n{self.log_tail()}")
-            if answers_ok(f"http://127.0.0.1:{self.port}/readyz", 1):
+            if answers_ok(f"http://127.0.0.1:{self.health_port}/readyz", 1):
                 return
             time.sleep(0.2)
         raise AssertionError(f"operator not ready after {timeout}s:\n{self.log_tail()}")
@@ -292,7 +294,7 @@ class OperatorProcess:
     def probe(self, path: str) -> tuple[int, str] | None:
         """``(status, body)`` of ``/healthz`` or ``/readyz``; None while nothing answers."""
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=2) as resp:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}{path}", timeout=2) as resp:
                 return resp.status, resp.read().decode()
         except urllib.error.HTTPError as exc:
             return exc.code, exc.read().decode()

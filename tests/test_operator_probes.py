@@ -279,3 +279,35 @@ def test_healthz_fails_while_a_reconcile_hangs_and_recovers(testbed, api, namesp
     finally:
         proc.stop()
         print(f"--- operator log ---\n{proc.log_tail(40)}")
+
+
+def _threads(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("Threads:"))
+
+
+def test_idle_connections_to_both_ports_take_no_thread_and_the_probes_still_answer(testbed, namespace, tmp_path):
+    """Three hundred connections to each of the operator's ports that never
+    send a whole request: the process starts no thread for them, and the
+    kubelet's probe (timeout 1 s) and a scrape still answer among them."""
+    proc = OperatorProcess(str(testbed.kubeconfig), namespace, tmp_path).start()
+    clients = []
+    try:
+        proc.wait_ready()
+        before = _threads(proc.proc.pid)
+        for index in range(300):
+            for port in (proc.health_port, proc.port):
+                connection = socket.create_connection(("127.0.0.1", port))
+                if index % 2:
+                    connection.sendall(b"GET /metrics HTTP/1.1\r\n")
+                clients.append(connection)
+        started = time.monotonic()
+        assert proc.probe("/readyz") == (200, "ok")
+        assert time.monotonic() - started < 1
+        assert "jumpstarter_exporterset_leader" in proc.metrics()
+        # The informers and workers may start one or two of their own meanwhile.
+        assert _threads(proc.proc.pid) <= before + 2
+    finally:
+        for connection in clients:
+            connection.close()
+        proc.stop()

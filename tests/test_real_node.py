@@ -333,7 +333,7 @@ def test_operator_installed_with_kubectl_apply_k_runs_as_a_pod_and_reconciles_a_
     container = yaml.safe_load((ROOT / "config/manager/qemu.yaml").read_text())["spec"]["template"]["spec"][
         "containers"][0]
     metrics_arg = next(i for i, arg in enumerate(container["args"]) if arg.startswith("--metrics-bind-address="))
-    metrics_port = free_ports(1)[0]
+    metrics_port, health_port = free_ports(2)
     base = "/spec/template/spec/containers/0"
     (tmp_path / "kustomization.yaml").write_text(json.dumps({
         "resources": [os.path.relpath(OPERATOR_OVERLAY, tmp_path)],
@@ -343,6 +343,7 @@ def test_operator_installed_with_kubectl_apply_k_runs_as_a_pod_and_reconciles_a_
             {"op": "replace", "path": f"{base}/args/{metrics_arg}",
              "value": f"--metrics-bind-address=0.0.0.0:{metrics_port}"},
             {"op": "replace", "path": f"{base}/ports/0/containerPort", "value": metrics_port},
+            {"op": "add", "path": f"{base}/args/-", "value": f"--health-probe-bind-address=127.0.0.1:{health_port}"},
         ])}],
     }))
     started = time.monotonic()

@@ -22,7 +22,7 @@ from kubernetes import client
 
 from . import cgroup, logs
 from .controller import Controller
-from .metrics import Metrics, serve
+from .metrics import Metrics, bind_address, serve
 from .reconciler import Reconciler
 from .runner import ForkServer, PlaybookRunner
 from .watches import SERVED, load_watches
@@ -67,6 +67,14 @@ def _replicas(value: str) -> int:
     return count
 
 
+def _bind_address(value: str) -> tuple[str, int] | None:
+    """``(host, port)`` of a server, None for ``0`` (off)."""
+    try:
+        return bind_address(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     env = os.environ.get
     parser = argparse.ArgumentParser(prog="exporterset-operator", description=__doc__)
@@ -97,8 +105,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
              "means no ceiling of its own); 0: none (default 100, or watches.yaml "
              "vars.reconcile_plan_options.max_replicas_per_set). Env: MAX_REPLICAS_PER_SET.",
     )
-    parser.add_argument("--metrics-bind-address", default=env("METRICS_BIND_ADDRESS", "0.0.0.0:8080"),
-                        help="address of /metrics, /healthz and /readyz")
+    parser.add_argument(
+        "--metrics-bind-address", type=_bind_address, default=env("METRICS_BIND_ADDRESS", "0.0.0.0:8080"),
+        help="host:port of /metrics (default 0.0.0.0:8080; 127.0.0.1:8080 keeps it to the Pod; 0: no "
+             "metrics); /healthz and /readyz answer there too. Env: METRICS_BIND_ADDRESS.",
+    )
+    parser.add_argument(
+        "--health-probe-bind-address", type=_bind_address, default=env("HEALTH_PROBE_BIND_ADDRESS", ":8081"),
+        help="host:port of /healthz and /readyz alone (default :8081, every address; 0: none). "
+             "Env: HEALTH_PROBE_BIND_ADDRESS.",
+    )
     parser.add_argument(
         "--stuck-reconcile-timeout", type=duration, default=env("STUCK_RECONCILE_TIMEOUT", "10m"),
         help="/healthz fails while one reconcile has run longer than this (default 10m; 0: never)",
@@ -221,8 +237,16 @@ def main(argv: list[str] | None = None) -> int:
     # Every replica keeps its caches warm, leader or not: it is ready once
     # they are synced, and a follower that takes over starts from them.
     controller.start_informers()
-    host, _, port = args.metrics_bind_address.rpartition(":")
-    serve(host or "0.0.0.0", int(port), metrics, healthy=controller.liveness, ready=controller.readiness)
+    probes = {"healthy": controller.liveness, "ready": controller.readiness}
+    for address, served, name in ((args.metrics_bind_address, metrics, "metrics"),
+                                  (args.health_probe_bind_address, None, "probes")):
+        if address is None or (name == "probes" and address == args.metrics_bind_address):
+            continue  # off, or answered by the metrics server
+        try:
+            serve(*address, served, name=name, **probes)
+        except OSError as exc:
+            log.error("cannot listen", extra={"server": name, "address": "{}:{}".format(*address), "error": str(exc)})
+            return 2
 
     stopped = threading.Event()
 

@@ -1,13 +1,28 @@
-"""Prometheus metrics and the health endpoints, served on one port."""
+"""Prometheus metrics and the health endpoints, each on a bounded server.
+
+The probes have an address of their own (``--health-probe-bind-address``),
+so nothing done to the metrics port (a scrape, a flood) can fail the
+kubelet's probes. Both servers are ``BoundedServer``: one thread reads every
+connection's request head without blocking, a connection that has not sent
+its head within ``HEAD_SECONDS`` is closed, the oldest connection is dropped
+once ``MAX_CONNECTIONS`` are open, and a fixed pool of threads answers, so
+idle or slow clients cost a file descriptor each and never a thread.
+"""
 
 from __future__ import annotations
 
+import logging
+import queue
+import selectors
+import socket
 import threading
+import time
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+log = logging.getLogger(__name__)
 
 SET_LABELS = ("namespace", "exporterset")
 
@@ -77,39 +92,219 @@ class Metrics:
         return generate_latest(self.registry)
 
 
+# Per server: connections open at once, the seconds a client has to send its
+# request head, the bytes that head may have, the threads that answer and
+# the seconds an answer may take to be sent.
+MAX_CONNECTIONS = 64
+HEAD_SECONDS = 5.0
+MAX_HEAD_BYTES = 8192
+ANSWER_THREADS = 2
+SEND_SECONDS = 5.0
+
+REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
+           431: "Request Header Fields Too Large", 503: "Service Unavailable"}
+
+
+def bind_address(value: str) -> tuple[str, int] | None:
+    """``(host, port)`` of a bind address as controller-runtime writes it
+    (``:8081``, ``127.0.0.1:8080``, ``[::1]:8080``); None for ``0``, which
+    turns the server off. An empty host is every IPv4 address."""
+    value = value.strip()
+    if value == "0":
+        return None
+    host, colon, port = value.rpartition(":")
+    if not colon or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ValueError(f"{value!r} is not host:port with a port from 1 to 65535 (or 0: off)")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    return host or "0.0.0.0", int(port)
+
+
+def answer(code: int, body: bytes, content_type: str = "text/plain", head_only: bool = False) -> bytes:
+    """A whole HTTP/1.1 response that closes its connection."""
+    head = (f"HTTP/1.1 {code} {REASONS.get(code, 'Unknown')}\r\nContent-Type: {content_type}\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
+    return head if head_only else head + body
+
+
+def response_to(head: bytes, routes: dict[str, Callable[[], tuple[int, bytes, str]]]) -> bytes:
+    """The response to a request ``head`` (its bytes up to the blank line)."""
+    parts = head.split(b"\r\n", 1)[0].split()
+    if len(parts) != 3 or not parts[2].startswith(b"HTTP/"):
+        return answer(400, b"bad request\n")
+    method, target = parts[0], parts[1].decode("latin-1").split("?", 1)[0]
+    if method not in (b"GET", b"HEAD"):
+        return answer(405, b"method not allowed\n")
+    route = routes.get(target)
+    code, body, content_type = route() if route else (404, b"not found", "text/plain")
+    return answer(code, body, content_type, head_only=method == b"HEAD")
+
+
+class BoundedServer:
+    """An HTTP server of GET routes whose threads and connections are bounded
+    (the module's docstring); ``server_address`` is where it listens."""
+
+    def __init__(self, host: str, port: int, routes: dict, *, name: str = "http",
+                 max_connections: int = MAX_CONNECTIONS, head_seconds: float = HEAD_SECONDS,
+                 threads: int = ANSWER_THREADS, clock: Callable[[], float] = time.monotonic):
+        self.routes = routes
+        self.max_connections = max_connections
+        self.head_seconds = head_seconds
+        self.clock = clock
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self._listener = socket.socket(family, socket.SOCK_STREAM)
+        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            self._listener.bind((host, port))
+            self._listener.listen(128)
+        except OSError:
+            self._listener.close()
+            raise
+        self._listener.setblocking(False)
+        self.server_address = self._listener.getsockname()
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(self._listener, selectors.EVENT_READ)
+        self._wake_read, self._wake_write = socket.socketpair()
+        self._selector.register(self._wake_read, selectors.EVENT_READ)
+        # socket -> (bytes of its head so far, when it was accepted); in the
+        # order accepted, so the oldest is first.
+        self._open: dict[socket.socket, tuple[bytearray, float]] = {}
+        self._answers: queue.Queue = queue.Queue(maxsize=max_connections)
+        self._stopped = threading.Event()
+        self.threads = [threading.Thread(target=self._read_heads, name=f"{name}-heads", daemon=True)]
+        self.threads += [threading.Thread(target=self._answer, name=f"{name}-{index}", daemon=True)
+                         for index in range(threads)]
+        for thread in self.threads:
+            thread.start()
+
+    # -- the one thread that reads request heads -----------------------------
+    def _read_heads(self) -> None:
+        while not self._stopped.is_set():
+            oldest = next(iter(self._open.values()), None)
+            wait = None if oldest is None else max(0.0, oldest[1] + self.head_seconds - self.clock())
+            for key, _ in self._selector.select(wait):
+                if key.fileobj is self._listener:
+                    self._accept()
+                elif key.fileobj is self._wake_read:
+                    return
+                elif key.fileobj in self._open:  # not closed by an accept of this same batch
+                    self._read(key.fileobj)
+            self._expire()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                connection, _ = self._listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:  # out of file descriptors: the backlog waits
+                return
+            if len(self._open) >= self.max_connections:
+                self._close(next(iter(self._open)))
+            connection.setblocking(False)
+            self._open[connection] = (bytearray(), self.clock())
+            self._selector.register(connection, selectors.EVENT_READ)
+
+    def _read(self, connection: socket.socket) -> None:
+        head = self._open[connection][0]
+        try:
+            data = connection.recv(4096)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._close(connection)
+            return
+        head += data
+        end = head.find(b"\r\n\r\n")
+        if end < 0 and len(head) <= MAX_HEAD_BYTES:
+            return
+        self._selector.unregister(connection)
+        del self._open[connection]
+        request = bytes(head[:end]) if 0 <= end <= MAX_HEAD_BYTES else None
+        try:
+            self._answers.put_nowait((connection, request))
+        except queue.Full:
+            connection.close()
+
+    def _expire(self) -> None:
+        now = self.clock()
+        while self._open:
+            connection, (_, accepted) = next(iter(self._open.items()))
+            if now - accepted < self.head_seconds:
+                return
+            self._close(connection)
+
+    def _close(self, connection: socket.socket) -> None:
+        self._selector.unregister(connection)
+        del self._open[connection]
+        connection.close()
+
+    # -- the threads that answer ---------------------------------------------
+    def _answer(self) -> None:
+        while True:
+            item = self._answers.get()
+            if item is None:
+                return
+            connection, request = item
+            try:
+                reply = (answer(431, b"request head too large\n") if request is None
+                         else response_to(request, self.routes))
+                connection.settimeout(SEND_SECONDS)  # the whole sendall, not each send
+                connection.sendall(reply)
+            except Exception:  # noqa: BLE001 - a client's or a route's failure ends its connection only
+                log.debug("answer failed", exc_info=True)
+            finally:
+                connection.close()
+
+    def shutdown(self) -> None:
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        self._wake_write.send(b"x")
+        self.threads[0].join(5)
+        for connection in list(self._open):
+            self._close(connection)
+        for _ in self.threads[1:]:
+            self._answers.put(None)
+        for thread in self.threads[1:]:
+            thread.join(SEND_SECONDS + 1)
+        self._selector.close()
+        for sock in (self._listener, self._wake_read, self._wake_write):
+            sock.close()
+
+    def server_close(self) -> None:
+        """What ``http.server``'s servers call after ``shutdown``: all done there."""
+        self.shutdown()
+
+
+def probe_routes(healthy: Callable[[], list[str]], ready: Callable[[], list[str]]) -> dict:
+    """``/healthz`` and ``/readyz``: ``healthy`` and ``ready`` return what is
+    wrong; nothing means 200 "ok", anything means 503 with one problem a line."""
+
+    def route(check):
+        def probe():
+            problems = check()
+            return (503, "\n".join(problems).encode() + b"\n", "text/plain") if problems else (200, b"ok", "text/plain")
+        return probe
+
+    return {"/healthz": route(healthy), "/readyz": route(ready)}
+
+
 def serve(
     address: str,
     port: int,
-    metrics: Metrics,
-    healthy: Callable[[], list[str]],
-    ready: Callable[[], list[str]],
-) -> ThreadingHTTPServer:
-    """``healthy`` and ``ready`` return what is wrong; nothing means 200 "ok",
-    anything means 503 with one problem a line."""
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
-            if self.path == "/metrics":
-                self._send(200, metrics.exposition(), CONTENT_TYPE_LATEST)
-            elif self.path in ("/healthz", "/readyz"):
-                problems = (healthy if self.path == "/healthz" else ready)()
-                if problems:
-                    self._send(503, "\n".join(problems).encode() + b"\n")
-                else:
-                    self._send(200, b"ok")
-            else:
-                self._send(404, b"not found")
-
-        def _send(self, code: int, body: bytes, content_type: str = "text/plain") -> None:
-            self.send_response(code)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            return
-
-    server = ThreadingHTTPServer((address, port), Handler)
-    threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
-    return server
+    metrics: Metrics | None,
+    healthy: Callable[[], list[str]] | None = None,
+    ready: Callable[[], list[str]] | None = None,
+    name: str = "http",
+    **bounds,
+) -> BoundedServer:
+    """A ``BoundedServer`` of ``/metrics`` (with ``metrics``) and the probes
+    (with ``healthy`` and ``ready``)."""
+    routes = {}
+    if metrics is not None:
+        routes["/metrics"] = lambda: (200, metrics.exposition(), CONTENT_TYPE_LATEST)
+    if healthy is not None and ready is not None:
+        routes.update(probe_routes(healthy, ready))
+    return BoundedServer(address, port, routes, name=name, **bounds)
