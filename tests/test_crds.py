@@ -7,6 +7,8 @@ every case, and on the defaults they fill in, except for the deliberately
 stricter rules of our ExporterSet (see config/crd/exportersets.yaml):
   - virtualTargetClassName must be a DNS-1123 subdomain,
   - scaleDownCooldown must be a non-negative Go duration,
+  - every list and string a set gives is bounded (BOUND_CASES,
+    docs/reference/limits.md),
 and the one place ours is more lenient: a template driver may leave out its
 name, as JEP-0014's examples do (the provisioner derives one).
 """
@@ -395,6 +397,78 @@ def test_node_affinity_as_the_jep_writes_it_is_kept_by_ours(ours, upstream):
     assert ours_accepted and upstream_accepted
     assert ours_spec["scheduling"] == scheduling
     assert "nodeAffinity" not in upstream_spec.get("scheduling", {})
+
+
+def _named(count, **entry):
+    return [{"name": f"d{index}", "type": QEMU_POWER, **entry} for index in range(count)]
+
+
+def _template(drivers_=(), annotations=None):
+    metadata = {**SET_SPEC["template"]["metadata"], **({"annotations": annotations} if annotations else {})}
+    return {"metadata": metadata, "spec": {"drivers": list(drivers_)}}
+
+
+# (case, the largest object the bound takes, one just over it, the field the
+# refusal names): docs/reference/limits.md. Upstream accepts both.
+BOUND_CASES = [
+    ("drivers", exporter_set(template=_template(_named(64))), exporter_set(template=_template(_named(65))),
+     "spec.template.spec.drivers"),
+    ("driver-type", exporter_set(template=_template(_named(1, type="a." + "b" * 510))),
+     exporter_set(template=_template(_named(1, type="a." + "b" * 511))), "spec.template.spec.drivers[0].type"),
+    ("driver-name", exporter_set(template=_template([{"name": "n" * 253, "type": QEMU_POWER}])),
+     exporter_set(template=_template([{"name": "n" * 254, "type": QEMU_POWER}])),
+     "spec.template.spec.drivers[0].name"),
+    ("driver-config", exporter_set(template=_template(_named(1, config={f"k{i}": i for i in range(64)}))),
+     exporter_set(template=_template(_named(1, config={f"k{i}": i for i in range(65)}))),
+     "spec.template.spec.drivers[0].config"),
+    ("annotations", exporter_set(template=_template(annotations={f"a{i}": "v" for i in range(64)})),
+     exporter_set(template=_template(annotations={f"a{i}": "v" for i in range(65)})),
+     "spec.template.metadata.annotations"),
+    ("annotation-value", exporter_set(template=_template(annotations={"a": "v" * 65536})),
+     exporter_set(template=_template(annotations={"a": "v" * 65537})), "spec.template.metadata.annotations.a"),
+    ("image", exporter_set(images={"runtime": {"image": "r/" + "i" * 1022}}),
+     exporter_set(images={"runtime": {"image": "r/" + "i" * 1023}}), "spec.images.runtime.image"),
+    ("cooldown", exporter_set(scaleDownCooldown="1s" * 32), exporter_set(scaleDownCooldown="1s" * 33),
+     "spec.scaleDownCooldown"),
+]
+
+
+@pytest.mark.parametrize(("case", "largest", "over", "field"), BOUND_CASES, ids=[c[0] for c in BOUND_CASES])
+def test_every_list_and_string_a_set_gives_is_bounded(ours, upstream, case, largest, over, field):
+    """Ours takes a set at each bound as upstream does, and refuses one just
+    over it, naming the field; upstream has no bounds and takes both."""
+    for obj in (largest, over):
+        accepted, result = dry_run_create(upstream, *obj)
+        assert accepted, f"upstream: {result}"
+    accepted, result = dry_run_create(ours, *largest)
+    assert accepted, result
+    accepted, result = dry_run_create(ours, *over)
+    assert not accepted
+    assert field in result
+
+
+def test_a_policys_lists_and_strings_are_bounded(ours):
+    """ExporterSetPolicy is ours alone: its prefer selector and durations are
+    bounded as a set's selector is."""
+    def create(spec):
+        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ExporterSetPolicy", "metadata": {"name": "case"},
+                "spec": {"exporterSetName": "pool", **spec}}
+        try:
+            ours.create_namespaced_custom_object(GROUP, VERSION, "default", "exportersetpolicies", body,
+                                                 dry_run="All")
+        except ApiException as error:
+            assert error.status == 422, error.body
+            return error.body
+        return None
+
+    def prefer(count):
+        return {"scaleIn": {"preferSelector": {"matchExpressions": [
+            {"key": f"k{index}", "operator": "Exists"} for index in range(count)]}}}
+
+    assert create(prefer(32)) is None
+    assert "spec.scaleIn.preferSelector.matchExpressions" in create(prefer(33))
+    assert create({"healing": {"minFailingDuration": "1s" * 32}}) is None
+    assert "spec.healing.minFailingDuration" in create({"healing": {"minFailingDuration": "1s" * 33}})
 
 
 def upstream_samples():

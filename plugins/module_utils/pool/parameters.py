@@ -36,6 +36,15 @@ _DNS_NAME = re.compile(
     r"(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$"
 )
 _UUID = re.compile(r"^[0-9a-fA-F]{8}-([0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}$")
+# The bounds of every string, list and object of a set's parameters (the
+# CRD cannot bound a free-form field): far above what any field needs (a
+# kernel command line is at most 4096 bytes), so one set cannot make each
+# pass over it, or each warning it earns, cost what it likes.
+MAX_STRING = 4096
+MAX_ITEMS = 256
+MAX_KEYS = 256
+_BOUNDS = {"string": ("maxLength", MAX_STRING), "array": ("maxItems", MAX_ITEMS),
+           "object": ("maxProperties", MAX_KEYS)}
 
 
 def validate_parameters(provisioner, parameters):
@@ -64,6 +73,7 @@ def json_schema(node):
     kind = node.type
     if kind in _JSON_TYPES:
         schema["type"] = _JSON_TYPES[kind]
+        schema.update([_BOUNDS[schema["type"]]] if schema["type"] in _BOUNDS else [])
     if kind == "object":
         schema["properties"] = {name: json_schema(child) for name, child in node.properties.items()}
         required = [name for name, child in node.properties.items() if child.required]
@@ -185,6 +195,9 @@ def _schema_errors(provisioner, parameters):
             found.append((path, False, f"{path}: {value} is {side} {error.validator_value:g}"))
         elif error.validator == "minItems":
             found.append((path, False, f"{path}: must not be empty"))
+        elif error.validator in ("maxLength", "maxItems", "maxProperties"):
+            unit = {"maxLength": "characters", "maxItems": "items", "maxProperties": "keys"}[error.validator]
+            found.append((path, False, f"{path}: more than {error.validator_value} {unit}"))
         elif error.validator == "format":
             found.append((path, False, f"{path}: {_FORMATS[error.validator_value](value)}"))
         else:
@@ -211,7 +224,10 @@ def _without_nulls(node, value):
 
 
 def _unknown_keys(node, value, path, warnings):
-    """Warn about the keys no schema object knows (they are ignored)."""
+    """Warn about the keys no schema object knows (they are ignored); an
+    object or list over its bound is an error already, its keys not read."""
+    if isinstance(value, (dict, list)) and len(value) > (MAX_KEYS if isinstance(value, dict) else MAX_ITEMS):
+        return
     if node.type == "object" and isinstance(value, dict):
         for name, child in node.properties.items():
             if value.get(name) is not None:

@@ -247,3 +247,24 @@ def test_class_only_fields_say_so_in_the_reference():
     for path in ("disk.path", "kernel.path", "initrd.path", "firmware.path", "disk.format",
                  "runtime.binary", "workDir"):
         assert "Set by the class only" in rows[path], path
+
+
+@pytest.mark.parametrize(("provisioner", "field", "at_bound", "over"), [
+    (QEMU, "kernelArgs", "a" * 4096, "a" * 4097),
+    (BAREMETAL, "hosts", [{"name": f"h{i}.example.com"} for i in range(256)],
+     [{"name": f"h{i}.example.com"} for i in range(257)]),
+    (BAREMETAL, "board", {f"k{i}": "v" for i in range(256)}, {f"k{i}": "v" for i in range(257)}),
+])
+def test_every_string_list_and_object_of_the_parameters_is_bounded(provisioner, field, at_bound, over):
+    """A set's parameters are free-form in the CRD; their schema bounds them,
+    naming the field, and an object over its bound earns no warning per key."""
+    from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import parameters as engine
+
+    assert (engine.MAX_STRING, engine.MAX_ITEMS, engine.MAX_KEYS) == (4096, 256, 256)
+    base = dict(GOOD_BAREMETAL) if provisioner == BAREMETAL else {}
+    assert not [e for e in validate_parameters(provisioner, {**base, field: at_bound})["errors"]
+                if e.startswith(f"parameters.{field}:")]
+    result = validate_parameters(provisioner, {**base, field: over})
+    unit = {str: "characters", list: "items", dict: "keys"}[type(over)]
+    assert f"parameters.{field}: more than {len(at_bound)} {unit}" in result["errors"]
+    assert len(result["warnings"]) < 10
