@@ -28,6 +28,10 @@ def option(argv, flag):
     return [argv[i + 1] for i, item in enumerate(argv) if item == flag]
 
 
+def blockdevs(argv):
+    return [argv[index + 1] for index, flag in enumerate(argv) if flag == "-blockdev"]
+
+
 def only(argv, flag):
     values = option(argv, flag)
     assert len(values) == 1, f"{flag} given {len(values)} times in {argv}"
@@ -172,7 +176,7 @@ def test_memory_defaults_to_1gi():
 )
 def test_disk_is_the_instance_overlay_whenever_there_is_one(changes):
     argv = qemu_argv(with_(**changes), run_dir=RUN_DIR, name="x")
-    disk = [value for flag, value in zip(argv, argv[1:]) if flag == "-blockdev"][-1]
+    disk = blockdevs(argv)[-1]
     assert disk.startswith(
         "driver=qcow2,node-name=disk0,file.driver=file,file.filename=/run/vt/pool-a-0/disk.qcow2")
     # The flasher writes into the node while the device is attached.
@@ -196,10 +200,10 @@ def test_a_blank_disk_has_no_base_node():
 )
 def test_the_base_is_a_node_of_its_own_opened_without_a_backing_file(disk, base):
     argv = qemu_argv(with_(disk=disk), run_dir=RUN_DIR, name="x")
-    blockdevs = [value for flag, value in zip(argv, argv[1:]) if flag == "-blockdev"]
-    assert len(blockdevs) == 2
-    assert json.loads(blockdevs[0]) == {"node-name": "disk0-base", "read-only": True, **base}
-    assert blockdevs[1] == ("driver=qcow2,node-name=disk0,file.driver=file,"
+    nodes = blockdevs(argv)
+    assert len(nodes) == 2
+    assert json.loads(nodes[0]) == {"node-name": "disk0-base", "read-only": True, **base}
+    assert nodes[1] == ("driver=qcow2,node-name=disk0,file.driver=file,"
                             "file.filename=/run/vt/pool-a-0/disk.qcow2,backing=disk0-base")
 
 
