@@ -117,5 +117,8 @@ def test_each_provisioner_deployment_has_an_account_of_its_own_with_the_roles_it
     defined = {doc["metadata"]["name"] for doc in yaml.safe_load_all((ROOT / "config" / "rbac" /
                                                                      "service_account.yaml").read_text()) if doc}
     assert defined == set(accounts)
-    for binding in ("role_binding.yaml", "leader_election_role_binding.yaml", "pool/role_binding.yaml"):
+    for binding in ("role_binding.yaml", "leader_election_role_binding.yaml"):
         assert _subjects(ROOT / "config" / "rbac" / binding) == set(accounts), binding
+    # A pool binding per account, to that provisioner's own pool role.
+    pool = sorted((ROOT / "config" / "rbac" / "pool").glob("role_binding_*.yaml"))
+    assert [_subjects(path) for path in pool] == [{account} for account in sorted(accounts)]
