@@ -281,6 +281,11 @@ def main(argv: list[str] | None = None) -> int:
             log.error("lost leadership; exiting so a fresh process can compete again")
             os._exit(1)
 
+        # The Lease read held by another is lost at once (election.py). The
+        # exit ends our runs too: the fork server kills them once our end of
+        # its pipe closes.
+        lock.on_taken = lost
+
         election = leaderelection.LeaderElection(
             electionconfig.Config(lock, lease_duration=args.leader_election_lease_duration,
                                   renew_deadline=args.leader_election_renew_deadline,

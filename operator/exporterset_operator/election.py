@@ -10,6 +10,11 @@ Lease has expired and another replica leads. Here any error of a lock call
 is a failed attempt, which the election retries every ``retry_period`` and,
 while leading, gives up on after ``renew_deadline`` as it should.
 
+A leader that reads its Lease held by another identity has lost it
+(``on_taken``, at once): the election would go on trying to renew until
+``renew_deadline`` had passed, reconciling and starting backend runs
+meanwhile beside the new leader.
+
 On shutdown the leader releases its Lease (``release``): the holder is
 cleared, so a standby takes over at its next attempt instead of waiting for
 the Lease to expire. Once released the lock neither renews nor re-acquires.
@@ -35,19 +40,31 @@ def _unreachable(action: str, exc: Exception) -> SimpleNamespace:
 
 
 class ResilientLeaseLock(LeaseLock):
-    def __init__(self, name, namespace, identity):
+    def __init__(self, name, namespace, identity, on_taken=None):
         super().__init__(name, namespace, identity)
         self._released = False
+        # Whether our last write of the Lease named us its holder.
+        self._held = False
+        # Called once, when this holder reads the Lease held by another.
+        self.on_taken = on_taken
         # The election thread's create/update and release() never interleave.
         self._mutex = threading.Lock()
 
     def get(self, name, namespace):
         try:
-            return super().get(name, namespace)
+            found, record = super().get(name, namespace)
         except ApiException:
             raise
         except Exception as exc:
             return False, _unreachable("get", exc)
+        holder = getattr(record, "holder_identity", None) if found else None
+        if self._held and holder and holder != self.identity:
+            self._held = False
+            log.error("the leader election Lease is held by another", extra={
+                "lease": f"{self.namespace}/{self.name}", "holder": holder})
+            if self.on_taken is not None:
+                self.on_taken()
+        return found, record
 
     def create(self, name, namespace, election_record):
         return self._write("create", super().create, name, namespace, election_record)
@@ -62,7 +79,10 @@ class ResilientLeaseLock(LeaseLock):
             if self._released:
                 return False
             try:
-                return write(name, namespace, record)
+                written = write(name, namespace, record)
+                if written:
+                    self._held = record.holder_identity == self.identity
+                return written
             except ApiException:
                 raise
             except Exception as exc:

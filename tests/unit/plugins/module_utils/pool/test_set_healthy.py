@@ -7,10 +7,9 @@ import copy
 import json
 
 import pytest
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import operator_state
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants as c
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import observe as k8s_observe
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import backend_refusal
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import backend_refusal, operator_state
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.plan import scale_plan
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.status import (
     make_condition,

@@ -2,8 +2,8 @@
 the same, ``changed`` has one definition, and ``split`` hands the backends
 only what needs them."""
 
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import operator_state
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants as c
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import operator_state
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.phases.model import (
     Event,
     NewExporter,
