@@ -1,6 +1,8 @@
-"""The collection as its users get it: ``ansible-galaxy collection build``,
-the tarball installed into a fresh collections path, and a playbook and
-``ansible-doc`` that find it there and nowhere else."""
+"""The collection as its users get it: the tarball of a release
+(``scripts/release collection``, which runs ``ansible-galaxy collection
+build`` on the files git holds), installed from that file into a fresh
+collections path with ``ansible-galaxy collection install``, and a playbook
+and ``ansible-doc`` that find it there and nowhere else."""
 
 import json
 import os
@@ -11,7 +13,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from collection_tree import copy_collection
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -32,10 +33,11 @@ def _isolated_env(collections_path: Path) -> dict:
 def installed(tmp_path_factory):
     """(tarball, collections path) with the built collection installed."""
     work = tmp_path_factory.mktemp("galaxy")
-    source = copy_collection(work / "source")
-    subprocess.run([str(BIN / "ansible-galaxy"), "collection", "build", "--output-path",
-                    str(work / "dist"), str(source)], check=True, capture_output=True)
+    run = subprocess.run([str(ROOT / "scripts" / "release"), "--allow-dirty", "--output", str(work / "dist"),
+                          "collection"], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
     tarball = work / "dist" / f"{GALAXY['namespace']}-{GALAXY['name']}-{GALAXY['version']}.tar.gz"
+    assert run.stdout == f"collection {tarball}\n"
     collections = work / "collections"
     # Galaxy is out of reach: kubernetes.core comes from the ansible package.
     subprocess.run([str(BIN / "ansible-galaxy"), "collection", "install", "--no-deps", "-p",
