@@ -7,9 +7,9 @@ cannot write; annotations of their former names are never read. Here the
 real operator keeps a pool with a surplus waiting out a one-hour cooldown,
 and its author forges every former annotation (a surplus since long ago, a
 failure streak past every threshold, a refusal of the backend, a lost lab
-host, a sync long ago), then deletes them: no Exporter is disabled, the
-state is unchanged, the set is not degraded, and the pool still grows when
-asked to. The Corellium refusal whose annotation is deleted is in
+host, a sync long ago), then deletes them, and writes the state through
+the set's own endpoint: no Exporter is disabled, the state is unchanged,
+the set is not degraded, and the pool still grows when asked to. The Corellium refusal whose annotation is deleted is in
 test_corellium_provisioner.py (the token is not sent again)."""
 
 from __future__ import annotations
@@ -61,6 +61,9 @@ def test_forged_or_deleted_annotations_change_no_decision(api, namespace, standi
         patch({"metadata": {"annotations": FORGED}})
         patch({"metadata": {"annotations": {key: None for key in FORGED}}})
         patch({"metadata": {"annotations": FORGED}})
+        # The status through the set's own endpoint (all a tenant's role
+        # grants) is not written.
+        patch({"status": {"operatorState": {"surplusSince": LONG_AGO}}})
     the_set = get_set(custom, namespace)
     assert state_of(the_set) == before
     assert condition(the_set, "Degraded")["status"] == "False", condition(the_set, "Degraded")

@@ -432,11 +432,9 @@ class Server:
             self.selector.unregister(conn)
         os.close(pidfd)
         _, status = os.waitpid(pid, 0)
-        # What is left of it ends with it, however it ended: killed before it
-        # could stop its task workers, or ended on a signal its client
-        # forwarded (the client's terminal closed with the operator) while a
-        # worker, in a session of its own, still ran a module.
-        kill_run(pid)
+        if os.WIFSIGNALED(status):
+            # Killed before it could stop its task workers.
+            kill_run(pid)
         reply(conn, rc=128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status))
         conn.close()
 
