@@ -11,6 +11,7 @@ import sys
 import threading
 from pathlib import Path
 
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import provisioners
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import lifecycle
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.client import (
     api_client as load_client,
@@ -75,6 +76,44 @@ def _bind_address(value: str) -> tuple[str, int] | None:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+# controller-runtime's --zap-log-level names, as Python's levels.
+ZAP_LEVELS = {"debug": "DEBUG", "info": "INFO", "warn": "WARNING", "error": "ERROR", "dpanic": "CRITICAL",
+              "panic": "CRITICAL", "fatal": "CRITICAL"}
+
+
+def zap_level(value: str) -> str:
+    """The Python level of a ``--zap-log-level``: a name, or a verbosity
+    (``0`` info, ``1`` and up debug: Python has no finer level)."""
+    name = value.strip().lower()
+    if name in ZAP_LEVELS:
+        return ZAP_LEVELS[name]
+    if name.isdigit():
+        return "INFO" if int(name) == 0 else "DEBUG"
+    raise argparse.ArgumentTypeError(f"{value!r} is not one of {', '.join(ZAP_LEVELS)} or a verbosity >= 0")
+
+
+def flag_bool(value: str) -> bool:
+    """A Go boolean flag's value (``--zap-devel=false``)."""
+    answer = {"1": True, "t": True, "true": True, "0": False, "f": False, "false": False}.get(value.strip().lower())
+    if answer is None:
+        raise argparse.ArgumentTypeError(f"{value!r} is not true or false")
+    return answer
+
+
+def _zap_flags(parser: argparse.ArgumentParser) -> None:
+    """The logging flags of controller-runtime's zap, which a Deployment made
+    for an upstream exporter-set controller may pass: level and encoder are
+    ours too, the rest is accepted and has no effect."""
+    parser.add_argument("--zap-log-level", type=zap_level, dest="log_level",
+                        help="debug, info, warn, error, or a verbosity (1 and up: debug); same as --log-level")
+    parser.add_argument("--zap-encoder", choices=("json", "console"), dest="log_encoder",
+                        help="json (default) or console: one line of text per record")
+    parser.add_argument("--zap-devel", type=flag_bool, nargs="?", const=True, default=False,
+                        help="development defaults: level debug and the console encoder unless given")
+    for name in ("--zap-stacktrace-level", "--zap-time-encoding"):
+        parser.add_argument(name, help="accepted and ignored")
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     env = os.environ.get
     parser = argparse.ArgumentParser(prog="exporterset-operator", description=__doc__)
@@ -85,8 +124,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--watches-file", default=env("WATCHES_FILE"),
                         help="watches.yaml (default: the one shipped in operator/)")
-    parser.add_argument("--namespace", default=env("WATCH_NAMESPACE") or None,
-                        help="watch one namespace only (default: all)")
+    parser.add_argument("--namespace", default=env("WATCH_NAMESPACE") or env("NAMESPACE") or None,
+                        help="watch one namespace only, and hold the leader election Lease there "
+                        "(default: all). Env: WATCH_NAMESPACE, else NAMESPACE.")
     parser.add_argument(
         "--max-concurrent-reconciles", type=int,
         default=int(env("MAX_CONCURRENT_RECONCILES", "0")) or None,
@@ -148,9 +188,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="fork the playbook runs from a process that has imported Ansible (default); "
              "--no-fork-server: start ansible-playbook afresh for each run. Env: FORK_SERVER=false.",
     )
-    parser.add_argument("--log-level", default=env("LOG_LEVEL", "INFO"))
+    parser.add_argument("--log-level", help="a Python level (default INFO). Env: LOG_LEVEL.")
+    _zap_flags(parser)
     parser.add_argument("--kubeconfig", default=env("KUBECONFIG"))
     args = parser.parse_args(argv)
+    if args.log_level is None:
+        args.log_level = "DEBUG" if args.zap_devel else env("LOG_LEVEL", "INFO")
+    if args.log_encoder is None:
+        args.log_encoder = "console" if args.zap_devel else "json"
     # The election's own checks, said with the flags' names (the library
     # would exit with its parameter names instead).
     for flag in ("lease_duration", "renew_deadline", "retry_period"):
@@ -170,7 +215,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if not args.provisioners:
         from_env = [p.strip() for p in env("PROVISIONERS", "").split(",") if p.strip()]
         args.provisioners = from_env or list(DEFAULT_PROVISIONERS)
+    unknown = [name for name in args.provisioners if not provisioners.known(name)]
+    if unknown:
+        parser.error(f"unknown provisioner {', '.join(map(repr, unknown))}; "
+                     f"supported: {', '.join(provisioners.names())}")
     return args
+
+
+def election_lease(args: argparse.Namespace) -> tuple[str, str]:
+    """(name, namespace) of the leader election Lease: by default named for
+    the provisioners, in the watched namespace (NAMESPACE in upstream's
+    slot, whose Role grants Leases there alone)."""
+    name = args.leader_election_id or "exporterset-operator-" + "-".join(
+        p.split(".")[0] for p in sorted(args.provisioners))
+    return name, args.leader_election_namespace or args.namespace or "default"
 
 
 def playbook_env(kubeconfig: str | None) -> dict[str, str]:
@@ -184,7 +242,7 @@ def playbook_env(kubeconfig: str | None) -> dict[str, str]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    logs.configure(args.log_level)
+    logs.configure(args.log_level, args.log_encoder)
     # Forked now, while this process runs no other thread: the playbook
     # runs' server shares the pages of what we imported.
     fork_server = ForkServer() if args.fork_server else False
@@ -270,12 +328,7 @@ def main(argv: list[str] | None = None) -> int:
         from .election import ResilientLeaseLock
 
         identity = f"{socket.gethostname()}_{os.getpid()}"
-        lock = ResilientLeaseLock(
-            args.leader_election_id or "exporterset-operator-" + "-".join(
-                p.split(".")[0] for p in sorted(args.provisioners)),
-            args.leader_election_namespace or args.namespace or "default",
-            identity,
-        )
+        lock = ResilientLeaseLock(*election_lease(args), identity)
 
         def lost():
             log.error("lost leadership; exiting so a fresh process can compete again")

@@ -10,7 +10,7 @@ _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
 
 
 class JsonFormatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
+    def entry(self, record: logging.LogRecord) -> dict:
         entry = {
             "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
             "level": record.levelname.lower(),
@@ -20,7 +20,26 @@ class JsonFormatter(logging.Formatter):
         entry.update({k: v for k, v in vars(record).items() if k not in _STANDARD})
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
-        return json.dumps(entry, default=str)
+        return entry
+
+    def format(self, record: logging.LogRecord) -> str:
+        return json.dumps(self.entry(record), default=str)
+
+
+class ConsoleFormatter(JsonFormatter):
+    """The same fields as one line of text (``--zap-encoder=console``): time,
+    level, logger and message, then the extra fields as JSON; an exception's
+    traceback on the lines after."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry = self.entry(record)
+        head = "\t".join(str(entry.pop(key)) for key in ("ts", "level", "logger", "msg"))
+        exception = entry.pop("exception", None)
+        line = f"{head}\t{json.dumps(entry, default=str)}" if entry else head
+        return f"{line}\n{exception}" if exception else line
+
+
+FORMATTERS = {"json": JsonFormatter, "console": ConsoleFormatter}
 
 
 class _Routine(logging.Filter):
@@ -35,9 +54,9 @@ class _Routine(logging.Filter):
         return True
 
 
-def configure(level: str = "INFO") -> None:
+def configure(level: str = "INFO", encoder: str = "json") -> None:
     handler = logging.StreamHandler()
-    handler.setFormatter(JsonFormatter())
+    handler.setFormatter(FORMATTERS[encoder]())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
