@@ -213,11 +213,14 @@ class OperatorProcess:
     service account (``USERNAME``), bound in ``namespace`` (the pool
     ClusterRole) and in its leader election namespace. ``server`` points the
     operator at another address of the API server (a proxy).
-    ``service_account=False`` runs it with ``kubeconfig`` as given."""
+    ``service_account=False`` runs it with ``kubeconfig`` as given.
+    ``exact=True`` gives it ``extra_args`` alone (the kubeconfig and the
+    artifacts directory then come from the environment; the probe port from
+    their ``--health-probe-bind-address``)."""
 
     def __init__(self, kubeconfig: str, namespace: str | None, workdir: Path, *extra_args: str,
                  provisioners=("qemu.jumpstarter.dev",), env: dict | None = None, server: str | None = None,
-                 service_account: bool = True):
+                 service_account: bool = True, exact: bool = False):
         self.admin_kubeconfig = kubeconfig
         self.namespace = namespace
         self.workdir = workdir
@@ -228,6 +231,9 @@ class OperatorProcess:
         self.service_account = service_account
         self.port = free_port()
         self.health_port = free_port()
+        self.exact = exact
+        if exact:
+            self.health_port = int(_option(self.extra_args, "--health-probe-bind-address").rsplit(":", 1)[1])
         self.proc: subprocess.Popen | None = None
         self.starts = 0
         self._kubeconfig: str | None = None
@@ -267,6 +273,9 @@ class OperatorProcess:
             *self.extra_args,
         ]
         env = {**os.environ, **self.env}
+        if self.exact:
+            args = [sys.executable, "-m", "exporterset_operator", *self.extra_args]
+            env.update(KUBECONFIG=self.kubeconfig, ARTIFACTS_DIR=str(self.workdir / "artifacts"))
         if self.service_account:
             # Nothing the operator runs (playbooks, lookups) falls back to the admin's.
             env["KUBECONFIG"] = self.kubeconfig

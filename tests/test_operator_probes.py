@@ -4,7 +4,10 @@ kubelet sees, a rolling update of two replicas, a reconcile that hangs."""
 from __future__ import annotations
 
 import json
+import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 from datetime import datetime
@@ -12,7 +15,7 @@ from pathlib import Path
 
 from jumpstarter_standin import wait_for
 from kubernetes import client, watch
-from operator_process import ROOT, OperatorProcess, leader_and_standby, watches_file
+from operator_process import ROOT, OperatorProcess, free_port, leader_and_standby, watches_file
 from pool_helpers import GROUP, make_class, make_set, settle_pool
 
 ELECTION = ("--leader-elect", "--leader-election-id", "pool-operator")
@@ -311,3 +314,65 @@ def test_idle_connections_to_both_ports_take_no_thread_and_the_probes_still_answ
         for connection in clients:
             connection.close()
         proc.stop()
+
+
+def _listening_ports(pid: int) -> set[int]:
+    """The TCP ports process ``pid`` listens on (its sockets in /proc/net/tcp*)."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:["):-1])
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as lines:
+            for line in list(lines)[1:]:
+                fields = line.split()
+                if fields[3] == "0A" and fields[9] in inodes:  # LISTEN
+                    ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+def test_the_slots_command_line_and_namespace_env_serve_probes_alone_and_lead_there(
+        testbed, api, namespace, tmp_path):
+    """Started as upstream's Jumpstarter operator starts an exporter-set
+    controller (these args, env NAMESPACE, granted in that namespace alone):
+    ready on the probe port, no metrics port, its caches and its leader
+    election Lease in NAMESPACE."""
+    port = free_port()
+    slot = ("--provisioner=qemu.jumpstarter.dev", "--leader-elect", f"--health-probe-bind-address=:{port}",
+            "--metrics-bind-address=0", "--zap-log-level=info")
+    proc = OperatorProcess(str(testbed.kubeconfig), namespace, tmp_path, *slot, exact=True,
+                           env={"NAMESPACE": namespace, "WATCH_NAMESPACE": "", "LEADER_ELECTION_NAMESPACE": ""})
+    try:
+        proc.start().wait_ready()
+        coordination = client.CoordinationV1Api(api)
+
+        def held():
+            leases = coordination.list_namespaced_lease(namespace).items
+            return [lease.metadata.name for lease in leases
+                    if (lease.spec.holder_identity or "").endswith(f"_{proc.proc.pid}")]
+
+        assert wait_for(held, message="the operator holds a Lease in NAMESPACE") == ["exporterset-operator-qemu"]
+        assert _listening_ports(proc.proc.pid) == {port}
+        started = next(entry for entry in map(json.loads, proc.log_path.read_text().splitlines())
+                       if entry["msg"] == "starting")
+        assert started["namespace"] == namespace
+        assert proc.probe("/healthz") == (200, "ok")
+    finally:
+        proc.stop()
+        print(f"--- operator log ---\n{proc.log_tail(20)}")
+
+
+def test_an_unknown_provisioner_exits_with_the_supported_list():
+    from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import provisioners
+
+    done = subprocess.run([sys.executable, "-m", "exporterset_operator", "--provisioner=nope", "--leader-elect"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines()[-1] == ("exporterset-operator: error: unknown provisioner 'nope'; supported: "
+                                            + ", ".join(provisioners.names()))
+    assert "Traceback" not in done.stderr
