@@ -226,6 +226,26 @@ def test_the_operator_imports_its_pool_logic_from_the_installed_collection(image
     assert help_text.returncode == 0 and "--provisioner" in help_text.stdout
 
 
+# Where the image links the slot's command (the Containerfile's RUN).
+SLOT_COMMAND = "/exporter-set-controller"
+IMAGE_PYTHON_BIN = "/opt/app-root/bin/"
+
+
+@pytest.mark.slow
+def test_the_slots_command_runs_the_operator_with_its_args(image, tmp_path):
+    """``/exporter-set-controller`` links to a script of the image's Python
+    that runs the operator with the args it is given."""
+    (run,) = [rest for keyword, rest in _instructions() if keyword == "RUN"]
+    target = re.search(rf"\bln -s (\S+) {re.escape(SLOT_COMMAND)}(\s|$)", run)
+    assert target and target[1].startswith(IMAGE_PYTHON_BIN), run
+    python, _ = image
+    script = python.parent / target[1].removeprefix(IMAGE_PYTHON_BIN)
+    done = _image_run(image, tmp_path, str(script), "--provisioner=nope", "--zap-log-level=info")
+    assert done.returncode == 2, done.stderr
+    assert "unknown provisioner 'nope'; supported: corellium.jumpstarter.dev" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
 @pytest.mark.slow
 def test_ansible_finds_the_collection_and_its_dependencies(image, tmp_path):
     python, collections = image
