@@ -49,8 +49,8 @@ class OperatorPod:
             "containers"][0]
         metrics_arg = next(i for i, arg in enumerate(container["args"])
                            if arg.startswith("--metrics-bind-address="))
-        # On the host's network: free ports of the host for its metrics (the
-        # Pod's probes ask there) and its probes server.
+        # On the host's network: free ports of the host for its metrics and
+        # its probes server (the Pod's probes ask there).
         port, health_port = free_ports(2)
         base = "/spec/template/spec/containers/0"
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -65,7 +65,8 @@ class OperatorPod:
                  "value": f"--metrics-bind-address=0.0.0.0:{port}"},
                 {"op": "add", "path": f"{base}/args/-", "value": f"--namespace={self.namespace}"},
                 {"op": "add", "path": f"{base}/args/-",
-                 "value": f"--health-probe-bind-address=127.0.0.1:{health_port}"},
+                 "value": f"--health-probe-bind-address=0.0.0.0:{health_port}"},
+                {"op": "replace", "path": f"{base}/ports/1/containerPort", "value": health_port},
                 {"op": "add", "path": f"{base}/args/-", "value": "--log-level=DEBUG"},
                 {"op": "replace", "path": f"{base}/ports/0/containerPort", "value": port},
             ])}],

@@ -315,13 +315,14 @@ def test_manager_runs_one_locked_down_operator_per_provisioner(provisioner):
     (container,) = pod["containers"]
     assert container["command"] == ["python3", "-m", "exporterset_operator"]
     assert {f"--provisioner={provisioner}", "--leader-elect", f"--leader-election-id=exporterset-operator-{short}",
-            "--metrics-bind-address=0.0.0.0:8080"} <= set(container["args"])
+            "--metrics-bind-address=0.0.0.0:8080", "--health-probe-bind-address=:8081"} <= set(container["args"])
     assert [arg for arg in container["args"] if arg.startswith("--provisioner")] == [f"--provisioner={provisioner}"]
     env = {entry["name"]: entry for entry in container["env"]}
     assert env["LEADER_ELECTION_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
-    assert container["ports"] == [{"name": "metrics", "containerPort": 8080}]
-    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
-    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    # The probes on the port upstream's exporter-set slot probes, apart from the metrics.
+    assert container["ports"] == [{"name": "metrics", "containerPort": 8080}, {"name": "health", "containerPort": 8081}]
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert container["securityContext"] == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
                                              "capabilities": {"drop": ["ALL"]}}
@@ -728,12 +729,13 @@ def test_the_playbook_and_kustomize_install_the_same_objects(kustomize_cluster, 
 def _deployment_process(bed, deployment: str, workdir: Path) -> OperatorProcess:
     """The operator as the installed Deployment runs it (its service account,
     command arguments and environment), as a local process: kwok runs no
-    containers. Only the metrics address is a free local port instead."""
+    containers. Only the metrics and probe addresses are free local ports instead."""
     installed = _get(bed, "deployment", deployment, "-n", NAMESPACE)
     pod = installed["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     assert container["command"] == ["python3", "-m", "exporterset_operator"]
-    args = [arg for arg in container["args"] if not arg.startswith("--metrics-bind-address")]
+    args = [arg for arg in container["args"]
+            if not arg.startswith(("--metrics-bind-address", "--health-probe-bind-address"))]
     env = {}
     for entry in container.get("env", []):
         field = (entry.get("valueFrom") or {}).get("fieldRef", {}).get("fieldPath")

@@ -328,8 +328,8 @@ def test_operator_installed_with_kubectl_apply_k_runs_as_a_pod_and_reconciles_a_
     and its status written."""
     bed = real_node.bed
     operator_namespace, deployment = "jumpstarter-virtual", "exporterset-operator-qemu"
-    # The two settings of a run: the bed's API server port, a free metrics
-    # port on the host's network.
+    # The settings of a run: the bed's API server port, free metrics and
+    # probe ports on the host's network (the kubelet probes the latter).
     container = yaml.safe_load((ROOT / "config/manager/qemu.yaml").read_text())["spec"]["template"]["spec"][
         "containers"][0]
     metrics_arg = next(i for i, arg in enumerate(container["args"]) if arg.startswith("--metrics-bind-address="))
@@ -343,7 +343,8 @@ def test_operator_installed_with_kubectl_apply_k_runs_as_a_pod_and_reconciles_a_
             {"op": "replace", "path": f"{base}/args/{metrics_arg}",
              "value": f"--metrics-bind-address=0.0.0.0:{metrics_port}"},
             {"op": "replace", "path": f"{base}/ports/0/containerPort", "value": metrics_port},
-            {"op": "add", "path": f"{base}/args/-", "value": f"--health-probe-bind-address=127.0.0.1:{health_port}"},
+            {"op": "add", "path": f"{base}/args/-", "value": f"--health-probe-bind-address=0.0.0.0:{health_port}"},
+            {"op": "replace", "path": f"{base}/ports/1/containerPort", "value": health_port},
         ])}],
     }))
     started = time.monotonic()
