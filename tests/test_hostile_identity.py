@@ -10,8 +10,11 @@ shared by two credentials.
 """
 
 import base64
+import grp
 import json
 import os
+import pwd
+import shutil
 
 import yaml
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
@@ -22,6 +25,8 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s 
 from ansible_play import run_tasks
 from kubernetes import client
 from operator_process import ROOT
+
+HELPER = ROOT / "roles" / "lab_bootstrap" / "files" / "jumpstarter-instance"
 
 FQCN = "jumpstarter.virtual_exporters"
 NOW = "2026-01-01T00:00:00Z"
@@ -120,6 +125,20 @@ def seed_instance(work_dir, namespace, name, uid, set_name="pool"):
     return directory
 
 
+def install_helper(work_dir):
+    """lab_bootstrap's identity helper in the prefix the tasks name, set up for
+    instance directories of this user (the service user here) that no identity
+    has claimed."""
+    prefix = work_dir / "prefix"
+    (prefix / "bin").mkdir(parents=True, exist_ok=True)
+    (prefix / "etc").mkdir(exist_ok=True)
+    shutil.copy(HELPER, prefix / "bin" / "jumpstarter-instance")
+    os.chmod(prefix / "bin" / "jumpstarter-instance", 0o755)
+    user, group = pwd.getpwuid(os.getuid()).pw_name, grp.getgrgid(os.getgid()).gr_name
+    (prefix / "etc" / "jumpstarter-instance.json").write_text(json.dumps(
+        {"work_dir": str(work_dir), "service_user": user, "slot_users": [], "instances_group": group}))
+
+
 def baremetal_task(work_dir, namespace, uids, **actions):
     return {f"{FQCN}.baremetal_instances": {
         "namespace": namespace, "exporterset": "pool", "work_dir": str(work_dir),
@@ -130,6 +149,7 @@ def test_sets_in_two_namespaces_on_one_lab_host_keep_their_own_instances(tmp_pat
     work_dir = tmp_path / "work"
     mine = seed_instance(work_dir, "tenant-a", "pool-0", "uid-a0")
     theirs = seed_instance(work_dir, "tenant-b", "pool-0", "uid-b0")
+    install_helper(work_dir)
     assert mine != theirs
     files = {name: open(os.path.join(theirs, name)).read() for name in ("instance.json", "exporter.yaml")}
 

@@ -39,6 +39,10 @@ EXPORTERS = ("jumpstarter.dev", "v1alpha1")
 MATH = "{{ 7*7 }}"
 
 
+# The class boots a kernel, so the set's kernel command line reaches QEMU.
+DIRECT_BOOT = {**QEMU_PARAMETERS, "kernel": {"path": "/var/lib/guest/vmlinuz"}}
+
+
 def hostile_strings(touched):
     """An expression that would run a command, a statement block that
     would, and one whose evaluation would show (49)."""
@@ -62,7 +66,9 @@ def make_hostile_set(custom, namespace, hostile):
             "minAvailableReplicas": 1,
             "scaleDownCooldown": "2s",
             "selector": {"matchLabels": {"board": "hostile"}},
-            "parameters": {"cpuModel": hostile["pipe"]},
+            # Free text that reaches QEMU's command line as one argument
+            # (-append); a machine or CPU model has a grammar of its own.
+            "parameters": {"kernelArgs": hostile["pipe"]},
             "template": {
                 "metadata": {"labels": {"board": "hostile"}, "annotations": annotations},
                 "spec": {"drivers": [{
@@ -156,7 +162,7 @@ def test_the_operators_runs_take_tenant_values_as_data(testbed, api, namespace, 
     touched = tmp_path / "touched"
     hostile = hostile_strings(touched)
     custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
-    make_class(custom, namespace, parameters=QEMU_PARAMETERS)
+    make_class(custom, namespace, parameters=DIRECT_BOOT)
     make_hostile_set(custom, namespace, hostile)
     artifacts = tmp_path / "artifacts"
     key = (namespace, "pool")
@@ -189,7 +195,7 @@ def test_the_operators_runs_take_tenant_values_as_data(testbed, api, namespace, 
     assert {k: exporter["metadata"]["annotations"][f"example.com/exporter-{k}"] for k in hostile} == hostile
     assert args["exporterset"]["metadata"]["annotations"] == {
         f"example.com/{k}": v for k, v in hostile.items()}
-    assert args["parameters"]["cpuModel"] == hostile["pipe"]
+    assert args["parameters"]["kernelArgs"] == hostile["pipe"]
     assert args["exporterset"]["spec"]["template"]["spec"]["drivers"][0]["config"] == {
         MATH: hostile["pipe"], "block": hostile["block"], "math": MATH}
 
@@ -200,7 +206,7 @@ def test_a_key_reserved_by_ansibles_loader_is_refused_naming_the_field(testbed, 
     before it starts, the set says so (Failure, Warning Event, the field
     named), and no backend is made."""
     custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
-    make_class(custom, namespace, parameters=QEMU_PARAMETERS)
+    make_class(custom, namespace, parameters=DIRECT_BOOT)
     make_set(custom, namespace, minAvailableReplicas=1, maxReplicas=1,
              parameters={"notes": {"__ansible_unsafe": MATH}})
     artifacts = tmp_path / "artifacts"
@@ -234,7 +240,7 @@ def test_the_reconcile_run_by_hand_takes_tenant_values_as_data(api, namespace, s
     touched = tmp_path / "touched"
     hostile = hostile_strings(touched)
     custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
-    make_class(custom, namespace, parameters=QEMU_PARAMETERS)
+    make_class(custom, namespace, parameters=DIRECT_BOOT)
     make_hostile_set(custom, namespace, hostile)
     first = _reconcile_by_hand(namespace)
     assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-2000:]
