@@ -28,6 +28,10 @@ description:
     be fetched, starts nothing; the instance is C(Failed) with reason C(ImageDigestMismatch),
     C(ImageUnavailable) or C(ImageInvalid) and a message naming the url (and the expected
     digest; what the url answered is kept in the instance directory's C(image-error.json) only).
+  - Each instance's cached images are marked used before its fetch. After the run's fetches
+    the cache is kept within O(image_cache_quota), least recently used first; never removed
+    are a digest any instance directory on the host links to (whichever set's, running or
+    retained), one used or downloaded in the last hour, and one whose lock is held.
 author:
   - Jumpstarter virtual exporters maintainers (@jumpstarter-dev)
 extends_documentation_fragment:
@@ -103,6 +107,13 @@ options:
         held by any other run acting on its instances; the run fails naming the set when it stays taken.
     type: float
     default: 300.0
+  image_cache_quota:
+    description:
+      - Bytes the host's image cache may hold once this run has fetched its images; the
+        class's C(virtualtarget.jumpstarter.dev/image-cache-quota) (C(baremetal_targets)
+        returns it). Past it, unused digests go, least recently used first.
+    type: int
+    default: 68719476736
 requirements:
   - qemu.qmp
 """
@@ -134,6 +145,13 @@ images_downloaded:
       as C(kernel) or C(disk)); images already in the cache are not listed.
   returned: always
   type: dict
+images_pruned:
+  description:
+    - Names removed from the host's image cache after this run's fetches (C(sha256/<hex>),
+      or a partial download's name), least recently used first.
+  returned: always
+  type: list
+  elements: str
 changed_instances:
   description: Exporter names whose instance was started, reset, stopped or removed.
   returned: always
@@ -239,6 +257,9 @@ class HostInstances:
                                    systemd=os.path.isdir("/run/systemd/system"))
         self.changed = []
         self.downloaded = {}
+        self.cache = os.path.join(self.p["work_dir"], image_fetch.CACHE_DIR_NAME)
+        # Digests this run's instances fetched or found in the cache.
+        self.fetched = set()
 
     # -- layout --------------------------------------------------------------
     def directory(self, name):
@@ -466,16 +487,30 @@ class HostInstances:
         False (with the reason recorded in the instance) when one cannot be used.
         """
         files = qemu_argv.runtime_files(self.p["parameters"], self.directory(name))
-        cache = os.path.join(self.p["work_dir"], image_fetch.CACHE_DIR_NAME)
+        own = image_fetch.entry_digests(files)
+        # Under each digest's lock, before it is checked: a prune of another
+        # run that has not removed it yet finds it used.
+        image_fetch.mark_used(self.cache, own)
         try:
-            downloaded = image_fetch.fetch_all(files, cache)
+            downloaded = image_fetch.fetch_all(files, self.cache)
         except image_fetch.ImageError as error:
             self._write(os.path.join(self.directory(name), IMAGE_ERROR_FILE),
                         json.dumps(error.as_dict(), sort_keys=True), 0o600)
             return False
+        self.fetched.update(own)
         if downloaded:
             self.downloaded[name] = downloaded
         return True
+
+    def prune_cache(self):
+        """After this run's fetches, the host's cache within its quota. Every
+        digest an instance directory on the host links to stays (any set's:
+        QEMU reads its images through those links)."""
+        if not self.fetched:
+            return []
+        keep = self.fetched | image_fetch.linked_digests(self.root, self.cache,
+                                                         qemu_argv.FETCHED_IMAGE_NAMES.values())
+        return image_fetch.prune_cache(self.cache, self.p["image_cache_quota"], keep=keep)
 
     def _stop(self, name, services=("exporter", "vm")):
         directory = self.directory(name)
@@ -616,6 +651,7 @@ def main():
             work_dir=dict(type="path", default=baremetal.DEFAULT_WORK_DIR),
             prefix=dict(type="path", default=baremetal.DEFAULT_PREFIX),
             lock_timeout=dict(type="float", default=300.0),
+            image_cache_quota=dict(type="int", default=image_fetch.DEFAULT_CACHE_QUOTA_BYTES),
         ),
         supports_check_mode=True,
     )
@@ -636,12 +672,13 @@ def main():
             host.reset(name)
         for name in p["present"]:
             host.present(name)
+        pruned = host.prune_cache()
     except (OSError, RuntimeError) as error:
         module.fail_json(msg=str(error), changed_instances=host.changed)
     instances = {name: host.state(name) for name in host.own_instances()}
     os.close(lock)
-    module.exit_json(changed=bool(host.changed), changed_instances=host.changed,
-                     instances=instances, images_downloaded=host.downloaded)
+    module.exit_json(changed=bool(host.changed or pruned), changed_instances=host.changed,
+                     instances=instances, images_downloaded=host.downloaded, images_pruned=pruned)
 
 
 if __name__ == "__main__":

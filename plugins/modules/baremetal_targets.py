@@ -97,6 +97,13 @@ limited:
   description: Why some Exporters could not be placed (no free slot), or empty.
   returned: always
   type: str
+image_cache_quota:
+  description:
+    - Bytes each lab host's image cache may hold after a run's fetches (C(baremetal_instances)'s
+      O(image_cache_quota)); the class's annotation C(virtualtarget.jumpstarter.dev/image-cache-quota),
+      else 64 GiB.
+  returned: always
+  type: int
 """
 
 import base64
@@ -115,6 +122,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.
     ClusterModule,
     k8s_module,
 )
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu import images as image_fetch
 
 
 class Targets(ClusterModule):
@@ -237,6 +245,10 @@ def main():
     )
     targets = Targets(module)
     p = module.params
+    try:
+        cache_quota = image_fetch.class_cache_quota(p["virtual_target_class"])
+    except ValueError as error:
+        module.fail_json(msg=str(error))
     if p["action"] in ("remove", "reset"):
         # Lease safety, on a fresh read just before the hosts act (k8s/apply.py):
         # an Exporter leased since the plan keeps its instance (and is kept).
@@ -257,7 +269,7 @@ def main():
             targets.configs(entry, by_name, waiting)
             tokens[entry["name"]] = entry.pop("tokens")
     module.exit_json(changed=targets.changed, hosts=entries, tokens=tokens, ssh=ssh, placed=placed,
-                     waiting=sorted(waiting), limited=limited)
+                     waiting=sorted(waiting), limited=limited, image_cache_quota=cache_quota)
 
 
 if __name__ == "__main__":

@@ -583,6 +583,32 @@ def entry_digests(files):
     return digests
 
 
+def linked_digests(instances_dir, cache_dir, names):
+    """The digests the instance directories under ``instances_dir`` link to.
+
+    A lab-host instance reads its images through links at ``names`` of its
+    directory (``qemu_argv.FETCHED_IMAGE_NAMES``) into ``cache_dir``; only
+    links there naming a cache entry count, so an instance can keep at most
+    ``len(names)`` digests. Directories that cannot be read are skipped.
+    """
+    directory = os.path.normpath(os.path.join(cache_dir, DIGEST_ALGORITHM))
+    digests = set()
+    try:
+        instances = os.listdir(instances_dir)
+    except OSError:
+        return digests
+    for instance in instances:
+        for name in names:
+            try:
+                target = os.readlink(os.path.join(instances_dir, instance, name))
+            except OSError:
+                continue
+            match = _CACHE_ENTRY.match(os.path.basename(target))
+            if match and os.path.normpath(os.path.dirname(target)) == directory:
+                digests.add(f"{DIGEST_ALGORITHM}:{match.group('hex')}")
+    return digests
+
+
 def mark_used(cache_dir, digests, now=None):
     """Notes each cached digest of ``digests`` as used now (its file's mtime).
 

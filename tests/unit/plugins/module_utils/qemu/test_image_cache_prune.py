@@ -159,6 +159,50 @@ def test_prune_removes_the_fewest_least_recently_used_unprotected_digests(entrie
             assert left + info[order[len(removed) - 1]][0] > quota
 
 
+LINK_NAMES = ("kernel", "disk.base")
+# What an instance directory's entry may be: a link into the cache (a valid
+# entry, or a lock or partial name there), a link elsewhere, a plain file.
+LINK = st.one_of(
+    st.tuples(st.just("cache"), st.integers(0, 5)),
+    st.tuples(st.just("cache-other"), st.sampled_from(["x.lock", "." + "a" * 64 + ".1.part", "a" * 63])),
+    st.tuples(st.just("elsewhere"), st.integers(0, 5)),
+    st.tuples(st.just("file"), st.integers(0, 5)),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(instances=st.lists(st.dictionaries(st.sampled_from(LINK_NAMES + ("disk.qcow2",)), LINK), max_size=4))
+def test_the_digests_linked_from_instance_directories_are_those_of_links_into_the_cache(instances):
+    """A digest counts when an instance directory has a link at one of the
+    names into the cache's entry for it; a link elsewhere, a plain file, a
+    link at another name or to a name that is no entry does not."""
+    with tempfile.TemporaryDirectory() as work:
+        cache, root = os.path.join(work, "image-cache"), os.path.join(work, "instances")
+        expected = set()
+        for index, entries in enumerate(instances):
+            directory = os.path.join(root, f"ns.pool-{index}")
+            os.makedirs(directory)
+            for name, (kind, value) in entries.items():
+                path = os.path.join(directory, name)
+                if kind == "file":
+                    _write(path, b"x")
+                    continue
+                if kind == "cache":
+                    target = image_fetch.cache_path(cache, digest_of(value))
+                elif kind == "cache-other":
+                    target = os.path.join(cache, "sha256", value)
+                else:
+                    target = os.path.join(work, "sha256", digest_of(value).split(":")[1])
+                os.symlink(target, path)
+                if kind == "cache" and name in LINK_NAMES:
+                    expected.add(digest_of(value))
+        assert image_fetch.linked_digests(root, cache, LINK_NAMES) == expected
+
+
+def test_no_instances_directory_links_nothing(tmp_path):
+    assert image_fetch.linked_digests(str(tmp_path / "none"), str(tmp_path), LINK_NAMES) == set()
+
+
 @pytest.mark.parametrize(("read", "annotation", "default"), [
     (image_fetch.class_cache_quota, image_fetch.ANNOTATION_CACHE_QUOTA, image_fetch.DEFAULT_CACHE_QUOTA_BYTES),
     (image_fetch.class_max_bytes, image_fetch.ANNOTATION_MAX_SIZE, image_fetch.DEFAULT_MAX_BYTES),
