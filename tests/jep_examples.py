@@ -4,6 +4,8 @@ project is checked against every example exactly as the JEP writes it."""
 
 from __future__ import annotations
 
+import copy
+import hashlib
 import os
 import re
 from pathlib import Path
@@ -108,4 +110,30 @@ def with_our_api_version(example: dict) -> dict:
     changed = {key: value for key, value in example.items() if key != "_example"}
     assert changed["apiVersion"] == SEED_API_VERSION, example["_example"]
     changed["apiVersion"] = API_VERSION
+    return changed
+
+
+# The JEP's digests are placeholders (``sha256:abc...``), refused as written
+# (at admission and by validation): a user gives the image's real one.
+REAL_DIGEST = "sha256:" + hashlib.sha256(b"JEP-0014 example image").hexdigest()
+_REAL = re.compile(r"^sha256:[0-9a-f]{64}$")
+
+
+def with_real_digests(example: dict) -> dict:
+    """A copy of the example whose placeholder digests (anywhere under its
+    spec) are ``REAL_DIGEST``."""
+    changed = copy.deepcopy(example)
+
+    def walk(node):
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key == "digest" and isinstance(value, str) and not _REAL.match(value):
+                    node[key] = REAL_DIGEST
+                else:
+                    walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(changed.get("spec"))
     return changed

@@ -186,20 +186,29 @@ def driver_types(virtual_target_class, allowed=None):
 def resolve(virtual_target_class, exporter_set):
     """The set merged over its class, within the class's policy.
 
-    Returns ``{parameters, images, violations, warnings, reason}``:
+    Returns ``{parameters, images, violations, warnings, errors, reason}``:
     ``parameters`` and ``images`` are ``deep_merge`` and ``merge_images`` of
-    class and set, except that every field the set may not change is the
-    class's; ``violations`` has one message per refusal, each starting with
-    the field (``spec.parameters.api.host: set by the class only (...)``);
-    ``reason`` is the condition reason of the refusals (None without any).
+    class and set (the set's parameters over what its template's drivers
+    say of them, ``Provisioner.template_parameters``), except that every
+    field the set may not change is the class's; ``violations`` has one
+    message per refusal, each starting with the field
+    (``spec.parameters.api.host: set by the class only (...)``); ``errors``
+    are the template's values that cannot be read; ``reason`` is the
+    condition reason of the refusals (None without any).
     """
     class_spec = (virtual_target_class or {}).get("spec") or {}
     set_spec = (exporter_set or {}).get("spec") or {}
     own = provisioners.get(class_spec.get("provisioner"))
     class_parameters = class_spec.get("parameters") or {}
-    parameters = deep_merge(class_parameters, set_spec.get("parameters"))
+    # What the template's drivers say of the machine (a Qemu driver's
+    # config), under the set's own parameters: the set's, to the policy.
+    from_template, template_warnings, errors = own.template_parameters(_template_drivers(exporter_set))
+    set_parameters = deep_merge(from_template, set_spec.get("parameters")) if from_template \
+        else set_spec.get("parameters")
+    parameters = deep_merge(class_parameters, set_parameters)
     images = merge_images(class_spec.get("images"), set_spec.get("images"))
     allowed, warnings = read_allowlist(virtual_target_class)
+    warnings += template_warnings
     redirects, refusals = [], []
 
     _class_only(own.credential_parameters, class_parameters, parameters, allowed, redirects)
@@ -237,13 +246,18 @@ def resolve(virtual_target_class, exporter_set):
         _slot_ceilings(class_parameters.get("hosts"), parameters, allowed, refusals)
     refusals.extend(_driver_violations(virtual_target_class, exporter_set, allowed))
     refusals.extend(reach_violations(exporter_set, allowed))
-    refusals.extend(_image_host_violations(class_parameters, set_spec.get("parameters"), parameters,
-                                           allowed))
+    refusals.extend(_image_host_violations(class_parameters, set_parameters, parameters, allowed))
 
     reason = (constants.REASON_CREDENTIAL_REDIRECT if redirects
               else REASON_NOT_ALLOWED_BY_CLASS if refusals else None)
     return {"parameters": parameters, "images": images, "violations": redirects + refusals,
-            "warnings": warnings, "reason": reason}
+            "warnings": warnings, "errors": errors, "reason": reason}
+
+
+def _template_drivers(exporter_set):
+    drivers = ((((exporter_set or {}).get("spec") or {}).get("template") or {}).get("spec")
+               or {}).get("drivers")
+    return drivers if isinstance(drivers, list) else []
 
 
 def _class_only(fields, class_parameters, parameters, allowed, violations):

@@ -214,6 +214,13 @@ class Provisioner:
         says nothing else of such an entry's type."""
         return {}
 
+    def template_parameters(self, drivers):
+        """What the set's template drivers (as the set gives them) say of the
+        parameters: ``(parameters, warnings, errors)``. ``pool/set_overrides``
+        lays the parameters under the set's own, under the same policy; each
+        message names the field. The default: nothing."""
+        return {}, [], []
+
     def template_violations(self, drivers):
         """What the provisioner refuses in the set's template drivers (not yet
         named), as messages naming the field; ``pool/set_overrides`` adds

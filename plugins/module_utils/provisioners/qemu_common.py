@@ -10,6 +10,8 @@ command line's (``qemu/argv.py``, below this package), read here by the
 schema and the rules.
 """
 
+import re
+
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.base import (
     Field,
     Provisioner,
@@ -40,31 +42,45 @@ VIRTUAL_QEMU_DRIVER_TYPE = "jumpstarter_driver_virtual_qemu.driver.VirtualQemu"
 # upstream Qemu driver would start a QEMU of its own, so an entry of its type
 # is replaced by the virtual QEMU driver.
 QEMU_DRIVER_TYPES = ("jumpstarter_driver_qemu.driver.Qemu", VIRTUAL_QEMU_DRIVER_TYPE)
-# JEP-0014's examples list a serial driver beside the Qemu driver; no driver
-# package has this class. It stands for the VM's serial console, which the
-# virtual QEMU driver has as its ``console`` child: the entry becomes a ref
-# to it.
+# JEP-0014's examples list a power and a serial driver beside (or, in its
+# seed revision, instead of) the Qemu driver; no driver package has these
+# classes. They stand for the VM's power and serial console, which the
+# virtual QEMU driver has as its ``power`` and ``console`` children: each
+# entry becomes a ref to that child (``qemu_driver_overrides``), and a
+# template that lists no QEMU driver gets one (``companion_host_name``).
+QEMU_POWER_DRIVER_TYPE = "jumpstarter_driver_power.driver.QemuPower"
 QEMU_SERIAL_DRIVER_TYPE = "jumpstarter_driver_serial.driver.QemuSerial"
+# Companion type -> the virtual QEMU driver's child it stands for.
+QEMU_COMPANION_CHILDREN = {QEMU_POWER_DRIVER_TYPE: "power", QEMU_SERIAL_DRIVER_TYPE: "console"}
 # JEP-0014's template reaches the guest's SSH with a TcpNetwork entry that
 # names a port and no host (qemu_pod.py points it at the guest).
 TCP_NETWORK_DRIVER_TYPE = "jumpstarter_driver_network.driver.TcpNetwork"
 # The driver types a set may use when its class names none: those the
 # provisioner renders itself (a QEMU driver becomes the virtual QEMU driver
-# of the instance), and the network and serial drivers JEP-0014's examples
-# give (TcpNetwork connects to a host and port, never to a file or a socket
-# on the host; QemuSerial becomes a ref to the QEMU driver's console, so it
-# needs a QEMU driver in the template; a class that wants none of it names
-# its own list).
-QEMU_COMPANION_DRIVER_TYPES = (TCP_NETWORK_DRIVER_TYPE, QEMU_SERIAL_DRIVER_TYPE)
+# of the instance), and the network, power and serial drivers JEP-0014's
+# examples give (TcpNetwork connects to a host and port, never to a file or
+# a socket on the host; QemuPower and QemuSerial become refs to the virtual
+# QEMU driver's children; a class that wants none of it names its own list).
+# Resolving these names is not importing them: no entry of these types
+# reaches the exporter as a class to load.
+QEMU_COMPANION_DRIVER_TYPES = (TCP_NETWORK_DRIVER_TYPE, *QEMU_COMPANION_CHILDREN)
 DEFAULT_DRIVER_TYPES = QEMU_DRIVER_TYPES + QEMU_COMPANION_DRIVER_TYPES
-# JEP-0014's seed examples also name a power driver that no driver package
-# provides: its refusal says what to write instead.
-DRIVER_TYPE_HINTS = {
-    "jumpstarter_driver_power.driver.QemuPower": (
-        "JEP-0014's QemuPower is the power of the QEMU driver: list "
-        "jumpstarter_driver_qemu.driver.Qemu and, to have it at the root, an entry "
-        "{ref: <that driver's name>.power}"),
+# The upstream Qemu driver's ``config`` keys that describe the machine, and
+# the parameter each becomes (``template_parameters``): JEP-0014's
+# DriverConfig example sizes its VM there. ``hostfwd`` is read by the
+# provisioner that forwards ports (qemu_pod.py).
+UPSTREAM_QEMU_DRIVER_TYPE = QEMU_DRIVER_TYPES[0]
+QEMU_CONFIG_PARAMETERS = {
+    "arch": ("arch",),
+    "cpu": ("cpuModel",),
+    "smp": ("resources", "cpu"),
+    "mem": ("resources", "memory"),
+    "disk_size": ("resources", "storage"),
 }
+HOSTFWD_KEY = "hostfwd"
+# QEMU's size suffixes are powers of 1024; a bare -m value counts MiB, a
+# bare disk size bytes.
+_QEMU_SIZE_UNITS = {"": "", "K": "Ki", "M": "Mi", "G": "Gi", "T": "Ti", "P": "Pi", "E": "Ei"}
 
 _GUEST_READS = "a file on the machine that runs QEMU, read as its user, reaches the guest"
 # Parameters that name a file, a program or a directory where the instance
@@ -198,6 +214,21 @@ def _image_refs_name_a_source(parameters, errors):
             errors.append(f"{ROOT}.{name}: needs url or path")
 
 
+def _digests_are_sha256(parameters, errors):
+    """Each image's digest is ``sha256:<64 lowercase hex>``, as the admission
+    policy (config/tenancy/image_digest_policy.yaml) says where it is
+    installed: a placeholder (``sha256:abc...``) would fail every fetch."""
+    for name in ("firmware", "kernel", "initrd", "disk"):
+        ref = parameters.get(name)
+        digest = ref.get("digest") if isinstance(ref, dict) else None
+        if digest is not None and not (isinstance(digest, str) and _SHA256.match(digest)):
+            errors.append(f"{ROOT}.{name}.digest: {digest!r} is not sha256:<64 lowercase hex digits> "
+                          f"(a placeholder fetches nothing; give the image's real digest)")
+
+
+_SHA256 = re.compile(r"^sha256:[0-9a-f]{64}$")
+
+
 def _values_fit_the_command_line(parameters, errors):
     """Every value that reaches QEMU's command line is within its grammar
     (``qemu_argv.value_problems``, which the argv builder applies again);
@@ -208,7 +239,7 @@ def _values_fit_the_command_line(parameters, errors):
 
 
 QEMU_RULES = (_machine_type_fits_arch, _memory_at_least_minimum, _image_refs_name_a_source,
-              _values_fit_the_command_line)
+              _digests_are_sha256, _values_fit_the_command_line)
 
 # What a set may not raise above its class (``Provisioner.resource_ceilings``):
 # a missing value is the schema's default, so dropping the class's value
@@ -220,31 +251,135 @@ RESOURCE_CEILINGS = {
 }
 
 
-def serial_console_violations(drivers):
-    """A serial entry (``QEMU_SERIAL_DRIVER_TYPE``) is the console of the
-    template's QEMU driver: without one, each is refused, naming the field."""
-    types = [driver.get("type") if isinstance(driver, dict) else None for driver in drivers]
-    if any(kind in QEMU_DRIVER_TYPES for kind in types):
-        return {}
-    return {index: (f"spec.template.spec.drivers[{index}].type: '{QEMU_SERIAL_DRIVER_TYPE}' is the "
-                    f"serial console of the instance's QEMU driver, and the template lists none: add "
-                    f"an entry of type {QEMU_DRIVER_TYPES[0]}")
-            for index, kind in enumerate(types) if kind == QEMU_SERIAL_DRIVER_TYPE}
+def qemu_size(value, bare_unit):
+    """A QEMU size (``2G``, ``512M``, ``1024``; an integer) as a Kubernetes
+    quantity: QEMU's suffixes are binary, a bare number counts
+    ``bare_unit`` (``Mi`` for memory, ``""`` bytes for a disk)."""
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not a size")
+    if isinstance(value, int):
+        return f"{value}{bare_unit}" if value > 0 else _no_size(value)
+    match = _QEMU_SIZE.match(value) if isinstance(value, str) else None
+    if not match or int(match.group(1)) <= 0:
+        return _no_size(value)
+    number, unit = match.group(1), match.group(2).upper()
+    return f"{int(number)}{_QEMU_SIZE_UNITS[unit] if unit else bare_unit}"
+
+
+def _no_size(value):
+    raise ValueError(f"{value!r} is not a QEMU size (a positive number with K, M, G or T)")
+
+
+_QEMU_SIZE = re.compile(r"^([0-9]{1,15})([KMGTPEkmgtpe]?)[Bb]?$")
+
+
+def _qemu_entries(drivers):
+    """``(index, config)`` of each upstream Qemu driver entry of the template."""
+    for index, driver in enumerate(drivers if isinstance(drivers, list) else ()):
+        if isinstance(driver, dict) and driver.get("type") == UPSTREAM_QEMU_DRIVER_TYPE:
+            yield index, driver.get("config")
+
+
+def template_parameters(drivers, served=()):
+    """What the template's Qemu driver ``config`` says of the machine:
+    ``(parameters, warnings, errors)``.
+
+    Each key of ``QEMU_CONFIG_PARAMETERS`` becomes its parameter (``mem``
+    and ``disk_size`` QEMU sizes as quantities); the keys in ``served`` are
+    read elsewhere by the provisioner; every other key is named in a
+    warning, since the instance's QEMU is the provisioner's and that
+    driver's own settings (its user, its flashing) do not apply. Messages
+    name the field (``spec.template.spec.drivers[i].config.<key>``).
+    """
+    parameters, warnings, errors = {}, [], []
+    for index, config in _qemu_entries(drivers):
+        where = f"spec.template.spec.drivers[{index}].config"
+        if config is None:
+            continue
+        if not isinstance(config, dict):
+            errors.append(f"{where}: must be a mapping")
+            continue
+        for key, value in config.items():
+            path = QEMU_CONFIG_PARAMETERS.get(key)
+            if path is None:
+                if key not in served:
+                    warnings.append(f"{where}.{key}: ignored (the instance's QEMU is the provisioner's; "
+                                    f"of this driver's config it reads {', '.join(_read_keys(served))})")
+                continue
+            try:
+                if key == "mem":
+                    value = qemu_size(value, "Mi")
+                elif key == "disk_size":
+                    value = qemu_size(value, "")
+            except ValueError as exc:
+                errors.append(f"{where}.{key}: {exc}")
+                continue
+            node = parameters
+            for part in path[:-1]:
+                node = node.setdefault(part, {})
+            node[path[-1]] = value
+    return parameters, warnings, errors
+
+
+def _read_keys(served):
+    return sorted([*QEMU_CONFIG_PARAMETERS, *served])
+
+
+def qemu_hostfwd(drivers):
+    """Host-side port -> guest port of the template's Qemu driver's
+    ``hostfwd`` (``{name: {hostport, guestport}}``, the upstream driver's
+    shape), and the errors naming the field of each entry that is not."""
+    forwards, errors = {}, []
+    for index, config in _qemu_entries(drivers):
+        hostfwd = config.get(HOSTFWD_KEY) if isinstance(config, dict) else None
+        if hostfwd is None:
+            continue
+        where = f"spec.template.spec.drivers[{index}].config.{HOSTFWD_KEY}"
+        if not isinstance(hostfwd, dict):
+            errors.append(f"{where}: must be a mapping of name to {{hostport, guestport}}")
+            continue
+        for name, entry in hostfwd.items():
+            ports = [entry.get(key) if isinstance(entry, dict) else None for key in ("hostport", "guestport")]
+            if not all(_is_port(port) for port in ports) or (entry.get("protocol") or "tcp") != "tcp":
+                errors.append(f"{where}.{name}: needs hostport and guestport, integers from 1 to 65535 "
+                              f"(protocol tcp)")
+                continue
+            forwards[ports[0]] = ports[1]
+    return forwards, errors
+
+
+def _is_port(port):
+    return isinstance(port, int) and not isinstance(port, bool) and 1 <= port <= 65535
 
 
 class QemuProvisioner(Provisioner):
     """What both QEMU provisioners say of a set's policy (pool/set_overrides.py):
     the paths are the class's, the driver types are the QEMU driver's and the
-    JEP's companions (a serial entry only beside a QEMU driver), and the
-    guest's resources have ceilings."""
+    JEP's companions, the guest's resources have ceilings, and the template's
+    Qemu driver config sizes the machine."""
 
     path_parameters = PATH_PARAMETERS
     default_driver_types = DEFAULT_DRIVER_TYPES
-    driver_type_hints = DRIVER_TYPE_HINTS
     resource_ceilings = RESOURCE_CEILINGS
+    # Keys of the Qemu driver's config this provisioner reads besides
+    # ``QEMU_CONFIG_PARAMETERS``.
+    served_qemu_config = ()
 
-    def allowed_driver_violations(self, drivers):
-        return serial_console_violations(drivers)
+    def template_parameters(self, drivers):
+        return template_parameters(drivers, self.served_qemu_config)
+
+
+def companion_host_name(drivers):
+    """The name of the virtual QEMU driver the JEP's companions (power,
+    serial) are children of: the template's first QEMU driver's, or, in a
+    template that lists none, a name no entry has (``qemu``, else
+    ``qemu_2``...), under which the provisioner adds one; None without
+    companions."""
+    named = [driver for driver in named_drivers(drivers) if isinstance(driver, dict)]
+    if not any(driver.get("type") in QEMU_COMPANION_CHILDREN for driver in named):
+        return None
+    own = next((driver["name"] for driver in named if driver.get("type") in QEMU_DRIVER_TYPES), None)
+    return own or named_drivers([*named, {"type": UPSTREAM_QEMU_DRIVER_TYPE}])[-1]["name"]
 
 
 def qemu_driver_overrides(drivers, run_dir):
@@ -253,7 +388,11 @@ def qemu_driver_overrides(drivers, run_dir):
     Each template entry of a ``QEMU_DRIVER_TYPES`` type becomes the virtual
     QEMU driver with the instance's run directory (where the provisioner's
     QEMU has its QMP and serial sockets and serial log) and disk block node;
-    settings a template gives the virtual QEMU driver itself are kept.
+    the upstream driver's own config (its machine) is read as parameters
+    (``template_parameters``), not by the exporter. A power or serial entry
+    (``QEMU_COMPANION_CHILDREN``) becomes a ref to that child of the first
+    QEMU driver, added under ``companion_host_name`` when the template lists
+    none.
     """
     config = {
         "run_dir": run_dir.rstrip("/") or "/",
@@ -267,10 +406,9 @@ def qemu_driver_overrides(drivers, run_dir):
         driver["name"]: {"type": VIRTUAL_QEMU_DRIVER_TYPE, "config": dict(config)}
         for driver in named if driver.get("type") in QEMU_DRIVER_TYPES
     }
-    if overrides:
-        # The serial console of the first QEMU driver (a serial entry in a
-        # template that has none is refused: serial_console_violations).
-        console = next(iter(overrides)) + ".console"
-        overrides.update({driver["name"]: {"ref": console}
-                          for driver in named if driver.get("type") == QEMU_SERIAL_DRIVER_TYPE})
+    host = companion_host_name(drivers)
+    if host is not None:
+        overrides.setdefault(host, {"type": VIRTUAL_QEMU_DRIVER_TYPE, "config": dict(config)})
+        overrides.update({driver["name"]: {"ref": f"{host}.{QEMU_COMPANION_CHILDREN[driver['type']]}"}
+                          for driver in named if driver.get("type") in QEMU_COMPANION_CHILDREN})
     return overrides

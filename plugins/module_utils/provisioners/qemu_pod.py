@@ -12,9 +12,12 @@ the class names one (the namespace's quota and the class's
 ``scheduling.resources`` bound them).
 
 The guest reaches nothing but its Pod's loopback: a TcpNetwork entry without
-a host names a port of the guest, which QEMU forwards from a local port of
-the Pod (``guest_port_forwards``); a set whose entry names no valid port is
-refused (``guest_network_violations``).
+a host names, as upstream's provisioner reads it, the host side of QEMU's
+forward to the guest's SSH (or to the guest port a ``hostfwd`` of the
+template's Qemu driver gives for it); QEMU forwards a local port of the Pod
+of its own choosing (``guest_port_forwards``) and the entry is pointed at it;
+a set whose entry names no valid port is refused
+(``guest_network_violations``).
 
 QEMU's container (and the disk's) reads the instance's images given by url
 from the node's image cache: it gets those files alone, read-only
@@ -46,8 +49,8 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu
 
 # JEP-0014's template reaches the guest's SSH with a TcpNetwork entry that
 # names a port and no host. In the Pod QEMU forwards a local port of the Pod
-# to each such guest port (``guest_port_forwards``), and the entry is pointed
-# at it (``network_driver_overrides``).
+# to the guest port of each (``guest_port_forwards``), and the entry is
+# pointed at it (``network_driver_overrides``).
 GUEST_SSH_PORT = 22
 # The first local port a guest port is forwarded to; the next ones follow.
 FORWARD_BASE_PORT = 22000
@@ -125,6 +128,9 @@ class QemuPod(qemu_common.QemuProvisioner):
     cross_field_rules = qemu_common.QEMU_RULES
     class_images = {"runtime": "its containers run QEMU on the instance's images from the node's cache"}
 
+    # The Qemu driver's hostfwd: forwards of the Pod's QEMU.
+    served_qemu_config = (qemu_common.HOSTFWD_KEY,)
+
     has_pods = True
     removed_with_exporter = True
     # A Pod that cannot be reset where it runs is replaced by a fresh one.
@@ -200,7 +206,16 @@ class QemuPod(qemu_common.QemuProvisioner):
 
 
 def _guest_network_entries(drivers):
-    """``(index, name, guest port)`` of each TcpNetwork entry that names no host."""
+    """``(index, name, host-side port, guest port)`` of each TcpNetwork entry
+    that names no host.
+
+    As upstream's provisioner reads it, the entry's ``port`` is the host side
+    of QEMU's forward to the guest: to the guest port a ``hostfwd`` of the
+    template's Qemu driver gives for that host port, else to the guest's SSH.
+    """
+    hostfwd, errors = qemu_common.qemu_hostfwd(drivers)
+    if errors:
+        raise ValueError(errors[0].removeprefix("spec.template.spec."))
     entries = []
     for index, driver in enumerate(named_drivers(drivers)):
         if not isinstance(driver, dict) or driver.get("type") != TCP_NETWORK_DRIVER_TYPE:
@@ -210,15 +225,17 @@ def _guest_network_entries(drivers):
             continue
         port = config.get("port")
         if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
-            raise ValueError(f"drivers[{index}].config.port: a TcpNetwork entry without a host reaches "
-                             f"this port of the guest: an integer from 1 to 65535, not {port!r}")
-        entries.append((index, driver.get("name"), port))
+            raise ValueError(f"drivers[{index}].config.port: a TcpNetwork entry without a host names the "
+                             f"host side of QEMU's forward to the guest's SSH (or to a hostfwd's guestport): "
+                             f"an integer from 1 to 65535, not {port!r}")
+        entries.append((index, driver.get("name"), port, hostfwd.get(port, GUEST_SSH_PORT)))
     return entries
 
 
 def guest_network_violations(drivers):
     """The template's TcpNetwork entries without a host whose port is not a
-    guest port, as messages naming the field (empty when all are)."""
+    port, and its Qemu driver's ``hostfwd`` entries that are not forwards, as
+    messages naming the field (empty when all are)."""
     try:
         _guest_network_entries(drivers)
     except ValueError as exc:
@@ -226,15 +243,32 @@ def guest_network_violations(drivers):
     return []
 
 
-def guest_port_forwards(drivers):
-    """Local port -> guest port: what QEMU forwards in the instance's Pod.
+def _forwarded(drivers):
+    """Host-side port -> guest port: each TcpNetwork entry's, each hostfwd of
+    the Qemu driver, and the guest's SSH port always."""
+    hostfwd, _ = qemu_common.qemu_hostfwd(drivers)
+    wanted = dict(hostfwd)
+    wanted.update({host: guest for _, _, host, guest in _guest_network_entries(drivers)})
+    if GUEST_SSH_PORT not in wanted.values():
+        wanted[None] = GUEST_SSH_PORT
+    return wanted
 
-    The guest's SSH port always, and each port a TcpNetwork entry without a
-    host names; local ports from ``FORWARD_BASE_PORT`` up, in the order of
-    the guest ports, so the same template always gives the same map.
-    """
-    ports = sorted({GUEST_SSH_PORT} | {port for _, _, port in _guest_network_entries(drivers)})
-    return {FORWARD_BASE_PORT + offset: port for offset, port in enumerate(ports)}
+
+def _local_ports(drivers):
+    """Host-side port (None: the SSH forward the template does not name) ->
+    the local port of the Pod QEMU listens on: from ``FORWARD_BASE_PORT`` up,
+    in the order of the host-side ports, so the same template always gives
+    the same map. The Pod's port is the provisioner's (unprivileged, never one
+    of a sidecar's); the entry is pointed at it."""
+    wanted = _forwarded(drivers)
+    order = sorted(wanted, key=lambda host: (host is not None, host or 0))
+    return {host: FORWARD_BASE_PORT + offset for offset, host in enumerate(order)}, wanted
+
+
+def guest_port_forwards(drivers):
+    """Local port -> guest port: what QEMU forwards in the instance's Pod."""
+    local, wanted = _local_ports(drivers)
+    return {local[host]: guest for host, guest in wanted.items()}
 
 
 def network_driver_overrides(drivers):
@@ -243,6 +277,6 @@ def network_driver_overrides(drivers):
     An entry that names a host is the template's own and is kept as it is:
     it reaches whatever the Pod reaches (docs/security.md).
     """
-    local = {guest: local for local, guest in guest_port_forwards(drivers).items()}
-    return {name: {"config": {"host": FORWARD_HOST, "port": local[port]}}
-            for _, name, port in _guest_network_entries(drivers) if isinstance(name, str) and name}
+    local, _ = _local_ports(drivers)
+    return {name: {"config": {"host": FORWARD_HOST, "port": local[host]}}
+            for _, name, host, _ in _guest_network_entries(drivers) if isinstance(name, str) and name}

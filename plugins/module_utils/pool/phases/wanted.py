@@ -31,7 +31,7 @@ class Wanted:
         self.parameters, self.images = resolved["parameters"], resolved["images"]
         self.redirects, self.redirect_reason = resolved["violations"], resolved["reason"]
         validation = validate_parameters(self.provisioner, self.parameters)
-        self.errors = list(validation["errors"])
+        self.errors = list(validation["errors"]) + resolved["errors"]
         self.warnings = validation["warnings"] + resolved["warnings"]
         try:
             self.cooldown = parse_duration(spec.get("scaleDownCooldown") or DEFAULT_SCALE_DOWN_COOLDOWN)

@@ -283,8 +283,33 @@ def test_the_jeps_serial_driver_is_the_console_of_the_qemu_driver(tmp_path):
     # Unnamed, as the seed revision lists them: the derived names are used.
     unnamed = [{key: value for key, value in d.items() if key != "name"} for d in drivers]
     assert qemu_driver_overrides(unnamed, "/r")["qemuserial"] == {"ref": "qemu.console"}
-    # Without a QEMU driver there is no console to point at (set_overrides refuses it).
-    assert qemu_driver_overrides(drivers[1:], "/r") == {}
+    # Without a QEMU driver there is no console to point at: one is added (below).
+    assert qemu_driver_overrides(drivers[1:], "/r")["serial"] == {"ref": "qemu.console"}
+
+
+def test_the_seeds_power_and_serial_are_children_of_a_qemu_driver_added_for_them():
+    """The seed's template (QemuPower, TcpNetwork, QemuSerial; no QEMU driver):
+    the instance's exporter gets the virtual QEMU driver under a free name
+    and both entries become refs to its children, which jumpstarter's own
+    model loads; no entry imports a class no package has."""
+    overrides = qemu_driver_overrides(JEP_DRIVERS, "/r")
+    assert overrides["qemupower"] == {"ref": "qemu.power"}
+    assert overrides["qemuserial"] == {"ref": "qemu.console"}
+    config = render(JEP_DRIVERS, driver_overrides=overrides)
+    assert list(config["export"]) == ["qemupower", "tcpnetwork", "qemuserial", "qemu"]
+    assert config["export"]["qemu"]["type"] == VIRTUAL_QEMU_DRIVER_TYPE
+    assert {entry.get("type") for entry in config["export"].values()} == {
+        None, VIRTUAL_QEMU_DRIVER_TYPE, "jumpstarter_driver_network.driver.TcpNetwork"}
+    loaded = ExporterConfigV1Alpha1.model_validate(config)
+    assert loaded.export["qemupower"].root.ref == "qemu.power"
+    # The added driver takes a name no entry has.
+    taken = [{"name": "qemu", "type": "jumpstarter_driver_network.driver.TcpNetwork",
+              "config": {"host": "h", "port": 1}}, *JEP_DRIVERS]
+    overrides = qemu_driver_overrides(taken, "/r")
+    assert overrides["qemu_2"]["type"] == VIRTUAL_QEMU_DRIVER_TYPE and "qemu" not in overrides
+    assert overrides["qemupower"] == {"ref": "qemu_2.power"}
+    # A template without power or serial entries gets no QEMU driver it did not list.
+    assert qemu_driver_overrides(JEP_DRIVERS[1:2], "/r") == {}
 
 
 def test_a_host_less_tcp_network_is_pointed_at_the_forward_to_the_guests_port():
@@ -298,24 +323,40 @@ def test_a_host_less_tcp_network_is_pointed_at_the_forward_to_the_guests_port():
     assert (tcp.host, tcp.port) == ("127.0.0.1", 22000)
 
 
-def test_an_explicit_host_is_kept_and_other_guest_ports_get_forwards_of_their_own():
+def test_a_host_less_port_is_the_host_side_of_the_forward_to_the_guests_ssh():
+    """As upstream reads it: ``port: 2222`` is where the forward listens, and
+    it reaches the guest's SSH (22), not a guest port 2222; the Pod's own
+    listening port is the provisioner's, and the entry is pointed at it."""
     drivers = [*TEMPLATE_DRIVERS,
-               {"name": "web", "type": "jumpstarter_driver_network.driver.TcpNetwork", "config": {"port": 8080}},
+               {"name": "alt", "type": "jumpstarter_driver_network.driver.TcpNetwork", "config": {"port": 2222}},
                {"name": "ssh", "type": "jumpstarter_driver_network.driver.TcpNetwork", "config": {"port": 22}}]
-    assert guest_port_forwards(drivers) == {22000: 22, 22001: 8080}
+    assert guest_port_forwards(drivers) == {22000: 22, 22001: 22}
     # "tcp" names its host (the template's value, kept as it is).
     assert network_driver_overrides(drivers) == {
-        "web": {"config": {"host": "127.0.0.1", "port": 22001}},
+        "alt": {"config": {"host": "127.0.0.1", "port": 22001}},
         "ssh": {"config": {"host": "127.0.0.1", "port": 22000}},
     }
     # The guest's SSH port is forwarded whatever the template lists.
     assert guest_port_forwards([]) == {22000: 22}
 
 
+def test_the_qemu_drivers_hostfwd_gives_a_host_port_another_guest_port():
+    """The upstream Qemu driver's ``hostfwd`` ({hostport, guestport}) says
+    where a host-side port leads; a TcpNetwork entry on that port reaches it."""
+    qemu = {"name": "qemu", "type": "jumpstarter_driver_qemu.driver.Qemu",
+            "config": {"hostfwd": {"web": {"hostport": 8080, "guestport": 80}}}}
+    web = {"name": "web", "type": "jumpstarter_driver_network.driver.TcpNetwork", "config": {"port": 8080}}
+    assert guest_port_forwards([qemu, web]) == {22000: 22, 22001: 80}
+    assert network_driver_overrides([qemu, web]) == {"web": {"config": {"host": "127.0.0.1", "port": 22001}}}
+    broken = {**qemu, "config": {"hostfwd": {"web": {"hostport": 8080}}}}
+    with pytest.raises(ValueError, match=r"^drivers\[0\]\.config\.hostfwd\.web: needs hostport and guestport"):
+        guest_port_forwards([broken, web])
+
+
 @pytest.mark.parametrize("port", [None, "22", 0, 65536, True])
 def test_a_host_less_tcp_network_needs_a_guest_port(port):
     drivers = [JEP_DRIVERS[0], {"type": "jumpstarter_driver_network.driver.TcpNetwork", "config": {"port": port}}]
-    with pytest.raises(ValueError, match=r"^drivers\[1\]\.config\.port: .* not "):
+    with pytest.raises(ValueError, match=r"^drivers\[1\]\.config\.port: .* host side .* not "):
         guest_port_forwards(drivers)
 
 

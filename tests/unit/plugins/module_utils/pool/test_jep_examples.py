@@ -6,11 +6,21 @@ tests/test_crds.py.)"""
 
 import pytest
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import provisioners
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.exporter_config import (
+    render_exporter_config,
+)
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.parameters import (
     validate_parameters,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.set_overrides import (
     resolve,
+)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.base import (
+    named_drivers,
+)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu_common import (
+    VIRTUAL_QEMU_DRIVER_TYPE,
+    qemu_driver_overrides,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu.argv import (
     guest_arch,
@@ -26,6 +36,7 @@ from jep_examples import (
     seed_copies,
     seed_examples,
     with_our_api_version,
+    with_real_digests,
 )
 
 EXAMPLES = jep_examples()
@@ -41,13 +52,21 @@ def test_the_jep_gives_examples_of_every_provisioner():
 
 @pytest.mark.parametrize("vclass", CLASSES, ids=[c["_example"] for c in CLASSES])
 def test_class_example_parameters_are_valid(vclass):
-    spec = vclass["spec"]
+    """Valid once its placeholder digest is a real one; as written, the
+    placeholder is refused by name (an image it names could never be fetched)."""
+    spec = with_real_digests(vclass)["spec"]
     assert validate_parameters(spec["provisioner"], spec.get("parameters"))["errors"] == []
+    placeholder = (vclass["spec"].get("parameters") or {}).get("firmware", {}).get("digest")
+    if placeholder is not None:
+        errors = validate_parameters(spec["provisioner"], vclass["spec"]["parameters"])["errors"]
+        assert errors == [f"parameters.firmware.digest: {placeholder!r} is not sha256:<64 lowercase hex digits> "
+                          "(a placeholder fetches nothing; give the image's real digest)"]
 
 
 @pytest.mark.parametrize("exporter_set", SETS, ids=[s["_example"] for s in SETS])
 def test_set_example_parameters_over_their_class_are_valid(exporter_set):
     vclass = class_for(EXAMPLES, exporter_set)
+    vclass = vclass and with_real_digests(vclass)
     if vclass is None:
         # The JEP names a class it does not show (android-pixel7): only the set's
         # own shape can be checked, by the API server (tests/test_crds.py).
@@ -102,41 +121,36 @@ def test_the_only_change_is_the_api_version():
 
 @pytest.mark.parametrize("vclass", list(SEED_CLASSES.values()), ids=list(SEED_CLASSES))
 def test_seed_class_parameters_are_valid(vclass):
-    spec = vclass["spec"]
+    spec = with_real_digests(vclass)["spec"]
     assert validate_parameters(spec["provisioner"], spec.get("parameters"))["errors"] == []
 
 
-@pytest.mark.parametrize("exporter_set", SEED_SETS, ids=[s["_example"] for s in SEED_SETS])
-def test_seed_sets_resolve_or_are_refused_naming_the_supported_driver_types(exporter_set):
-    """The seed's driver types: TcpNetwork and QemuSerial are among the QEMU
-    classes' default types (QemuSerial as the console of a QEMU driver the
-    template lists); QemuPower is no driver package's class and is refused by
-    the class's allowlist, the message naming the supported types and what to
-    write instead."""
-    vclass = SEED_CLASSES.get(exporter_set["spec"]["virtualTargetClassName"])
-    if vclass is None:
-        # android-pixel7 is not given by the JEP: the set says ClassNotFound.
-        assert exporter_set["spec"]["virtualTargetClassName"] == "android-pixel7"
-        return
+ALL_SETS = [s for s in SEED_SETS + SETS if s["spec"]["virtualTargetClassName"] != "android-pixel7"]
+
+
+@pytest.mark.parametrize("exporter_set", ALL_SETS, ids=[s["_example"] for s in ALL_SETS])
+def test_every_jep_set_resolves_its_driver_types_to_the_virtual_qemu_driver(exporter_set):
+    """Both revisions' driver types as written: QemuPower and QemuSerial
+    become refs to the power and console of the instance's virtual QEMU
+    driver (one is added where the template lists none), TcpNetwork is
+    pointed at the forward to the guest; no entry is refused and no entry
+    of a type no package has reaches the exporter."""
+    classes = SEED_CLASSES if exporter_set in SEED_SETS else {
+        c["metadata"]["name"]: c for c in CLASSES}
+    vclass = with_real_digests(classes[exporter_set["spec"]["virtualTargetClassName"]])
     resolved = resolve(vclass, exporter_set)
+    assert resolved["violations"] == [] and resolved["errors"] == [] and resolved["warnings"] == []
     assert validate_parameters(vclass["spec"]["provisioner"], resolved["parameters"])["errors"] == []
     drivers = exporter_set["spec"]["template"]["spec"]["drivers"]
-    # QemuSerial is the QEMU driver's console; the seed's sets list QemuPower
-    # instead of a QEMU driver, so there is no console to point it at.
-    has_qemu = any(d.get("type") == "jumpstarter_driver_qemu.driver.Qemu" for d in drivers)
-    refused = [i for i, d in enumerate(drivers)
-               if d.get("type") == QEMU_POWER or (d.get("type") == QEMU_SERIAL and not has_qemu)]
-    assert [v.split(":", 1)[0] for v in resolved["violations"]] == [
-        f"spec.template.spec.drivers[{i}].type" for i in refused]
-    assert resolved["reason"] == "NotAllowedByClass"
-    for index, violation in zip(refused, resolved["violations"], strict=True):
-        if drivers[index]["type"] == QEMU_SERIAL:
-            assert "add an entry of type jumpstarter_driver_qemu.driver.Qemu" in violation
-            continue
-        for supported in ("jumpstarter_driver_qemu.driver.Qemu", "jumpstarter_driver_network.driver.TcpNetwork",
-                          "jumpstarter_driver_serial.driver.QemuSerial"):
-            assert supported in violation.split("supported types: ", 1)[1]
-        assert "{ref: <that driver's name>.power}" in violation
+    overrides = qemu_driver_overrides(drivers, "/run/jve")
+    export = render_exporter_config("x", "ns", drivers, endpoint="e", token="t", driver_overrides=overrides)["export"]
+    (qemu,) = [name for name, entry in export.items() if entry.get("type") == VIRTUAL_QEMU_DRIVER_TYPE]
+    by_type = dict(zip((d["type"] for d in drivers), named_drivers(drivers), strict=True))
+    for kind, child in ((QEMU_POWER, "power"), (QEMU_SERIAL, "console")):
+        if kind in by_type:
+            assert export[by_type[kind]["name"]] == {"ref": f"{qemu}.{child}"}
+    assert {entry.get("type") for entry in export.values()} <= {
+        None, VIRTUAL_QEMU_DRIVER_TYPE, "jumpstarter_driver_network.driver.TcpNetwork"}
 
 
 def test_a_class_that_names_its_types_is_named_as_their_source():

@@ -351,6 +351,8 @@ def test_a_baremetal_set_that_redirects_a_host_reaches_only_the_classs_hosts():
 
 UNIX_NETWORK = "jumpstarter_driver_network.driver.UnixNetwork"
 QEMU_DRIVER = "jumpstarter_driver_qemu.driver.Qemu"
+QEMU_POWER = "jumpstarter_driver_power.driver.QemuPower"
+QEMU_SERIAL = "jumpstarter_driver_serial.driver.QemuSerial"
 QEMU_CLASS = {"arch": "x86_64", "resources": {"cpu": 2, "memory": "512Mi", "storage": "1Gi"},
               "disk": {"path": "/srv/images/base.qcow2"}}
 
@@ -458,18 +460,15 @@ def test_a_driver_type_the_class_does_not_allow_is_refused(provisioner):
 
 def test_the_default_driver_types_are_the_provisioners_and_the_jeps():
     jep = ["jumpstarter_driver_qemu.driver.Qemu", "jumpstarter_driver_network.driver.TcpNetwork",
-           "jumpstarter_driver_serial.driver.QemuSerial",
+           "jumpstarter_driver_serial.driver.QemuSerial", "jumpstarter_driver_power.driver.QemuPower",
            "jumpstarter_driver_virtual_qemu.driver.VirtualQemu"]
     assert resolve(qemu_class(), with_drivers(*jep))["violations"] == []
     assert resolve(lab_class(), with_drivers(*jep))["violations"] == []
-    # QemuSerial is the QEMU driver's console: without a QEMU driver, refused by name.
-    serial_alone = with_drivers("jumpstarter_driver_network.driver.TcpNetwork",
-                                "jumpstarter_driver_serial.driver.QemuSerial")
+    # The seed's template lists power and serial without a QEMU driver: the
+    # provisioner adds one for them (qemu_common.qemu_driver_overrides).
+    seed = with_drivers(QEMU_POWER, "jumpstarter_driver_network.driver.TcpNetwork", QEMU_SERIAL)
     for cls in (qemu_class(), lab_class()):
-        resolved = resolve(cls, serial_alone)
-        assert fields_of(resolved) == ["spec.template.spec.drivers[1].type"]
-        assert "the template lists none: add an entry of type jumpstarter_driver_qemu.driver.Qemu" in \
-            resolved["violations"][0]
+        assert resolve(cls, seed)["violations"] == []
     corellium = "jumpstarter_driver_corellium.driver.Corellium"
     assert resolve(corellium_class(), with_drivers(corellium))["violations"] == []
     assert fields_of(resolve(corellium_class(), with_drivers(QEMU_DRIVER))) == [
@@ -486,39 +485,6 @@ def test_the_class_names_its_own_driver_types():
     # The class's list replaces the default: TcpNetwork is no longer allowed.
     tcp = "jumpstarter_driver_network.driver.TcpNetwork"
     assert fields_of(resolve(klass, with_drivers(tcp))) == ["spec.template.spec.drivers[0].type"]
-
-
-QEMU_POWER = "jumpstarter_driver_power.driver.QemuPower"
-QEMU_SERIAL = "jumpstarter_driver_serial.driver.QemuSerial"
-
-
-@pytest.mark.parametrize("klass", [qemu_class, lab_class])
-def test_each_refused_entry_gets_one_message_its_provisioner_words(klass):
-    """The serial console without a QEMU driver and the JEP's QemuPower are
-    each refused once, in the template's order, in the QEMU provisioners'
-    words (provisioners/qemu_common.py)."""
-    resolved = resolve(klass(), with_drivers(QEMU_SERIAL, QEMU_POWER, QEMU_SERIAL))
-    provisioner = klass()["spec"]["provisioner"]
-    serial = ("'jumpstarter_driver_serial.driver.QemuSerial' is the serial console of the instance's QEMU "
-              "driver, and the template lists none: add an entry of type jumpstarter_driver_qemu.driver.Qemu")
-    assert resolved["violations"] == [
-        f"spec.template.spec.drivers[0].type: {serial}",
-        "spec.template.spec.drivers[1].type: 'jumpstarter_driver_power.driver.QemuPower' is not a driver "
-        "type the class allows (the exporter imports and runs it where the instance runs); supported types: "
-        "jumpstarter_driver_network.driver.TcpNetwork, jumpstarter_driver_qemu.driver.Qemu, "
-        "jumpstarter_driver_serial.driver.QemuSerial, jumpstarter_driver_virtual_qemu.driver.VirtualQemu "
-        f"({provisioner}'s defaults; drivers in the class's annotation names others); JEP-0014's QemuPower "
-        "is the power of the QEMU driver: list jumpstarter_driver_qemu.driver.Qemu and, to have it at the "
-        "root, an entry {ref: <that driver's name>.power}",
-        f"spec.template.spec.drivers[2].type: {serial}"]
-
-
-def test_a_hint_is_its_provisioners():
-    """The QEMU advice for QemuPower is the QEMU provisioners': a Corellium
-    class, which allows no QEMU driver, refuses it without that advice."""
-    violation, = resolve(corellium_class(), with_drivers(QEMU_POWER))["violations"]
-    assert violation.endswith("(corellium.jumpstarter.dev's defaults; drivers in the class's annotation "
-                              "names others)")
 
 
 @pytest.mark.parametrize("resources, field", [
@@ -829,3 +795,62 @@ def test_a_url_reaches_the_fetch_only_with_a_host_the_class_allows(scheme, host,
         assert (named and (scheme or "/" in url)) or other_scheme, url
         assert resolved["parameters"] == deep_merge(klass["spec"]["parameters"],
                                                     {"disk": {"url": url, "digest": IMAGE_DIGEST}})
+
+
+# --- The template's Qemu driver config: the machine ------------------------------
+
+
+def with_qemu_config(config, **kwargs):
+    the_set = with_drivers(QEMU_DRIVER, **kwargs)
+    the_set["spec"]["template"]["spec"]["drivers"][0]["config"] = config
+    return the_set
+
+
+def test_the_qemu_drivers_config_sizes_the_machine_merged_over_the_class():
+    """JEP-0014's DriverConfig example: ``{arch, smp: 2, mem: 2G}`` is the
+    machine, laid over the class key by key (the class's storage and disk
+    stay), not replaced whole and not dropped."""
+    resolved = resolve(qemu_class(), with_qemu_config({"arch": "x86_64", "smp": 2, "mem": "2G",
+                                                       "disk_size": "10G", "cpu": "max"}))
+    assert resolved["violations"] == [] and resolved["errors"] == [] and resolved["warnings"] == []
+    assert resolved["parameters"] == {**QEMU_CLASS, "cpuModel": "max",
+                                      "resources": {"cpu": 2, "memory": "2Gi", "storage": "10Gi"}}
+    # The set's own parameters win over its template's.
+    resolved = resolve(qemu_class(), with_qemu_config({"smp": 2, "mem": 512},
+                                                      parameters={"resources": {"cpu": 3}}))
+    assert resolved["parameters"]["resources"] == {"cpu": 3, "memory": "512Mi", "storage": "1Gi"}
+
+
+def test_the_qemu_drivers_config_is_the_sets_to_the_classs_policy():
+    """A lab class's resources are a ceiling: asking through the driver's
+    config is refused as asking through parameters is."""
+    resolved = resolve(lab_class(), with_qemu_config({"smp": 8, "mem": "64G"}))
+    assert fields_of(resolved) == ["spec.parameters.resources.cpu", "spec.parameters.resources.memory"]
+    assert resolved["parameters"]["resources"] == {"cpu": 2, "memory": "512Mi", "storage": "1Gi"}
+
+
+def test_what_the_qemu_drivers_config_cannot_say_is_named():
+    resolved = resolve(qemu_class(), with_qemu_config({"mem": "lots", "username": "me", "hostfwd": {}}))
+    assert resolved["errors"] == [
+        "spec.template.spec.drivers[0].config.mem: 'lots' is not a QEMU size (a positive number with "
+        "K, M, G or T)"]
+    assert resolved["warnings"] == [
+        "spec.template.spec.drivers[0].config.username: ignored (the instance's QEMU is the provisioner's; "
+        "of this driver's config it reads arch, cpu, disk_size, hostfwd, mem, smp)"]
+    # The lab hosts forward no ports of the guest: hostfwd is named there too.
+    warned = resolve(lab_class(), with_qemu_config({"hostfwd": {}}))["warnings"]
+    assert [w.split(":")[0] for w in warned] == ["spec.template.spec.drivers[0].config.hostfwd"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(min_value=1, max_value=10**6), st.sampled_from(["", "K", "M", "G", "T", "k", "g"]),
+       st.sampled_from(["", "B"]))
+def test_qemu_sizes_read_as_qemu_reads_them(number, unit, byte):
+    from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu_common import (
+        qemu_size,
+    )
+    powers = {"": None, "K": 1, "M": 2, "G": 3, "T": 4}
+    quantity = qemu_size(f"{number}{unit}{byte}", "Mi")
+    expected = number * 1024 ** (powers[unit.upper()] if unit else 2)
+    assert quantity_to_bytes(quantity) == expected
+    assert quantity_to_bytes(qemu_size(number, "")) == number

@@ -62,7 +62,10 @@ def test_deriving_names_is_linear_in_the_entries_of_one_type():
     assert growth(beside_given_names, named_drivers) < 2.5
 
 
-def test_the_serial_console_rule_is_read_once_per_template():
+def test_the_companions_of_a_template_without_qemu_are_resolved_in_one_pass():
+    """Serial entries without a QEMU driver (the seed's shape) are allowed and
+    each becomes a ref to the console of the one QEMU driver added for them:
+    the policy and the overrides stay linear in the entries."""
     vclass = {"metadata": {"name": "qemu", "namespace": "ns"},
               "spec": {"provisioner": "qemu-baremetal.jumpstarter.dev", "parameters": {}}}
 
@@ -72,9 +75,11 @@ def test_the_serial_console_rule_is_read_once_per_template():
         return set_overrides.resolve(vclass, exporter_set)
 
     assert growth(serial_without_qemu, violations) < 2.5
-    refused = violations(serial_without_qemu(3))["violations"]
-    assert [line.split(":")[0] for line in refused] == [
-        f"spec.template.spec.drivers[{index}].type" for index in range(3)]
+    assert violations(serial_without_qemu(3))["violations"] == []
+    assert growth(serial_without_qemu, lambda drivers: qemu_common.qemu_driver_overrides(drivers, "/r")) < 2.5
+    overrides = qemu_common.qemu_driver_overrides(serial_without_qemu(3), "/r")
+    assert [overrides[name] for name in ("qemuserial", "qemuserial_2", "qemuserial_3")] == [
+        {"ref": "qemu.console"}] * 3
 
 
 def first_free_names(drivers):
