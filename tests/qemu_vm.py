@@ -17,6 +17,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu
     SERIAL_SOCKET,
     disk_create_argv,
     qemu_argv,
+    uefi_vars_argv,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu.qmp import (
     probe_accel,
@@ -26,6 +27,8 @@ from testbed import processes
 from testbed.bed import CACHE_DIR
 
 GUEST_DIR = CACHE_DIR / "guest"
+# The aarch64 build of the same guest.
+AARCH64_GUEST_DIR = GUEST_DIR / "aarch64"
 # What the guest's init prints on the serial console once userspace runs
 # (see scripts/guest-image).
 GUEST_BANNER = b"jumpstarter-guest ready"
@@ -111,9 +114,10 @@ def running_vm(run_dir, name="vm", parameters=None):
     parameters = parameters or guest_parameters()
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    disk = disk_create_argv(parameters, str(run_dir))
-    if disk:
-        subprocess.run(disk, check=True)
+    for make in (disk_create_argv, uefi_vars_argv):
+        argv = make(parameters, str(run_dir))
+        if argv:
+            subprocess.run(argv, check=True)
     accel = probe_accel(parameters)
     argv = qemu_argv(parameters, run_dir=str(run_dir), name=name, accel=accel)
     with open(run_dir / "qemu.log", "wb") as log:

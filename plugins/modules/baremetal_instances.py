@@ -402,22 +402,32 @@ class HostInstances:
         }
 
     def _create_disk(self, name):
-        argv = qemu_argv.disk_create_argv(self.p["parameters"], self.directory(name))
+        self._make_file(name, qemu_argv.disk_create_argv(self.p["parameters"], self.directory(name)),
+                        qemu_argv.DISK_IMAGE)
+
+    def _create_uefi_vars(self, name):
+        """The UEFI variable store of a guest booting the default UEFI."""
+        self._make_file(name, qemu_argv.uefi_vars_argv(self.p["parameters"], self.directory(name)),
+                        qemu_argv.UEFI_VARS)
+
+    def _make_file(self, name, argv, file_name):
+        """Runs ``argv`` (None: nothing to make), which writes the instance's
+        ``file_name``."""
         if argv is None:
             return
-        disk = os.path.join(self.directory(name), qemu_argv.DISK_IMAGE)
+        target = os.path.join(self.directory(name), file_name)
         # Made under a name of its own and moved in: the instance's identity
-        # may write in its directory, and a link it put at the disk's name
+        # may write in its directory, and a link it put at the file's name
         # would have qemu-img write where it points.
-        descriptor, made = tempfile.mkstemp(dir=self.directory(name), prefix=".disk-")
+        descriptor, made = tempfile.mkstemp(dir=self.directory(name), prefix=".made-")
         os.close(descriptor)
-        argv = [made if arg == disk else arg for arg in argv]
+        argv = [made if arg == target else arg for arg in argv]
         result = subprocess.run(argv, capture_output=True, text=True)
         if result.returncode != 0:
             os.unlink(made)
             self.module.fail_json(msg=f"{name}: {shlex.join(argv)}: {result.stderr.strip()}")
         os.chmod(made, 0o660)
-        os.replace(made, disk)
+        os.replace(made, target)
 
     def present(self, name):
         config = self.p["configs"].get(name)
@@ -457,6 +467,8 @@ class HostInstances:
             changed |= scripts_changed[service]
         disk = os.path.join(directory, qemu_argv.DISK_IMAGE)
         disk_missing = qemu_argv.has_disk(self.p["parameters"]) and not os.path.exists(disk)
+        vars_missing = (qemu_argv.uefi_firmware(self.p["parameters"]) is not None
+                        and not os.path.exists(os.path.join(directory, qemu_argv.UEFI_VARS)))
         if os.path.exists(os.path.join(directory, IMAGE_ERROR_FILE)):
             # Its images were refused: nothing starts until the instance is replaced.
             return
@@ -477,6 +489,8 @@ class HostInstances:
                 self.supervisor.stop(self.instance(name), service)
             if service == "vm" and disk_missing:
                 self._create_disk(name)
+            if service == "vm" and vars_missing:
+                self._create_uefi_vars(name)
             self.supervisor.start(self.instance(name), service, baremetal.SERVICE_RESTART_DELAY[service])
         if changed and name not in self.changed:
             self.changed.append(name)
@@ -571,6 +585,7 @@ class HostInstances:
             return
         self._stop(name, services=("vm",))
         self._create_disk(name)
+        self._create_uefi_vars(name)
         self.supervisor.start(self.instance(name), "vm", baremetal.SERVICE_RESTART_DELAY["vm"])
 
     def retain(self, name):

@@ -68,7 +68,9 @@ RUN_DIR_HEADROOM = 1 << 30
 # SIGTERM (the Pod's end) is passed on to QEMU and the container ends with
 # it. SIGUSR1 (the reset command) stops QEMU too; once it has ended with the
 # reset file present, the supervisor removes the old sockets, makes a fresh
-# disk ({disk}), removes the reset file and starts QEMU again. A QEMU that
+# disk ({disk}), removes the reset file and starts QEMU again. Each start
+# gets a fresh UEFI variable store first ({uefi_vars}) when the guest boots
+# the default UEFI. A QEMU that
 # ends without being asked (crashed, killed, powered off) ends the
 # container with QEMU's code: the Pod ends and the instance is replaced,
 # never started again on a used disk.
@@ -78,6 +80,7 @@ RUNTIME_SUPERVISOR = (
     "trap '[ -n \"$qemu\" ] && kill -TERM $qemu 2>/dev/null' USR1; "
     "while :; do "
     'rm -f "$run/{qmp}" "$run/{serial}"; '
+    "{uefi_vars}"
     '"$@" & qemu=$!; '
     "while :; do wait $qemu; code=$?; kill -0 $qemu 2>/dev/null || break; done; "
     'if [ -n "$term" ] || [ ! -e "$run/{reset}" ]; then exit $code; fi; '
@@ -112,12 +115,15 @@ RESET_COMMAND = (
 )
 
 
-def runtime_command(qemu, disk):
+def runtime_command(qemu, disk, uefi_vars=None):
     """QEMU's container command: the supervisor around ``qemu`` (an argv),
-    making a fresh disk with ``disk`` (an argv, or None) on each reset."""
+    making a fresh disk with ``disk`` (an argv, or None) on each reset and
+    a fresh UEFI variable store with ``uefi_vars`` (an argv, or None) before
+    each start."""
     make_disk = f"{shlex.join(disk)} || exit 1; " if disk else ""
+    make_vars = f"{shlex.join(uefi_vars)} || exit 1; " if uefi_vars else ""
     script = RUNTIME_SUPERVISOR.format(run=POD_RUN_DIR, qmp=qemu_argv.QMP_SOCKET, serial=qemu_argv.SERIAL_SOCKET,
-                                       reset=RESET_REQUEST, disk=make_disk)
+                                       reset=RESET_REQUEST, disk=make_disk, uefi_vars=make_vars)
     return ["/bin/sh", "-c", script, "qemu", *qemu]
 
 
@@ -182,7 +188,7 @@ class QemuPod(qemu_common.QemuProvisioner):
                 "command": runtime_command(
                     qemu_argv.qemu_argv(pod.parameters, run_dir=POD_RUN_DIR, name=pod.name, accel=pod.accel,
                                         port_forwards=guest_port_forwards(pod.drivers)),
-                    disk_argv),
+                    disk_argv, qemu_argv.uefi_vars_argv(pod.parameters, POD_RUN_DIR)),
                 "volumeMounts": runtime_mounts,
             },
         )

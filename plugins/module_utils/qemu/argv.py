@@ -17,7 +17,10 @@ server):
   flasher can write an image onto it through QMP while the VM is off;
 - ``firmware``, ``kernel``, ``initrd``, ``disk.base``: where images given
   by ``url`` are expected once fetched (``runtime_files`` lists them);
-  images given by ``path`` are used where they are.
+  images given by ``path`` are used where they are;
+- ``efivars.fd``: the UEFI variable store of a guest that boots the default
+  UEFI (``uefi_firmware``), a copy of the firmware's template made by
+  ``uefi_vars_argv`` before QEMU starts and on each reset.
 
 The guest's network, when the caller asks for port forwards (the Pod
 provisioner does): one virtio NIC on QEMU's user-mode network (slirp: no
@@ -63,18 +66,33 @@ DEFAULT_ARCH = "x86_64"
 DEFAULT_MEMORY = "1Gi"
 
 # Per guest architecture: QEMU binary, default machine type, the serial
-# console device name the guest kernel knows the first UART by.
+# console device name the guest kernel knows the first UART by, and the CPU
+# model emulated under TCG: "max" enables every feature TCG can emulate, but
+# an aarch64 "max" has pointer authentication, whose emulation made the
+# test guest's boot more than four times slower (cortex-a57: 15 s on a
+# loaded 2-core machine; max: not done after 60 s). cortex-a57 (ARMv8.0) is
+# what Jumpstarter's QEMU driver emulates.
 _ARCH = {
-    "x86_64": {"binary": "qemu-system-x86_64", "machine": "q35", "console": "ttyS0"},
-    "aarch64": {"binary": "qemu-system-aarch64", "machine": "virt", "console": "ttyAMA0"},
+    "x86_64": {"binary": "qemu-system-x86_64", "machine": "q35", "console": "ttyS0", "tcg_cpu": "max"},
+    "aarch64": {"binary": "qemu-system-aarch64", "machine": "virt", "console": "ttyAMA0",
+                "tcg_cpu": "cortex-a57"},
 }
-# "max" enables every feature the accelerator can emulate; under KVM the
-# host CPU is passed through.
-_CPU_MODEL = {ACCEL_KVM: "host", ACCEL_TCG: "max"}
+# Under KVM the host CPU is passed through.
+_KVM_CPU_MODEL = "host"
 # The guest's address on QEMU's user-mode network (its built-in DHCP hands
 # out this one first; a guest without DHCP sets it itself).
 GUEST_ADDRESS = "10.0.2.15"
 NETDEV_ID = "net0"
+
+# An aarch64 virt guest given neither firmware nor a kernel has nothing to
+# run: it boots UEFI, Debian's EDK2 build (qemu-efi-aarch64, AAVMF) where the
+# runtime image and lab_bootstrap install it, as the two flash devices of
+# the machine: the code read-only, the variables a copy of the instance's own.
+UEFI_FIRMWARE = {
+    "aarch64": {"code": "/usr/share/AAVMF/AAVMF_CODE.fd", "vars": "/usr/share/AAVMF/AAVMF_VARS.fd"},
+}
+UEFI_MACHINES = ("virt",)
+UEFI_VARS = "efivars.fd"
 
 # Backing images are qcow2 unless ``disk.format`` says otherwise.
 DEFAULT_BACKING_FORMAT = "qcow2"
@@ -258,6 +276,30 @@ def image_path(parameters, key, run_dir):
     return run_path(run_dir, FETCHED_IMAGE_NAMES[key])
 
 
+def uefi_firmware(parameters):
+    """``{"code", "vars"}`` of the default UEFI the guest boots, or None.
+
+    An aarch64 guest on the virt machine boots UEFI unless the parameters
+    give ``firmware`` (QEMU's -bios) or a ``kernel`` (booted directly).
+    """
+    arch = guest_arch(parameters)
+    if arch not in UEFI_FIRMWARE or parameters.get("firmware") or parameters.get("kernel"):
+        return None
+    machine = parameters.get("machineType") or _ARCH[arch]["machine"]
+    return dict(UEFI_FIRMWARE[arch]) if machine in UEFI_MACHINES else None
+
+
+def uefi_vars_argv(parameters, run_dir):
+    """``qemu-img convert`` copying the UEFI variable template to the
+    instance's own store (sparse), or None when the guest boots no default
+    UEFI. Run before QEMU starts and on each reset: a fresh VM forgets the
+    boot entries a lessee made."""
+    firmware = uefi_firmware(parameters)
+    if firmware is None:
+        return None
+    return ["qemu-img", "convert", "-q", "-f", "raw", "-O", "raw", firmware["vars"], run_path(run_dir, UEFI_VARS)]
+
+
 def runtime_files(parameters, run_dir):
     """Images given by ``url`` that must be fetched before QEMU starts.
 
@@ -345,7 +387,7 @@ def qemu_argv(parameters, *, run_dir, name, accel=None, port_forwards=None):
     accel = effective_accel(parameters, accel)
     binary = (parameters.get("runtime") or {}).get("binary") or profile["binary"]
     machine = parameters.get("machineType") or profile["machine"]
-    cpu_model = parameters.get("cpuModel") or _CPU_MODEL[accel]
+    cpu_model = parameters.get("cpuModel") or (_KVM_CPU_MODEL if accel == ACCEL_KVM else profile["tcg_cpu"])
 
     qmp_socket = _option_value(run_path(run_dir, QMP_SOCKET))
     serial_socket = _option_value(run_path(run_dir, SERIAL_SOCKET))
@@ -369,6 +411,12 @@ def qemu_argv(parameters, *, run_dir, name, accel=None, port_forwards=None):
     firmware = image_path(parameters, "firmware", run_dir)
     if firmware:
         argv += ["-bios", firmware]
+    uefi = uefi_firmware(parameters)
+    if uefi:
+        argv += [
+            "-drive", f"if=pflash,format=raw,unit=0,readonly=on,file={_option_value(uefi['code'])}",
+            "-drive", f"if=pflash,format=raw,unit=1,file={_option_value(run_path(run_dir, UEFI_VARS))}",
+        ]
     if has_disk(parameters):
         disk = f"driver=qcow2,node-name={DISK_NODE},file.driver=file,file.filename=" + \
             _option_value(run_path(run_dir, DISK_IMAGE))
