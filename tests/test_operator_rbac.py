@@ -35,8 +35,13 @@ ROLE_FILES = ("role.yaml", "pool_role_qemu.yaml", "leader_election_role.yaml")
 TIMING = {
     # A repeated Event (same object, reason and message) bumps the count of
     # the existing one; whether a message recurs within the run is timing.
-    ("", "events", "update"): "Event repeat within the run",
+    ("", "events", "patch"): "Event repeat within the run",
 }
+# What the operator asks at start-up of its own account
+# (exporterset_operator/permissions.py): every authenticated user may
+# (Kubernetes' system:basic-user), no Role of ours grants it.
+SELF_REVIEWS = {("authorization.k8s.io", "selfsubjectrulesreviews", "create"),
+                ("authorization.k8s.io", "selfsubjectaccessreviews", "create")}
 UNREACHED = {
     # The OwnerReferencesPermissionEnforcement admission plugin (on in
     # OpenShift, off in the bed) checks `update` on the owner's finalizers
@@ -156,7 +161,7 @@ def test_every_grant_is_used_and_nothing_is_refused(testbed_factory, tmp_path):
     assert refused == [], "requests the Roles do not allow"
     grants = granted()
     print("used:", *sorted(used), sep="\n  ")
-    assert used - grants == set()
+    assert used - grants - SELF_REVIEWS == set()
     unused = grants - used - set(UNREACHED) - set(TIMING)
     assert unused == set(), f"granted but never used: {sorted(unused)}"
     # An UNREACHED entry that the run did reach belongs in the check above.

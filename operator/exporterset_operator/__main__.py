@@ -21,7 +21,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.time
 )
 from kubernetes import client
 
-from . import cgroup, logs
+from . import cgroup, logs, permissions
 from .controller import Controller
 from .metrics import Metrics, bind_address, serve
 from .reconciler import Reconciler
@@ -256,6 +256,9 @@ def main(argv: list[str] | None = None) -> int:
     # configuration.
     client.Configuration.set_default(api_client.configuration)
     workers = args.max_concurrent_reconciles or watch.max_concurrent_reconciles or cgroup.cpu_limit()
+    # What the account may not do turns features off (pool/permissions.py),
+    # said on every set it serves: asked once, not learnt from 403s.
+    granted = permissions.probe(api_client, args.namespace)
     metrics = Metrics()
     runner = PlaybookRunner(
         str(root), args.artifacts_dir, max_artifacts=args.max_artifacts or watch.max_runner_artifacts,
@@ -278,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     def make_reconciler(caches):
         return Reconciler(
             caches, api_client, runner, metrics, set(args.provisioners),
-            plan_options=plan_options, watch=watch,
+            plan_options=plan_options, watch=watch, permissions=granted,
         )
 
     controller = Controller(
@@ -288,6 +291,7 @@ def main(argv: list[str] | None = None) -> int:
         stuck_reconcile_timeout=args.stuck_reconcile_timeout,
         watch_silence_timeout=args.watch_silence_timeout,
         backend_workers=args.max_concurrent_backend_runs,
+        permissions=granted,
     )
     log.info("starting", extra={"provisioners": args.provisioners, "workers": workers,
                                 "backend_runs": controller.backends.workers,

@@ -7,7 +7,7 @@ hand makes too), here on the informer caches."""
 from __future__ import annotations
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import reconcile_pass
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import class_status
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import class_status, permissions
 from kubernetes.client.rest import ApiException
 
 from .keys import ClassKey
@@ -23,13 +23,16 @@ def serves_class(vclass: dict, provisioners: set[str]) -> bool:
 
 class CachedKindReconciler:
     """What the class and policy reconcilers read and write with: the
-    informer caches, the API client, the provisioners served, the clock."""
+    informer caches, the API client, the provisioners served, the clock and
+    what the account may not do (pool/permissions.py)."""
 
-    def __init__(self, caches, api_client, provisioners: set[str], clock):
+    def __init__(self, caches, api_client, provisioners: set[str], clock,
+                 granted: permissions.Permissions = permissions.ALL_GRANTED):
         self.caches = caches
         self.api_client = api_client
         self.provisioners = provisioners
         self.clock = clock
+        self.granted = granted
 
 
 class ClassReconciler(CachedKindReconciler):
@@ -39,11 +42,12 @@ class ClassReconciler(CachedKindReconciler):
         vclass = self.caches["VirtualTargetClass"].get(namespace, name)
         if vclass is None:
             return Result(path="gone")
-        if not serves_class(vclass, self.provisioners):
+        if not serves_class(vclass, self.provisioners) or not self.granted.on("class-status"):
             return Result(path="skipped")
         try:
             written = reconcile_pass.class_pass(self.api_client, vclass,
-                                                self.caches["ExporterSet"].list(namespace), self.clock())
+                                                self.caches["ExporterSet"].list(namespace), self.clock(),
+                                                add_finalizer=self.granted.on("class-finalizer"))
         except ApiException as exc:
             raise ReconcileError(str(exc), path="class") from exc
         if written is None:

@@ -10,6 +10,7 @@ import time
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import controller_ca
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import objects as k8s_objects
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import permissions as pool_permissions
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.selectors import (
     selector_matches,
 )
@@ -57,8 +58,12 @@ class Controller:
         clock=time.monotonic,
         watch_dependent_resources: bool = True,
         backend_workers: int | None = None,
+        permissions: pool_permissions.Permissions = pool_permissions.ALL_GRANTED,
     ):
         self.api_client = api_client
+        # Kinds the account may not list and watch: their caches stay empty
+        # and synced, and nothing asks the API server for them.
+        self.unwatched = set() if permissions.on("policies") else {POLICY_KEY}
         self.metrics = metrics
         self.workers = workers
         self.resync_period = resync_period
@@ -225,7 +230,10 @@ class Controller:
 
     # -- running -----------------------------------------------------------------
     def start_informers(self) -> None:
-        for informer in self.caches.values():
+        for kind, informer in self.caches.items():
+            if kind in self.unwatched:
+                informer.synced.set()
+                continue
             self._threads.append(informer.start())
 
     def keep_alive(self, thread: threading.Thread) -> None:
@@ -267,6 +275,8 @@ class Controller:
                         f"(bound {self.stuck_reconcile_timeout:g}s)")
         if self.watch_silence_timeout:
             for kind, informer in self.caches.items():
+                if kind in self.unwatched:
+                    continue
                 silent = now - informer.last_contact
                 if silent > self.watch_silence_timeout:
                     problems.append(

@@ -20,7 +20,7 @@ class PolicyReconciler(CachedKindReconciler):
     def reconcile(self, key: PolicyKey) -> Result:
         namespace, name = key.namespace, key.name
         esp = self.caches["ExporterSetPolicy"].get(namespace, name)
-        if esp is None:
+        if esp is None or not self.granted.on("policy-status"):
             return Result(path="gone")
         the_set = self.caches["ExporterSet"].get(namespace, (esp.get("spec") or {}).get("exporterSetName") or "")
         vclass = the_set and self.caches["VirtualTargetClass"].get(

@@ -33,8 +33,8 @@ class Reconciler(SetReconciler):
     def __init__(self, caches, api_client, *args, **kwargs):
         super().__init__(caches, api_client, *args, **kwargs)
         now = lambda: self.clock()  # noqa: E731 - follows a clock set later
-        self.classes = ClassReconciler(caches, api_client, self.provisioners, now)
-        self.policies = PolicyReconciler(caches, api_client, self.provisioners, now)
+        self.classes = ClassReconciler(caches, api_client, self.provisioners, now, self.permissions)
+        self.policies = PolicyReconciler(caches, api_client, self.provisioners, now, self.permissions)
 
     def reconcile(self, key) -> Result:
         try:

@@ -31,7 +31,11 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import objects as k8s_objects
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import observe as k8s_observe
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import status as k8s_status
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import class_status, pool_index
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import (
+    class_status,
+    permissions,
+    pool_index,
+)
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.selectors import (
     selector_matches,
 )
@@ -71,8 +75,12 @@ class SetReconciler:
         plan_options: dict | None = None,
         clock=utcnow,
         watch=None,
+        permissions: permissions.Permissions = permissions.ALL_GRANTED,
     ):
         self.caches = caches
+        # What the account may not do (pool/permissions.py): those features
+        # are off, or done another way, and every set served says so.
+        self.permissions = permissions
         self.api_client = api_client
         self.runner = runner
         self.metrics = metrics
@@ -125,7 +133,8 @@ class SetReconciler:
         the outcome, the class's and the policies' status itself (in process,
         k8s/reconcile_pass.py): the run leaves them to it."""
         variables = {**k8s_observe.playbook_variables(exporter_set, observed, plan, teardown=teardown),
-                     "reconcile_records": reconcile_pass.RECORDED_BY_OPERATOR}
+                     "reconcile_records": reconcile_pass.RECORDED_BY_OPERATOR,
+                     "denied_permissions": self.permissions.as_denied()}
         if self.watch is None:
             return variables
         if not self.watch.snake_case_parameters:
@@ -173,7 +182,10 @@ class SetReconciler:
         if self.config_inputs is not None and registry.get(provisioner).has_pods:
             # From now on a change of an instance's token or CA brings the set back.
             self.config_inputs.watch(namespace)
-        reconcile_pass.keep_finalizer(self.api_client, exporter_set, self.finalizer, has_class=vclass is not None)
+        self._report_permissions(exporter_set)
+        if self.permissions.on("set-finalizer"):
+            reconcile_pass.keep_finalizer(self.api_client, exporter_set, self.finalizer,
+                                          has_class=vclass is not None)
 
         # A terminating Exporter counts as gone: the plan skips it, and an
         # orphaning delete keeps it until the garbage collector is done.
@@ -295,7 +307,8 @@ class SetReconciler:
         """
         if write_outcome is None:
             write_outcome = self.manage_status
-        applier = reconcile_pass.pool_applier(self.api_client, exporter_set, write_outcome=write_outcome)
+        applier = reconcile_pass.pool_applier(self.api_client, exporter_set, write_outcome=write_outcome,
+                                              permissions=self.permissions)
         return reconcile_pass.apply_pool(applier, plan, provisioner)
 
     def _run_playbook(self, key, exporter_set, observed, backend_plan, plan) -> None:
@@ -347,6 +360,17 @@ class SetReconciler:
                                           write_condition=self.manage_status)
         except ApiException as exc:
             log.warning("could not report failure", extra={"error": str(exc)[:300]})
+
+    def _report_permissions(self, exporter_set: dict) -> None:
+        """The set's ``PermissionsLimited`` condition, with a Warning Event
+        when it turns True; nothing when the cached set already says it."""
+        wanted = permissions.condition_due(exporter_set, self.permissions)
+        if wanted is None:
+            return
+        try:
+            reconcile_pass.record_permissions(self.api_client, exporter_set, wanted, self.clock())
+        except ApiException as exc:
+            raise ReconcileError(str(exc), path="permissions") from exc
 
     def _report_unusable(self, exporter_set: dict, observed: dict) -> Result:
         """Status and Events of a set whose class cannot be used (its plan

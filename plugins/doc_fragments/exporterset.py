@@ -61,3 +61,19 @@ options:
     choices: [run, operator]
     default: run
 """
+
+    # What the operator's account may not do (plugins/module_utils/pool/permissions.py).
+    DENIED = r"""
+options:
+  denied_permissions:
+    description:
+      - The grants the caller's account lacks, each C(feature:group resource verb), as the operator
+        passes them to its runs (C(denied_permissions)) after asking the API server at start-up;
+        the features they name are done within what is granted (docs/install.md).
+      - C(secret-delete) - an Exporter is deleted with C(propagationPolicy=Background) and its
+        Secrets go by garbage collection, not one by one.
+      - C(exec-reset) - an instance is reset by a fresh Pod, not in its running Pod.
+    type: list
+    elements: str
+    default: []
+"""

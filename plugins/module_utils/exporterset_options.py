@@ -35,3 +35,9 @@ def records_here(records):
     if records not in choices:
         raise ValueError(f"records: {records!r} is not one of {choices}")
     return records == RECORDED_BY_RUN
+
+# jumpstarter.virtual_exporters.exporterset.denied: what the caller's account
+# may not do (pool/permissions.py ``Permissions.as_denied``).
+DENIED = dict(
+    denied_permissions=dict(type="list", elements="str", default=[]),
+)

@@ -76,6 +76,7 @@ extends_documentation_fragment:
   - jumpstarter.virtual_exporters.exporterset.provisioner
   - jumpstarter.virtual_exporters.attributes.idempotent
   - jumpstarter.virtual_exporters.kubernetes
+  - jumpstarter.virtual_exporters.exporterset.denied
 """
 
 EXAMPLES = r"""

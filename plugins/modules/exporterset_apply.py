@@ -136,6 +136,7 @@ extends_documentation_fragment:
   - jumpstarter.virtual_exporters.attributes
   - jumpstarter.virtual_exporters.kubernetes
   - jumpstarter.virtual_exporters.exporterset.records
+  - jumpstarter.virtual_exporters.exporterset.denied
 """
 
 EXAMPLES = r"""
@@ -241,6 +242,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.
     k8s_module,
     module_api_client,
 )
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import permissions
 
 try:
     from kubernetes.client.rest import ApiException
@@ -262,6 +264,13 @@ def record_outcome(module, api_client, exporter_set):
     return result
 
 
+def _permissions(module):
+    try:
+        return permissions.Permissions.from_denied(module.params["denied_permissions"])
+    except ValueError as exc:
+        module.fail_json(msg=str(exc))
+
+
 def main():
     module = k8s_module(
         dict(
@@ -278,6 +287,7 @@ def main():
             failure_message=dict(type="str", default=""),
             add_class_finalizer=dict(type="bool", default=False),
             **exporterset_options.RECORDS,
+            **exporterset_options.DENIED,
         ),
         supports_check_mode=True,
     )
@@ -291,8 +301,9 @@ def main():
             meta = exporterset.get("metadata") or {}
             module.fail_json(msg=f"recording the outcome on ExporterSet {meta.get('namespace')}/{meta.get('name')}: "
                                  f"{exc.status} {exc.reason}")
-    applier = reconcile_pass.pool_applier(api_client, exporterset, write_outcome=module.params["write_outcome"],
-                                          check_mode=module.check_mode)
+    applier = reconcile_pass.pool_applier(
+        api_client, exporterset, write_outcome=module.params["write_outcome"], check_mode=module.check_mode,
+        permissions=_permissions(module))
     try:
         if module.params["confirm_only"] and module.params["teardown"] != "none":
             releasable = applier.confirm_teardown(module.params["teardown"], module.params["owned_exporters"])

@@ -37,6 +37,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import pod as k8s_pod
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import status as k8s_status
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import adoption, lease_safety
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import permissions as pool_permissions
 
 # The ``retiring`` annotation of an Exporter disabled for its set's deletion.
 RETIRING_TEARDOWN = "Teardown"
@@ -118,10 +119,13 @@ def restart_unleased(api_client, exporterset, name, uid, restart, check_mode=Fal
 
 
 class PlanApplier:
-    def __init__(self, api_client, exporterset, check_mode=False, write_outcome=True):
+    def __init__(self, api_client, exporterset, check_mode=False, write_outcome=True, permissions=None):
         from kubernetes import client
 
         self.check = check_mode
+        # What the caller may not do (pool/permissions.py): without Secret
+        # deletion an Exporter's Secrets go with it by garbage collection.
+        self.delete_secrets = (permissions or pool_permissions.ALL_GRANTED).on("secret-delete")
         self.write_outcome = write_outcome
         self.api_client = api_client
         self.custom = client.CustomObjectsApi(api_client)
@@ -315,9 +319,13 @@ class PlanApplier:
                 self._hold(name, why)
                 return False
         owned = self._owned_objects(current, provisioner)
+        if not self.delete_secrets:
+            # Its dependents go by garbage collection (the Leases it owns too),
+            # its Pod at once.
+            owned = [(kind, obj) for kind, obj in owned if kind != "Secret"]
         if not self.check:
             options = k8s_core.delete_options(uid=meta["uid"], resource_version=meta["resourceVersion"],
-                                              propagation_policy="Orphan")
+                                              propagation_policy="Orphan" if self.delete_secrets else "Background")
             try:
                 self.custom.delete_namespaced_custom_object(
                     *constants.EXPORTER.at(self.namespace), name, body=options)
@@ -358,7 +366,10 @@ class PlanApplier:
                 # The controller would hand the new Exporter this Secret's token,
                 # issued to another UID. The name waits until the Secret is gone.
                 self.result["blocked"].append(name)
-                if not self.check and not credentials.live_exporter_owns(self.api_client, self.namespace, stale):
+                # Without Secret deletion the garbage collector removes one
+                # whose Exporter is gone.
+                if not self.check and self.delete_secrets and not credentials.live_exporter_owns(
+                        self.api_client, self.namespace, stale):
                     credentials.delete_secret(self.api_client, self.namespace, stale)
                 return False
         except ApiException as exc:

@@ -80,13 +80,13 @@ class CoreApi:
                                "requirements.txt")
         self.api_client = api_client
 
-    def _request(self, method, kind, namespace, name=None, body=None, query=None):
+    def _request(self, method, kind, namespace, name=None, body=None, query=None, content_type="application/json"):
         from kubernetes.client.rest import ApiException
 
         path = f"/api/v1/namespaces/{namespace}/{KINDS[kind]}" + (f"/{name}" if name else "")
         headers = {"Accept": "application/json"}
         if body is not None:
-            headers["Content-Type"] = "application/json"
+            headers["Content-Type"] = content_type
         request = self.api_client.param_serialize(
             method=method, resource_path=path, query_params=list((query or {}).items()),
             header_params=headers, body=body, auth_settings=["BearerToken"])
@@ -116,6 +116,10 @@ class CoreApi:
 
     def replace(self, kind, namespace, name, body):
         return self._request("PUT", kind, namespace, name, body=body)
+
+    def patch(self, kind, namespace, name, body):
+        """A JSON merge patch."""
+        return self._request("PATCH", kind, namespace, name, body=body, content_type="application/merge-patch+json")
 
     def delete(self, kind, namespace, name, body=None, grace_period_seconds=None):
         query = None if grace_period_seconds is None else {"gracePeriodSeconds": grace_period_seconds}

@@ -25,6 +25,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import pod as k8s_pod
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.client import ClusterModule
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.core import delete_options
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import permissions
 
 # Instances made or removed at once in one run (each is a few API calls).
 PARALLEL = 8
@@ -52,6 +53,10 @@ class PodManager(ClusterModule):
         self.provisioner = (self.p["virtual_target_class"].get("spec") or {}).get("provisioner", "")
         self.by_name = {e["metadata"]["name"]: e for e in self.p["owned_exporters"]}
         self.result = {"created": [], "deleted": [], "waiting": [], "resynced": [], "noted": [], "reset": []}
+        try:
+            self.granted = permissions.Permissions.from_denied(self.p["denied_permissions"])
+        except ValueError as exc:
+            module.fail_json(msg=str(exc))
 
     def _api_error(self, what, exc):
         raise InstanceError(f"{what}: {exc.status} {exc.reason}")
@@ -230,8 +235,8 @@ class PodManager(ClusterModule):
         if exporter is None:
             raise InstanceError(f"Exporter {self.namespace}/{name} is not among owned_exporters")
         in_pod = provisioners.get(self.provisioner).reset_in_pod
-        if in_pod is None:
-            self.absent(name)  # a fresh Pod is this provisioner's reset
+        if in_pod is None or not self.granted.on("exec-reset"):
+            self.absent(name)  # a fresh Pod is this provisioner's reset, or the one the account allows
             return
         pod = self._read("Pod", name)
         phase = ((pod or {}).get("status") or {}).get("phase")
@@ -268,7 +273,12 @@ class PodManager(ClusterModule):
             self.result["waiting"].append(name)
             return
         removed = False
+        # Without Secret deletion the config Secret stays: rewritten for the
+        # next Pod, or gone with its Exporter by garbage collection.
+        kept = () if self.granted.on("secret-delete") else ("Secret",)
         for kind, object_name in (("Pod", name), ("Secret", k8s_pod.config_secret_name(name))):
+            if kind in kept:
+                continue
             found = self._read(kind, object_name)
             # Only what an Exporter of this name controls is the pool's to delete;
             # the precondition keeps a namesake made since the read.
@@ -292,6 +302,7 @@ ARGUMENT_SPEC = dict(
     images=dict(type="dict", default={}),
     controller_tls_ca=dict(type="str", default=""),
     state=dict(type="str", choices=["present", "absent", "synced", "reset"], default="present"),
+    **exporterset_options.DENIED,
 )
 
 

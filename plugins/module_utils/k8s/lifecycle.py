@@ -252,6 +252,18 @@ def remove_finalizer(api_client, exporter_set, finalizer=FINALIZER, check_mode=F
     return _patch_finalizers(api_client, exporter_set, lambda fs: [f for f in fs if f != finalizer], check_mode)
 
 
+def write_condition(api_client, exporter_set, condition, now, check_mode=False):
+    """Merge ``condition`` (type, status, reason, message) into the set's
+    conditions on a fresh read, keeping every other field; returns whether
+    it changed."""
+    def body_for(current):
+        status = current.get("status") or {}
+        conditions = merge_conditions(status.get("conditions"), [condition], now,
+                                      _meta(current).get("generation"))
+        return None if conditions == status.get("conditions") else {"status": {"conditions": conditions}}
+    return _write_fresh(api_client, exporter_set, body_for, True, check_mode)
+
+
 def write_outcome(api_client, exporter_set, condition, check_mode=False):
     """Write only the outcome ``condition`` (``outcome``) into the set's
     status, keeping every other field; returns whether it changed."""

@@ -75,10 +75,23 @@ def release_finalizer(api_client, exporter_set, finalizer=lifecycle.FINALIZER, l
 
 # -- 3. the pool writes ---------------------------------------------------------------
 
-def pool_applier(api_client, exporter_set, write_outcome=True, check_mode=False):
+def pool_applier(api_client, exporter_set, write_outcome=True, check_mode=False, permissions=None):
     """The writer of a plan's pool part for ``exporter_set``; ``write_outcome``
-    adds the SDK's ``Successful`` condition to the status the plan writes."""
-    return k8s_apply.PlanApplier(api_client, exporter_set, check_mode=check_mode, write_outcome=write_outcome)
+    adds the SDK's ``Successful`` condition to the status the plan writes;
+    ``permissions`` (``pool/permissions.py``): what the caller may not do."""
+    return k8s_apply.PlanApplier(api_client, exporter_set, check_mode=check_mode, write_outcome=write_outcome,
+                                 permissions=permissions)
+
+
+def record_permissions(api_client, exporter_set, condition, now):
+    """The set's ``PermissionsLimited`` condition (``pool/permissions.py``),
+    and a Warning Event naming what is off when it is True and changed.
+    Returns whether it changed."""
+    changed = lifecycle.write_condition(api_client, exporter_set, condition, now)
+    if changed and condition["status"] == "True":
+        k8s_status.emit_events(api_client, exporter_set, [
+            {"type": "Warning", "reason": condition["reason"], "message": condition["message"]}])
+    return changed
 
 
 def apply_pool(applier, plan, provisioner):

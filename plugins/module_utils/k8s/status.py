@@ -149,11 +149,29 @@ def event_message(event):
     return event["message"]
 
 
+def _bump(core, namespace, name, now):
+    """One more occurrence of the existing Event ``name``: its lastTimestamp
+    patched (the answer carries its count), then its count, guarded by the
+    version that answer gave (a writer in between: its bump stands)."""
+    from kubernetes.client.rest import ApiException
+
+    try:
+        current = core.patch("Event", namespace, name, {"lastTimestamp": now})
+        core.patch("Event", namespace, name, {
+            "metadata": {"resourceVersion": current["metadata"]["resourceVersion"]},
+            "count": (current.get("count") or 1) + 1})
+    except ApiException as exc:
+        if exc.status not in (404, 409):  # expired meanwhile, or bumped by another writer
+            raise
+
+
 def emit_events(api_client, involved, events, component=COMPONENT):
     """Create core/v1 Events about ``involved`` (a full object).
 
     An Event seen before (same object, reason and message) has its count and
-    lastTimestamp bumped instead of adding a new object, like kubelet does.
+    lastTimestamp bumped instead of adding a new object, like kubelet does:
+    created first, and patched when it exists (the create and patch that
+    upstream's exporter-set slot grants; no read of an Event).
     Each event may name an ``exporter``; the event is then still recorded on
     the set, with the exporter first in the message and as the Event's
     ``related`` object, and each Exporter gets an Event of its own (two
@@ -171,42 +189,35 @@ def emit_events(api_client, involved, events, component=COMPONENT):
         message = event_message(event)
         exporter = event.get("exporter")
         name = event_name(meta["name"], event["reason"], message, exporter)
-        existing = core.read("Event", namespace, name, missing_ok=True)
-        if existing is not None:
-            existing["count"] = (existing.get("count") or 1) + 1
-            existing["lastTimestamp"] = now
-            core.replace("Event", namespace, name, existing)
-        else:
-            involved_ref = {
-                "apiVersion": involved.get("apiVersion", constants.EXPORTER_SET.api_version),
-                "kind": involved.get("kind", constants.EXPORTER_SET.kind),
-                "name": meta["name"], "namespace": namespace,
-            }
-            for key in ("uid", "resourceVersion"):
-                if meta.get(key):
-                    involved_ref[key] = meta[key]
-            body = {
-                "apiVersion": "v1", "kind": "Event",
-                "metadata": {"name": name, "namespace": namespace},
-                "involvedObject": involved_ref,
-                "reason": event["reason"],
-                "message": message,
-                "type": event.get("type", "Normal"),
-                "count": 1,
-                "firstTimestamp": now,
-                "lastTimestamp": now,
-                "source": {"component": component},
-                "reportingComponent": component,
-            }
-            if exporter:
-                body["related"] = {"apiVersion": constants.EXPORTER.api_version, "kind": constants.EXPORTER.kind,
-                                   "name": exporter, "namespace": namespace}
-            try:
-                core.create("Event", namespace, body)
-            except ApiException as exc:
-                # Created by another writer since our read: that Event
-                # stands for this occurrence.
-                if exc.status != 409:
-                    raise
+        involved_ref = {
+            "apiVersion": involved.get("apiVersion", constants.EXPORTER_SET.api_version),
+            "kind": involved.get("kind", constants.EXPORTER_SET.kind),
+            "name": meta["name"], "namespace": namespace,
+        }
+        for key in ("uid", "resourceVersion"):
+            if meta.get(key):
+                involved_ref[key] = meta[key]
+        body = {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": name, "namespace": namespace},
+            "involvedObject": involved_ref,
+            "reason": event["reason"],
+            "message": message,
+            "type": event.get("type", "Normal"),
+            "count": 1,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "source": {"component": component},
+            "reportingComponent": component,
+        }
+        if exporter:
+            body["related"] = {"apiVersion": constants.EXPORTER.api_version, "kind": constants.EXPORTER.kind,
+                               "name": exporter, "namespace": namespace}
+        try:
+            core.create("Event", namespace, body)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+            _bump(core, namespace, name, now)
         written += 1
     return written

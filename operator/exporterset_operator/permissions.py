@@ -1,0 +1,65 @@
+"""What the operator's account may do, asked once at start-up.
+
+A SelfSubjectRulesReview in the watched namespace (one request, which every
+authenticated user may make); when its answer is incomplete (an authorizer
+that cannot list rules) or no namespace is watched, a
+SelfSubjectAccessReview for each grant a feature needs and the rules left
+out. The pool logic decides from the answer (pool/permissions.py). When the
+API server cannot say, every feature stays on: a refused call then fails
+where it is made, as it would without this check.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import permissions
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+log = logging.getLogger(__name__)
+
+
+def _post(api_client, kind: str, spec: dict) -> dict:
+    api = client.AuthorizationV1Api(api_client)
+    create = {"SelfSubjectRulesReview": api.create_self_subject_rules_review,
+              "SelfSubjectAccessReview": api.create_self_subject_access_review}[kind]
+    body = {"apiVersion": "authorization.k8s.io/v1", "kind": kind, "spec": spec}
+    return json.loads(create(body, _preload_content=False).data)
+
+
+def _access_rule(api_client, namespace: str | None, group: str, resource: str, verb: str) -> list[dict]:
+    """A rule granting just ``verb`` on ``resource`` when the API server says it may be done."""
+    base, _, sub = resource.partition("/")
+    attributes = {"group": group, "resource": base, "verb": verb, "namespace": namespace or ""}
+    if sub:
+        attributes["subresource"] = sub
+    answer = _post(api_client, "SelfSubjectAccessReview", {"resourceAttributes": attributes})
+    if (answer.get("status") or {}).get("allowed"):
+        return [{"apiGroups": [group], "resources": [resource], "verbs": [verb]}]
+    return []
+
+
+def probe(api_client, namespace: str | None) -> permissions.Permissions:
+    """What the account lacks in ``namespace`` (every namespace for None)."""
+    try:
+        rules, complete = [], False
+        if namespace:
+            review = _post(api_client, "SelfSubjectRulesReview", {"namespace": namespace})
+            status = review.get("status") or {}
+            rules, complete = status.get("resourceRules") or [], not status.get("incomplete")
+        if not complete:
+            for needs in permissions.missing(rules).values():
+                for need in needs:
+                    rules += _access_rule(api_client, namespace, *need)
+        found = permissions.Permissions.from_rules(rules)
+    except (ApiException, OSError, ValueError) as exc:
+        log.warning("cannot ask the API server what this account may do; every feature stays on",
+                    extra={"error": str(exc)[:300]})
+        return permissions.ALL_GRANTED
+    if found.lacking:
+        log.warning("permissions missing: features off", extra={
+            "namespace": namespace or "*", "missing": found.as_denied(),
+            "condition": permissions.condition(found)["message"]})
+    return found
