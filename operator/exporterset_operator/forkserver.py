@@ -54,7 +54,6 @@ PRELOAD = (
     "ansible.executor.task_queue_manager",
     "ansible.executor.process.worker",
     "ansible.playbook.handler_task_include",
-    "ansible._internal._json._profiles._inventory_legacy",
     "ansible.utils.shlex",
     "ansible.module_utils.common.arg_spec",
     # What loading a run's plugins imports: the plugin loader reuses a
@@ -145,6 +144,16 @@ WARM_PLUGINS = {
 # them afresh otherwise (0.15 CPU-s for exporter_pods' alone).
 COLLECTION = "jumpstarter.virtual_exporters"
 COLLECTION_PLUGINS = ("action", "filter", "test")
+# What the server and its runs use of ansible-core that it does not publish.
+COMPAT = f"ansible_collections.{COLLECTION}.plugins.module_utils.ansible_compat"
+
+
+def compat():
+    """The collection's ``ansible_compat``, imported through Ansible's
+    collection loader (``warm_plugins`` configures it) as a run imports it."""
+    import importlib
+
+    return importlib.import_module(COMPAT)
 
 
 def warm_collection() -> None:
@@ -174,7 +183,6 @@ def warm_plugins() -> None:
     collection's of ``COLLECTION_PLUGINS``."""
     import importlib
 
-    from ansible import constants
     from ansible.plugins import loader
 
     loader.init_plugin_loader([])
@@ -190,22 +198,14 @@ def warm_plugins() -> None:
             if kind == "callback" and plugin is not None:
                 # A run loads every callback by its file's name (the
                 # callback loader's all()), not by its collection name.
-                options = constants.config.get_configuration_definitions(kind, plugin.__module__)
-                if options:
-                    constants.config.initialize_plugin_configuration_definitions(kind, name, options)
+                compat().register_plugin_options(kind, name, plugin.__module__)
     warm_collection()
 
 
 def config_names() -> list[str]:
     """Every environment variable ansible-core's base configuration reads
     when it is imported, with the ones that decide which file it reads."""
-    from ansible import constants
-
-    names = {"ANSIBLE_CONFIG", "HOME"}
-    for definition in constants.config.get_configuration_definitions().values():
-        for entry in definition.get("env") or ():
-            names.add(entry["name"])
-    return sorted(names - PER_RUN)
+    return sorted({"ANSIBLE_CONFIG", "HOME", *compat().config_environment()} - PER_RUN)
 
 
 def config_key(names: list[str], request: dict) -> dict:
@@ -279,9 +279,9 @@ class Server:
                 __import__(name)
             except ImportError as exc:  # a run imports it itself, as ansible-playbook does
                 sys.stderr.write(f"fork server: not preloaded: {name}: {exc}\n")
+        warm_plugins()
         self.names = config_names()
         self.key = config_key(self.names, request)
-        warm_plugins()
         # The imported objects stay out of the collector's passes, so a
         # child's collections do not copy the pages it shares with us.
         gc.collect()
@@ -395,7 +395,6 @@ class Server:
             sys.argv = list(request["argv"])
             import warnings
 
-            from ansible import constants
             from ansible.cli.playbook import main
 
             # Configured here already, the same way (warm_plugins).
@@ -403,8 +402,8 @@ class Server:
 
             # The server's own local temporary directory is not the run's.
             local_tmp = tempfile.mkdtemp(prefix=f"ansible-local-{os.getpid()}",
-                                         dir=os.path.dirname(constants.DEFAULT_LOCAL_TMP))
-            constants.DEFAULT_LOCAL_TMP = local_tmp
+                                         dir=os.path.dirname(compat().local_tmp()))
+            compat().set_local_tmp(local_tmp)
             try:
                 main(sys.argv)
                 rc = 0

@@ -19,18 +19,16 @@ does not), runs on a connection other than ``local`` (a ``delegate_to``
 another host included), names a Python interpreter other than this one,
 or when this Python has no kubernetes client."""
 
-import json
 import os
 import sys
 
-from ansible import constants as C
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
-from ansible.module_utils.common.json import Direction, get_module_encoder
 from ansible.module_utils.common.parameters import remove_values
 from ansible.module_utils.errors import UnsupportedError
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 from ansible.utils.vars import merge_hash
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import ansible_compat
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import exporter_pods
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.client import AUTH_ARG_SPEC
 
@@ -38,18 +36,9 @@ MODULE = "jumpstarter.virtual_exporters.exporter_pods"
 # The module's argument spec as k8s_module builds it: its own options and
 # the connection options.
 ARGUMENT_SPEC = {**exporter_pods.ARGUMENT_SPEC, **AUTH_ARG_SPEC}
-# What the module's arguments go through on their way to a module process
-# (tags dropped, tuples and sets as lists, dates as text).
-_TO_MODULE = get_module_encoder("legacy", Direction.CONTROLLER_TO_MODULE)
 _AUTO_INTERPRETERS = ("auto", "auto_legacy", "auto_silent", "auto_legacy_silent")
 
 display = Display()
-
-
-def plain(data):
-    """``data`` (templated arguments: tagged str, dict and list subclasses)
-    as the plain JSON data a module process reads."""
-    return json.loads(json.dumps(data, cls=_TO_MODULE))
 
 
 class Ended(BaseException):
@@ -84,11 +73,11 @@ class TaskModule:
 def run_here(args, check_mode):
     """The module's work on ``args`` (the task's arguments) in this process:
     ``(result, warnings)``, the result as the module would return it."""
-    validation = ArgumentSpecValidator(ARGUMENT_SPEC).validate(plain(args))
+    validation = ArgumentSpecValidator(ARGUMENT_SPEC).validate(ansible_compat.module_data(args))
     params = validation.validated_parameters
     module = TaskModule(params, check_mode)
-    for both in validation._warnings:
-        module.warn(f"Both option {both['option']} and its alias {both['alias']} are set.")
+    for warning in ansible_compat.alias_warnings(validation):
+        module.warn(warning)
     if validation.error_messages:
         msg = validation.errors.msg
         if isinstance(validation.errors[0], UnsupportedError):
@@ -104,7 +93,7 @@ def run_here(args, check_mode):
             result = {"failed": True, "msg": f"{MODULE} failed: {type(exc).__name__}: {exc}"}
     result["invocation"] = {"module_args": params}
     # As AnsibleModule returns it: no value of a no_log option anywhere.
-    return remove_values(result, validation._no_log_values), module.warnings
+    return remove_values(result, ansible_compat.no_log_values(validation)), module.warnings
 
 
 class ActionModule(ActionBase):
@@ -121,7 +110,7 @@ class ActionModule(ActionBase):
             result = merge_hash(result, self._execute_module(module_name=MODULE, module_args=self._task.args,
                                                              task_vars=task_vars, wrap_async=wrap_async))
             if not wrap_async:
-                self._remove_tmp_path(self._connection._shell.tmpdir)
+                self._remove_tmp_path(ansible_compat.remote_tmpdir(self._connection))
             return result
         here, warnings = run_here(self._task.args, bool(self._task.check_mode))
         # Said here, in the task's own thread: captured with its result, as
@@ -141,7 +130,7 @@ class ActionModule(ActionBase):
         # The interpreter the module would run under (ansible_python_interpreter,
         # else the configuration's interpreter_python): another one may have
         # other packages.
-        interpreter = C.config.get_config_value("INTERPRETER_PYTHON", variables=variables)
+        interpreter = ansible_compat.interpreter_python(variables)
         interpreter = str(self._templar.template(interpreter) or "").strip()
         if interpreter and interpreter not in _AUTO_INTERPRETERS and \
                 os.path.realpath(os.path.expanduser(interpreter)) != os.path.realpath(sys.executable):

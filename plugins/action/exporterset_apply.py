@@ -9,7 +9,7 @@ module process for it (0.7 CPU-s a run on this machine)."""
 
 from ansible.plugins.action import ActionBase
 from ansible.utils.vars import merge_hash
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import exporterset_options
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import ansible_compat, exporterset_options
 
 MODULE = "jumpstarter.virtual_exporters.exporterset_apply"
 
@@ -34,5 +34,5 @@ class ActionModule(ActionBase):
         result = merge_hash(result, self._execute_module(module_name=MODULE, module_args=args, task_vars=task_vars,
                                                          wrap_async=wrap_async))
         if not wrap_async:
-            self._remove_tmp_path(self._connection._shell.tmpdir)
+            self._remove_tmp_path(ansible_compat.remote_tmpdir(self._connection))
         return result

@@ -155,6 +155,7 @@ corellium_error:
 
 # Imports follow the documentation blocks, as Ansible modules lay them out.
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.ansible_compat import diff_mode  # noqa: E402
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.corellium import client as corellium_client  # noqa: E402
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.corellium import steps as corellium_steps  # noqa: E402
 
@@ -246,7 +247,7 @@ def main() -> None:
         module.fail_json(msg=str(error), corellium_error=error.as_dict())
     except (ValueError, OSError) as error:
         module.fail_json(msg=str(error))
-    if not module._diff:
+    if not diff_mode(module):
         result.pop("diff")
     module.exit_json(**result)
 

@@ -94,6 +94,7 @@ before:
 """
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.ansible_compat import diff_mode
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu.qmp import (
     COMMANDS,
     DEFAULT_TIMEOUT,
@@ -128,7 +129,7 @@ def main():
                                            f"{params['timeout']} s")
     except Exception as error:  # noqa: BLE001 - any QMP failure becomes a task failure
         module.fail_json(msg=f"QMP {params['command']} on {params['socket']} failed: {error}")
-    if module._diff:
+    if diff_mode(module):
         result["diff"] = {"before": {"status": result["before"]},
                           "after": {"status": result["status"]}}
     module.exit_json(**result)

@@ -15,8 +15,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible._internal._datatag._tags import Origin
+from ansible.module_utils.datatag import deprecate_value
+from ansible.template import trust_as_template
 from ansible_collections.jumpstarter.virtual_exporters.plugins.action import exporter_pods as action
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.ansible_compat import module_data
 
 ROOT = Path(__file__).resolve().parents[4]
 FQCN = "jumpstarter.virtual_exporters.exporter_pods"
@@ -63,9 +65,11 @@ def task_args(listener, **changes):
 
 
 def test_templated_arguments_reach_the_work_as_plain_json_data():
-    origin = Origin(path="/play.yml", line_num=3)
-    tagged = origin.tag({"name": origin.tag("pool-0"), "list": origin.tag([origin.tag("a"), 1]), "pair": (1, 2)})
-    data = action.plain({"top": tagged})
+    def tag(value):  # as templating leaves values: tagged str, dict and list subclasses
+        return trust_as_template(value) if isinstance(value, str) else deprecate_value(value, "tagged")
+    tagged = tag({"name": tag("pool-0"), "list": tag([tag("a"), 1]), "pair": (1, 2)})
+    assert type(tagged) is not dict and type(tagged["list"]) is not list and type(tagged["name"]) is not str
+    data = module_data({"top": tagged})
 
     def types(value):
         if isinstance(value, dict):
@@ -79,7 +83,7 @@ def test_templated_arguments_reach_the_work_as_plain_json_data():
                                                      "pair": {"list": ["int", "int"]}}}}}
 
     # What the work gets (shown in the result's invocation, as a module's).
-    result, _ = action.run_here(origin.tag({"exporterset": tagged, "state": origin.tag("gone")}), check_mode=False)
+    result, _ = action.run_here(tag({"exporterset": tagged, "state": tag("gone")}), check_mode=False)
     assert types(result["invocation"]["module_args"]["exporterset"]) == types(data["top"])
 
 
