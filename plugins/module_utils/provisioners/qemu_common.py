@@ -150,13 +150,20 @@ QEMU_PROPERTIES = {
     "machineType": Field(
         "string",
         "QEMU machine type; q35 or pc for x86_64, virt for aarch64 (default: q35 or virt, "
-        "after the arch).",
+        "after the arch). An aarch64 virt guest given neither firmware nor kernel boots UEFI: "
+        "Debian's AAVMF (qemu-efi-aarch64), /usr/share/AAVMF/AAVMF_CODE.fd read-only, and a "
+        "variable store of the instance's own, a copy of AAVMF_VARS.fd made fresh at every "
+        "QEMU start in a Pod and at every reset (the runtime image and lab_bootstrap install "
+        "it; a host without it needs firmware or a kernel).",
         enum=("q35", "pc", "virt"),
     ),
     "cpuModel": Field("string", "QEMU -cpu model, e.g. max or host: one name of letters, digits, '.', "
-                      "'_' and '-' (no feature list: no ',' or '=')."),
-    "firmware": _file_ref("Firmware blob loaded at boot.", "firmware"),
-    "kernel": _image_ref("Kernel for direct boot."),
+                      "'_' and '-' (no feature list: no ',' or '='). Default: host under KVM; "
+                      "under TCG max for x86_64 and cortex-a57 for aarch64 (an aarch64 max "
+                      "emulates pointer authentication, which slows a boot several times)."),
+    "firmware": _file_ref("Firmware blob loaded at boot (QEMU's -bios); replaces the default "
+                          "UEFI of an aarch64 virt guest (machineType).", "firmware"),
+    "kernel": _image_ref("Kernel for direct boot (an aarch64 guest given one boots it without UEFI)."),
     "initrd": _image_ref("Initial ramdisk for direct boot."),
     "disk": _image_ref(
         "Baseline disk image (lessees may flash their own).",
