@@ -258,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     workers = args.max_concurrent_reconciles or watch.max_concurrent_reconciles or cgroup.cpu_limit()
     # What the account may not do turns features off (pool/permissions.py),
     # said on every set it serves: asked once, not learnt from 403s.
-    granted = permissions.probe(api_client, args.namespace)
+    granted = permissions.probe(api_client, args.namespace, args.provisioners)
     metrics = Metrics()
     runner = PlaybookRunner(
         str(root), args.artifacts_dir, max_artifacts=args.max_artifacts or watch.max_runner_artifacts,

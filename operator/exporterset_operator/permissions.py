@@ -2,9 +2,8 @@
 
 A SelfSubjectRulesReview in the watched namespace (one request, which every
 authenticated user may make); when its answer is incomplete (an authorizer
-that cannot list rules) or no namespace is watched, a
-SelfSubjectAccessReview for each grant a feature needs and the rules left
-out. The pool logic decides from the answer (pool/permissions.py). When the
+that cannot list rules), a SelfSubjectAccessReview for each grant a feature
+needs and the rules left out. The pool logic decides from the answer (pool/permissions.py). When the
 API server cannot say, every feature stays on: a refused call then fails
 where it is made, as it would without this check.
 """
@@ -14,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import provisioners as registry
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import permissions
 from kubernetes import client
 from kubernetes.client.rest import ApiException
@@ -41,19 +41,30 @@ def _access_rule(api_client, namespace: str | None, group: str, resource: str, v
     return []
 
 
-def probe(api_client, namespace: str | None) -> permissions.Permissions:
-    """What the account lacks in ``namespace`` (every namespace for None)."""
+def features_for(provisioners) -> tuple[permissions.Feature, ...]:
+    """The features the operator of ``provisioners`` may use: the reset in
+    a running Pod only where one of them resets there."""
+    in_pod = any(registry.get(name).reset_in_pod for name in provisioners)
+    return tuple(f for f in permissions.FEATURES if f.name != "exec-reset" or in_pod)
+
+
+def probe(api_client, namespace: str | None, provisioners=()) -> permissions.Permissions:
+    """What the account lacks in ``namespace`` for the features of
+    ``provisioners``. Watching every namespace, the grants are the pool
+    namespaces' own (config/rbac/pool): nothing is asked, every feature
+    stays on."""
+    if not namespace:
+        return permissions.ALL_GRANTED
+    features = features_for(provisioners)
     try:
-        rules, complete = [], False
-        if namespace:
-            review = _post(api_client, "SelfSubjectRulesReview", {"namespace": namespace})
-            status = review.get("status") or {}
-            rules, complete = status.get("resourceRules") or [], not status.get("incomplete")
-        if not complete:
-            for needs in permissions.missing(rules).values():
+        review = _post(api_client, "SelfSubjectRulesReview", {"namespace": namespace})
+        status = review.get("status") or {}
+        rules = status.get("resourceRules") or []
+        if status.get("incomplete"):
+            for needs in permissions.missing(rules, features).values():
                 for need in needs:
                     rules += _access_rule(api_client, namespace, *need)
-        found = permissions.Permissions.from_rules(rules)
+        found = permissions.Permissions(permissions.missing(rules, features))
     except (ApiException, OSError, ValueError) as exc:
         log.warning("cannot ask the API server what this account may do; every feature stays on",
                     extra={"error": str(exc)[:300]})

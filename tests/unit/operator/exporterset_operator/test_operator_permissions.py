@@ -37,8 +37,11 @@ def scripted(monkeypatch, answers):
 
 def test_one_rules_review_in_the_namespace_says_what_is_missing(monkeypatch):
     asked = scripted(monkeypatch, lambda kind, spec: {"status": {"resourceRules": SLOT, "incomplete": False}})
-    assert probing.probe(None, "lab") == LIMITED
+    assert probing.probe(None, "lab", ["qemu.jumpstarter.dev"]) == LIMITED
     assert asked == [("SelfSubjectRulesReview", {"namespace": "lab"})]
+    # A provisioner that never resets in a running Pod does not need exec.
+    assert set(probing.probe(None, "lab", ["corellium.jumpstarter.dev"]).lacking) == set(LIMITED.lacking) - {
+        "exec-reset"}
 
 
 def test_an_incomplete_review_asks_for_each_missing_grant(monkeypatch):
@@ -50,7 +53,7 @@ def test_an_incomplete_review_asks_for_each_missing_grant(monkeypatch):
         return {"status": {"allowed": (attributes["resource"], attributes["verb"]) == ("secrets", "delete")}}
 
     asked = scripted(monkeypatch, answers)
-    found = probing.probe(None, "lab")
+    found = probing.probe(None, "lab", ["qemu.jumpstarter.dev"])
     assert found.on("secret-delete") and not found.on("exec-reset")
     assert set(found.lacking) == set(LIMITED.lacking) - {"secret-delete"}
     exec_check = next(spec["resourceAttributes"] for kind, spec in asked if kind == "SelfSubjectAccessReview"
@@ -59,11 +62,10 @@ def test_an_incomplete_review_asks_for_each_missing_grant(monkeypatch):
     assert exec_check["namespace"] == "lab"
 
 
-def test_without_a_namespace_each_grant_is_asked_cluster_wide(monkeypatch):
-    asked = scripted(monkeypatch, lambda kind, spec: {"status": {"allowed": True}})
-    assert probing.probe(None, None) == permissions.Permissions()
-    assert {kind for kind, _ in asked} == {"SelfSubjectAccessReview"}
-    assert {spec["resourceAttributes"]["namespace"] for _, spec in asked} == {""}
+def test_watching_every_namespace_nothing_is_asked_and_every_feature_is_on(monkeypatch):
+    asked = scripted(monkeypatch, lambda kind, spec: {"status": {"allowed": False}})
+    assert probing.probe(None, None, ["qemu.jumpstarter.dev"]) == permissions.ALL_GRANTED
+    assert asked == []
 
 
 def test_when_the_api_server_cannot_say_every_feature_stays_on(monkeypatch):
@@ -71,7 +73,7 @@ def test_when_the_api_server_cannot_say_every_feature_stays_on(monkeypatch):
         raise ApiException(status=403)
 
     scripted(monkeypatch, refused)
-    assert probing.probe(None, "lab") == permissions.Permissions()
+    assert probing.probe(None, "lab", ["qemu.jumpstarter.dev"]) == permissions.ALL_GRANTED
 
 
 def test_an_unwatchable_kind_is_synced_empty_and_never_asked_for(monkeypatch):
