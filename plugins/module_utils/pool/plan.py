@@ -208,6 +208,7 @@ def make_plan(exporter_set, virtual_target_class, exporters, pending_leases, now
         conditions.scaling_limited(limits, ceiling, target_unclamped),
         class_status.terminating_condition(virtual_target_class),
         rollout.condition(wanted.strategy, survey.template_hashes, wanted.template_hash, held_by=held_by),
+        conditions.fields_ignored(wanted.warnings),
     ]
     counters = {**survey.counters, "updatedReplicas": rollout.updated_count(
         survey.template_hashes, wanted.template_hash)}

@@ -14,7 +14,16 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool
 
 # Degraded reason while the set's template labels are refused.
 REASON_LABEL_CONFLICT = "TemplateLabelConflict"
-_TURN_BAD = (c.CONDITION_DEGRADED, c.CONDITION_SCALING_LIMITED, c.CONDITION_CLASS_TERMINATING)
+# True while something the set or its class wrote is ignored (an unknown
+# parameter, an annotation entry the class cannot mean, a Qemu driver
+# setting the provisioner does not read): each named, with why.
+CONDITION_FIELDS_IGNORED = "FieldsIgnored"
+REASON_FIELDS_IGNORED = "FieldsIgnored"
+_TURN_BAD = (c.CONDITION_DEGRADED, c.CONDITION_SCALING_LIMITED, c.CONDITION_CLASS_TERMINATING,
+             CONDITION_FIELDS_IGNORED)
+# Conditions whose Warning Event is told again when only their message
+# changes (another field ignored is news; another count of failures not).
+_TOLD_BY_MESSAGE = (CONDITION_FIELDS_IGNORED,)
 
 
 def available(counters, warm_buffer):
@@ -90,6 +99,13 @@ def scaling_limited(limits, ceiling, target_unclamped):
     return make_condition(c.CONDITION_SCALING_LIMITED, False, "WithinLimits", "")
 
 
+def fields_ignored(warnings):
+    """FieldsIgnored: what takes no effect, each message naming its field."""
+    if warnings:
+        return make_condition(CONDITION_FIELDS_IGNORED, True, REASON_FIELDS_IGNORED, "; ".join(warnings))
+    return make_condition(CONDITION_FIELDS_IGNORED, False, "NoneIgnored", "")
+
+
 def rollout_held_by(rolling, strategy, waiting, limits):
     """Why a rollout cannot go on, or None."""
     if not rolling and strategy != rollout.ROLLOUT_NONE:
@@ -108,7 +124,11 @@ def finish(exporter_set, counters, now, draft, target, conditions, parameters, i
     for condition in conditions:
         was = previous_conditions.get(condition["type"]) or {}
         turned_bad = condition["status"] == "True" and condition["type"] in _TURN_BAD
-        if turned_bad and (was.get("status"), was.get("reason")) != ("True", condition["reason"]):
+        told = (was.get("status"), was.get("reason")) + (
+            (was.get("message"),) if condition["type"] in _TOLD_BY_MESSAGE else ())
+        now_bad = ("True", condition["reason"]) + (
+            (condition["message"],) if condition["type"] in _TOLD_BY_MESSAGE else ())
+        if turned_bad and told != now_bad:
             draft.event("Warning", condition["reason"], condition["message"])
     status = pool_status(exporter_set, None, now=now, conditions=conditions, counters=counters)
     if backoff:
