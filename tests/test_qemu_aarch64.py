@@ -3,7 +3,6 @@ the test guest's arm64 build booted directly from its kernel, and a guest
 given no kernel booting the default UEFI (Debian's AAVMF) on a variable
 store of its own."""
 
-import asyncio
 import hashlib
 import re
 import time
@@ -14,8 +13,8 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu
     UEFI_FIRMWARE,
     UEFI_VARS,
 )
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu.qmp import vm_status
 from jumpstarter_standin import wait_for
-from qemu.qmp import QMPClient
 from qemu_vm import AARCH64_GUEST_DIR, SerialConsole, running_vm
 
 pytestmark = pytest.mark.slow
@@ -26,15 +25,6 @@ def guest_files():
     missing = [str(path) for path in files.values() if not path.exists()]
     assert not missing, f"{missing} missing: run scripts/guest-image (scripts/test does)"
     return files
-
-
-async def query_status(socket):
-    client = QMPClient("test")
-    await client.connect(socket)
-    try:
-        return await client.execute("query-status")
-    finally:
-        await client.disconnect()
 
 
 def test_the_arm64_guest_boots_its_kernel_and_the_root_filesystem_on_its_disk(tmp_path):
@@ -82,7 +72,7 @@ def test_a_guest_without_a_kernel_boots_uefi_on_its_own_variable_store(tmp_path)
         # Its boot manager runs (and tries the blank disk, then EDK2's shell).
         wait_for(lambda: b"BdsDxe: " in log.read_bytes(), timeout=120, message="the UEFI boot manager")
         shell = time.monotonic() - started
-        assert asyncio.run(query_status(vm.qmp_socket))["status"] == "running"
+        assert vm_status(vm.qmp_socket, timeout=20)["status"] == "running"
         store = (tmp_path / "run" / UEFI_VARS).read_bytes()
     with open(template, "rb") as handle:
         template_bytes = handle.read()

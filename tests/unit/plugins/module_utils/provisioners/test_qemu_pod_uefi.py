@@ -58,7 +58,8 @@ def test_the_vars_drive_reads_the_copy_the_supervisor_makes_before_qemu_starts()
     copy = shlex.join(["qemu-img", "convert", "-q", "-f", "raw", "-O", "raw", TEMPLATE, store])
     assert script.index(copy) < script.index('"$@" &')
     # Nothing else of the Pod makes it: the runtime image's qemu-img does, in QEMU's container.
-    assert all(copy not in shlex.join(c.get("command") or []) for c in render({"arch": "aarch64"})["spec"]["initContainers"])
+    init_containers = render({"arch": "aarch64"})["spec"]["initContainers"]
+    assert all(copy not in shlex.join(c.get("command") or []) for c in init_containers)
 
 
 def test_a_guest_without_the_default_uefi_gets_no_copy():
