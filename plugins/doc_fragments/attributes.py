@@ -14,6 +14,18 @@ attributes:
     description: Returns no diff.
 """
 
+    # Check mode and diff mode of a module that writes to the cluster:
+    # --check --diff shows what it would change.
+    DIFF = r"""
+attributes:
+  check_mode:
+    support: full
+    description: Reports what would change and writes nothing.
+  diff_mode:
+    support: full
+    description: Returns the parts of the objects it writes (or would write), before and after.
+"""
+
     # A module whose second run with the same input changes nothing.
     IDEMPOTENT = r"""
 attributes:

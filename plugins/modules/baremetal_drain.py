@@ -38,7 +38,7 @@ options:
     type: str
     default: ""
 extends_documentation_fragment:
-  - jumpstarter.virtual_exporters.attributes
+  - jumpstarter.virtual_exporters.attributes.diff
   - jumpstarter.virtual_exporters.attributes.idempotent
   - jumpstarter.virtual_exporters.kubernetes
 """
@@ -79,6 +79,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.
     k8s_module,
     module_api_client,
 )
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.module_diff import with_diff
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import plan, set_overrides
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.exporter_state import (
     read_exporter,
@@ -114,10 +115,14 @@ def main():
         module.fail_json(msg=f"VirtualTargetClass {namespace}/{p['virtual_target_class']} is not a "
                              f"qemu-baremetal class with host {host!r} in parameters.hosts")
     changed = False
+    before, after = {}, {}
     for vclass in classes:
         if host in baremetal_pool.drained_hosts(vclass):
             continue
         changed = True
+        key = f"VirtualTargetClass/{vclass['metadata']['name']}"
+        before[key] = {"drainedHosts": baremetal_pool.drained_hosts(vclass)}
+        after[key] = {"drainedHosts": sorted({*before[key]["drainedHosts"], host})}
         if not module.check_mode:
             k8s_status.patch_annotations(
                 api, constants.VIRTUAL_TARGET_CLASS, namespace, vclass["metadata"]["name"],
@@ -155,8 +160,10 @@ def main():
             provisioner = vclass["spec"]["provisioner"]
             entry = plan.dormant_exporter(exporter_set, provisioner, [e["metadata"]["name"] for e in set_exporters])
             applier = k8s_apply.PlanApplier(api, exporter_set, check_mode=module.check_mode)
-            if applier.create(k8s_objects.exporter_manifest(exporter_set, entry, provisioner)):
+            manifest = k8s_objects.exporter_manifest(exporter_set, entry, provisioner)
+            if applier.create(manifest):
                 dormant.append(entry["name"])
+                after[f"Exporter/{entry['name']}"] = manifest
         # Lease safety (lease_safety.py), on a fresh read: disabled only while
         # unleased from both sides, with its resourceVersion as precondition;
         # removed only once seen disabled and unleased. The others wait for
@@ -166,6 +173,9 @@ def main():
             if name in to_disable:
                 done = safety.disable(name)
                 changed = changed or done
+                if done:
+                    before[f"Exporter/{name}"] = {"spec": {"enabled": True}}
+                    after[f"Exporter/{name}"] = {"spec": {"enabled": False}}
             else:
                 done = safety.safe_to_act(name) is not None
             if not done:
@@ -182,7 +192,7 @@ def main():
             "remove": sorted(remove),
             "leased": sorted(leased),
         })
-    module.exit_json(changed=changed, classes=sorted(by_class), sets=sets)
+    module.exit_json(**with_diff(module, dict(changed=changed, classes=sorted(by_class), sets=sets), before, after))
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ options:
     type: dict
     required: true
 extends_documentation_fragment:
-  - jumpstarter.virtual_exporters.attributes
+  - jumpstarter.virtual_exporters.attributes.diff
   - jumpstarter.virtual_exporters.exporterset
   - jumpstarter.virtual_exporters.kubernetes
 """
@@ -74,6 +74,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.
     k8s_module,
     module_api_client,
 )
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.module_diff import with_diff
 
 
 def main():
@@ -105,8 +106,10 @@ def main():
     # Recording an observation changes nothing on the hosts or in the pool;
     # like an _info module it reports no change. hosts_changed says whether
     # what was observed moved.
-    module.exit_json(changed=False, hosts_changed=baremetal_pool.report_changed(previous, report),
-                     written=not module.check_mode, report=report)
+    result = dict(changed=False, hosts_changed=baremetal_pool.report_changed(previous, report),
+                  written=not module.check_mode, report=report)
+    key = f"ExporterSet/{p['exporterset']}"
+    module.exit_json(**with_diff(module, result, {key: {"hostReport": previous}}, {key: {"hostReport": report}}))
 
 
 if __name__ == "__main__":

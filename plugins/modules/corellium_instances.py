@@ -94,8 +94,8 @@ attributes:
     description: Reports what would change without calling the API's write endpoints.
     support: full
   diff_mode:
-    support: none
-    description: Returns no diff.
+    support: full
+    description: Returns each named instance before and after (or as it would be, in check mode).
   idempotent:
     description: Every state except V(recreated) is idempotent.
     support: partial
@@ -191,6 +191,7 @@ from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.corellium import client as corellium_client  # noqa: E402
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.corellium import identity  # noqa: E402
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.corellium import steps as corellium_steps  # noqa: E402
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.module_diff import with_diff  # noqa: E402
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import backend_refusal  # noqa: E402
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners import (  # noqa: E402
     corellium as corellium_provisioner,
@@ -215,6 +216,8 @@ class PoolInstances:
         self.check_mode = module.check_mode
         self.result = {"devices": {}, "instances": {}, "created": [], "deleted": [], "powered_off": [],
                        "present": [], "waiting": [], "refusal": None, "set_changes": {}}
+        # The named instances before and after (--diff), by their device name.
+        self.before, self.after = {}, {}
         self.steps = corellium_steps.InstanceSteps(
             client, module.check_mode, self.params["wait_timeout"], self.params["poll_interval"])
 
@@ -281,7 +284,7 @@ class PoolInstances:
                 self.result["set_changes"] = backend_refusal.cleared(exporter_set)
         changed = bool(self.result["created"] or self.result["deleted"]
                        or self.result["powered_off"] or self.result["set_changes"])
-        return {"changed": changed, **self.result}
+        return with_diff(self.module, {"changed": changed, **self.result}, self.before, self.after)
 
     def apply(self, names: list[str]) -> None:
         project = self.client.get_project(self.params["project"])
@@ -301,6 +304,7 @@ class PoolInstances:
         state = self.params["state"]
         for name in names:
             instance = existing.get(devices[name])
+            self.before[f"Instance/{devices[name]}"] = summarize(instance)
             if state == "absent":
                 instance = self.delete(name, instance, wait=self.params["wait"])
             elif state == "off":
@@ -309,7 +313,7 @@ class PoolInstances:
                 if state == "recreated" and instance is not None:
                     instance = self.delete(name, instance, wait=True)
                 instance = self.ensure(project["id"], name, devices[name], instance)
-            self.result["instances"][name] = summarize(instance)
+            self.result["instances"][name] = self.after[f"Instance/{devices[name]}"] = summarize(instance)
             if instance is not None:
                 self.result["present"].append(name)
 

@@ -48,7 +48,7 @@ options:
     type: bool
     default: true
 extends_documentation_fragment:
-  - jumpstarter.virtual_exporters.attributes
+  - jumpstarter.virtual_exporters.attributes.diff
   - jumpstarter.virtual_exporters.kubernetes
 """
 
@@ -85,11 +85,14 @@ status:
   type: dict
 """
 
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.ansible_compat import diff_mode
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import reconcile_pass
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.client import (
     k8s_module,
     module_api_client,
 )
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.module_diff import with_diff
 
 
 def main():
@@ -102,10 +105,37 @@ def main():
         supports_check_mode=True,
     )
     name, namespace = module.params["name"], module.params["namespace"]
-    result = reconcile_pass.sync_class(module_api_client(module), namespace, name,
+    api_client = module_api_client(module)
+    before = _written_parts(_read_class(api_client, namespace, name)) if diff_mode(module) else None
+    result = reconcile_pass.sync_class(api_client, namespace, name,
                                        add_finalizer=module.params["add_finalizer"], check_mode=module.check_mode)
-    module.exit_json(changed=result["changed"], exists=result["exists"], sets=result["sets"],
-                     finalizers=result.get("finalizers"), status=result.get("status"))
+    after = _written_parts({"metadata": {"finalizers": result.get("finalizers")}, "status": result.get("status")}
+                           if result["exists"] else None)
+    key = f"VirtualTargetClass/{name}"
+    module.exit_json(**with_diff(module, dict(changed=result["changed"], exists=result["exists"], sets=result["sets"],
+                                              finalizers=result.get("finalizers"), status=result.get("status")),
+                                 {key: before}, {key: after}))
+
+
+def _read_class(api_client, namespace, name):
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    try:
+        return client.CustomObjectsApi(api_client).get_namespaced_custom_object(
+            *constants.VIRTUAL_TARGET_CLASS.at(namespace), name)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def _written_parts(vclass):
+    """What the module writes of a class: its finalizers and status (None: no class)."""
+    if vclass is None:
+        return None
+    return {"metadata": {"finalizers": (vclass.get("metadata") or {}).get("finalizers") or []},
+            "status": vclass.get("status") or {}}
 
 
 if __name__ == "__main__":
