@@ -10,11 +10,16 @@ runs no containers), which registers with the config the operator wrote.
 
     scripts/demo [--available 2] [--max 6] [--seconds N] [--real-node]
 
-With ``--real-node`` (as root; ``scripts/realnode build`` first) the Pods
-run for real on a node of their own (containerd and a kubelet,
-tests/testbed/node.py) from the images the project builds: QEMU boots the
-test guest in each, the exporter sidecar's own ``jmp run`` registers with
-the stand-in over TLS, and the demo prints each guest's console line.
+With ``--real-node`` (as root) the Pods run for real on a node of their own
+(containerd and a kubelet, tests/testbed/node.py) from the images the
+project builds: QEMU boots the test guest in each, the exporter sidecar's
+own ``jmp run`` registers with the stand-in over TLS, and the demo prints
+each guest's console line. ``scripts/demo`` builds what either mode needs
+first (the bed's binaries; the node's packages, kubelet, images and the
+test guest).
+
+It prints how to lease a target with ``jmp`` (a client config of its own
+for a Client ``demo-user``) and how the lease ends.
 
 Ctrl-C stops everything it started.
 """
@@ -26,7 +31,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -41,6 +45,9 @@ from pool_helpers import get_set, make_class, make_set  # noqa: E402
 from testbed import CACHE_DIR, TestBed  # noqa: E402
 
 NAMESPACE = "demo"
+LESSEE = "demo-user"
+# The label selector of the sample set's exporters (pool_helpers.make_set).
+BOARD = "board=qemu-x86"
 
 
 def say(message: str) -> None:
@@ -63,8 +70,6 @@ def main() -> int:
     args = parser.parse_args()
 
     state = CACHE_DIR / "demo"
-    say("building or reusing the test bed binaries (first run: several minutes)")
-    subprocess.run([str(ROOT / "scripts" / "testbed"), "build"], check=True)
     say("starting etcd, kube-apiserver, controller-manager, scheduler and kwok")
     bed = TestBed(state / "bed")
     # Every run starts from a fresh bed: the controller stand-in's CA,
@@ -98,15 +103,10 @@ def main() -> int:
             operator = OperatorProcess(str(bed.kubeconfig), NAMESPACE, state).start()
             operator.wait_ready()
             say(f"operator log: {operator.log_path}")
+            config = lessee_config(standin, state)
             say("to use it from another shell (the controller stand-in assigns leases as the controller does):")
-            for key, value in bed.env.items():
-                print(f"  export {key}={value}")
-            print("  kubectl -n demo get exportersets,exporters,pods")
-            print("  # a lease the controller assigns takes one warm exporter; the pool refills:")
-            print("  kubectl -n demo create -f - <<< '{\"apiVersion\": \"jumpstarter.dev/v1alpha1\", "
-                  "\"kind\": \"Lease\", \"metadata\": {\"name\": \"mine\"}, \"spec\": {\"clientRef\": "
-                  "{\"name\": \"me\"}, \"duration\": \"1h\", \"selector\": {\"matchLabels\": "
-                  "{\"board\": \"qemu-x86\"}}}}'")
+            for line in usage(bed.env, config, shell=node is not None):
+                print(line)
             say("the pool (ExporterSet demo/pool), refreshed every second:")
             started = time.monotonic()
             last = ""
@@ -143,6 +143,31 @@ def main() -> int:
         if node is not None:
             node.down()
         bed.down(remove=True)
+
+
+def lessee_config(standin, state: Path) -> Path:
+    """A Client of the demo's controller and its ``jmp`` client config."""
+    standin.custom.create_namespaced_custom_object(
+        "jumpstarter.dev", "v1alpha1", NAMESPACE, "clients",
+        {"apiVersion": "jumpstarter.dev/v1alpha1", "kind": "Client", "metadata": {"name": LESSEE}, "spec": {}})
+    return standin.grpc.write_client_config(state / "client.yaml", LESSEE)
+
+
+def usage(env: dict, config: Path, shell: bool) -> list[str]:
+    """The commands to watch the pool and to lease from it, as jmp 0.9.0 spells them."""
+    def jmp(command):
+        return f"  jmp {command} --client-config {config}"
+    lines = [f"  export {key}={value}" for key, value in env.items()]
+    lines += [f"  kubectl -n {NAMESPACE} get exportersets,exporters,pods",
+              "  # a lease takes one warm exporter; the pool refills:",
+              jmp(f"create lease -l {BOARD} --duration 1h -o name"),
+              jmp("get leases")]
+    if shell:
+        lines += [jmp("shell --lease LEASE") + "   # j power on, j serial ...; exit leaves the lease",
+                  jmp(f"shell -l {BOARD} --duration 30m") + "   # a lease of its own, ended on exit"]
+    lines += ["  # the lease ends, and the pool recycles its exporter:",
+              jmp("delete leases LEASE") + "   # or --all"]
+    return lines
 
 
 def real_node(bed, state):

@@ -302,11 +302,12 @@ def test_watching_one_namespace_makes_only_namespaced_rbac_there():
 
 def test_manager_deployments_are_what_the_role_creates():
     """The role's Deployments are config/default's (each watching its own
-    namespace), and cluster-wide config/manager's as written."""
+    namespace), and cluster-wide config/manager's (its files, the released
+    image named by its images: entry)."""
     default = {_key(obj): obj for obj in _kustomize(CONFIG / "default") if obj["kind"] == "Deployment"}
     assert {_key(obj): obj for obj in _render_role_template("deployment.yml.j2")} == default
     role = {_key(obj): obj for obj in _render_role_template("deployment.yml.j2", operator_install_cluster_wide=True)}
-    kustomize = {_key(obj): obj for obj in _listed(CONFIG / "manager")}
+    kustomize = {_key(obj): obj for obj in _kustomize(CONFIG / "manager")}
     assert kustomize == role
 
 
@@ -346,7 +347,7 @@ def test_an_overlay_chooses_namespace_image_and_monitoring(tmp_path):
         "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", "namespace": "monitored",
         "resources": [os.path.relpath(CONFIG / "default", overlay)],
         "components": [os.path.relpath(CONFIG / "prometheus", overlay)],
-        "images": [{"name": "quay.io/jumpstarter-dev/exporterset-operator",
+        "images": [{"name": "quay.io/jumpstarter-dev/virtual-exporters/exporterset-operator",
                     "newName": "registry.example.com/jumpstarter/exporterset-operator", "newTag": "dev"}],
     }))
     objects = _kustomize(overlay)

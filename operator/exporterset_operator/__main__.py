@@ -16,6 +16,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.client import (
     api_client as load_client,
 )
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners import base as provisioner_base
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.timeutil import (
     parse_duration,
 )
@@ -188,6 +189,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="fork the playbook runs from a process that has imported Ansible (default); "
              "--no-fork-server: start ansible-playbook afresh for each run. Env: FORK_SERVER=false.",
     )
+    parser.add_argument(
+        "--image-registry", default=env("IMAGE_REGISTRY") or provisioner_base.IMAGE_REGISTRY,
+        help="where the instance Pods' images are: REGISTRY/exporter, REGISTRY/qemu-runtime, tagged "
+             f"{provisioner_base.IMAGE_VERSION} (default {provisioner_base.IMAGE_REGISTRY}, where "
+             "scripts/release pushes them). Env: IMAGE_REGISTRY.")
+    for flag, role, variable, what in _IMAGE_FLAGS:
+        parser.add_argument(flag, dest=f"{role}_image", default=env(variable),
+                            help=f"{what} (default: the one under --image-registry). Env: {variable}.")
     parser.add_argument("--log-level", help="a Python level (default INFO). Env: LOG_LEVEL.")
     _zap_flags(parser)
     parser.add_argument("--kubeconfig", default=env("KUBECONFIG"))
@@ -222,6 +231,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+# The images an install may name one by one (a digest, a mirror of one):
+# flag, image role, environment variable (OLM's RELATED_IMAGE_ form), what.
+_IMAGE_FLAGS = (
+    ("--exporter-image", "exporter", "RELATED_IMAGE_EXPORTER",
+     "the exporter's image where neither class nor set names one"),
+    ("--qemu-runtime-image", "runtime", "RELATED_IMAGE_QEMU_RUNTIME",
+     "the runtime container's image where neither class nor set names one"),
+    ("--image-fetch-image", provisioner_base.IMAGE_FETCH_ROLE, "RELATED_IMAGE_IMAGE_FETCH",
+     "the image of the images init container, which fetches a class's images into the node's "
+     "image cache (no class or set chooses it)"),
+)
+
+
+def pod_images(args: argparse.Namespace) -> dict:
+    """The instance Pods' images by role, as the reconcile playbook takes them
+    (``exporter_pod_images``)."""
+    return provisioner_base.default_images(
+        args.image_registry, {role: getattr(args, f"{role}_image") for _, role, _, _ in _IMAGE_FLAGS})
+
+
 def election_lease(args: argparse.Namespace) -> tuple[str, str]:
     """(name, namespace) of the leader election Lease: by default named for
     the provisioners, in the watched namespace (NAMESPACE in upstream's
@@ -251,6 +280,8 @@ def main(argv: list[str] | None = None) -> int:
     root = _collection_root()
     watches = load_watches(args.watches_file or root / "operator" / "watches.yaml", root=root)
     watch = watches.entry(*SERVED)
+    # An install's choice, not a set's: the runs' vars carry it (roles/qemu_pod).
+    watch.vars = {**watch.vars, "exporter_pod_images": pod_images(args)}
     api_client = load_client(args.kubeconfig)
     # The leader election lock builds its own API objects from the default
     # configuration.

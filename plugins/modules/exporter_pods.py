@@ -49,6 +49,55 @@ options:
     description: The class images with the set's per-field overrides.
     type: dict
     default: {}
+  default_images:
+    description:
+      - The install's images (the operator's C(--image-registry) and image options pass them as
+        C(exporter_pod_images)); a role left out is the released image of the collection's version.
+      - C(exporter) and C(runtime) run where neither the class nor the set names an image;
+        C(images) is the image of the C(images) init container, which fetches a class's images
+        into the node's image cache, and which no class or set can choose.
+    type: dict
+    default: {}
+    suboptions:
+      exporter:
+        description: The exporter's ImageSpec.
+        type: dict
+        suboptions:
+          image:
+            description: The image reference.
+            type: str
+            required: true
+          imagePullPolicy:
+            description: Its pull policy.
+            type: str
+            choices: [Always, IfNotPresent, Never]
+            default: IfNotPresent
+      runtime:
+        description: The runtime's ImageSpec (QEMU's, for C(qemu.jumpstarter.dev)).
+        type: dict
+        suboptions:
+          image:
+            description: The image reference.
+            type: str
+            required: true
+          imagePullPolicy:
+            description: Its pull policy.
+            type: str
+            choices: [Always, IfNotPresent, Never]
+            default: IfNotPresent
+      images:
+        description: The ImageSpec of the C(images) init container.
+        type: dict
+        suboptions:
+          image:
+            description: The image reference.
+            type: str
+            required: true
+          imagePullPolicy:
+            description: Its pull policy.
+            type: str
+            choices: [Always, IfNotPresent, Never]
+            default: IfNotPresent
   controller_tls_ca:
     description:
       - The Jumpstarter controller's CA bundle, base64-encoded PEM, written as C(tls.ca)
@@ -88,6 +137,7 @@ EXAMPLES = r"""
     exporters: "{{ unprovisioned_exporters }}"
     parameters: "{{ merged_parameters }}"
     images: "{{ merged_images }}"
+    default_images: "{{ exporter_pod_images }}"
     controller_tls_ca: "{{ controller_tls_ca }}"
 
 - name: Remove the Pods of the Exporters the plan deletes

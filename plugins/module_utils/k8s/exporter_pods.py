@@ -114,7 +114,7 @@ class PodManager(ClusterModule):
         accel = "kvm" if self.p["parameters"].get("kvm") else None
         pod = k8s_pod.instance_pod(
             self.p["exporterset"], self.p["virtual_target_class"], exporter, self.provisioner,
-            self.p["parameters"], self.p["images"], accel=accel,
+            self.p["parameters"], self.p["images"], accel=accel, default_images=self.p["default_images"],
         )
         existing = self._read("Secret", secret["metadata"]["name"])
         if self._someone_elses(existing, name):
@@ -300,6 +300,11 @@ class PodManager(ClusterModule):
 ARGUMENT_SPEC = dict(
     **exporterset_options.PROVISIONER,
     images=dict(type="dict", default={}),
+    default_images=dict(type="dict", default={}, options={
+        role: dict(type="dict", options=dict(
+            image=dict(type="str", required=True),
+            imagePullPolicy=dict(type="str", choices=["Always", "IfNotPresent", "Never"], default="IfNotPresent"),
+        )) for role in ("exporter", "runtime", "images")}),
     controller_tls_ca=dict(type="str", default=""),
     state=dict(type="str", choices=["present", "absent", "synced", "reset"], default="present"),
     **exporterset_options.DENIED,

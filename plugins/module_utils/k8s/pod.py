@@ -17,7 +17,8 @@ environment variable that refers to the class's Secret.
 Images given by ``url`` are fetched and verified by the ``images`` init
 container this module renders when a provisioner asks for them
 (``PodParts.fetch_images``): ``image_fetch`` run as a script, in the
-operator's own ``IMAGE_FETCH_IMAGE`` as a non-root user whatever images the
+operator's own image (``IMAGE_FETCH_IMAGE`` unless the operator names
+another, ``default_images``) as a non-root user whatever images the
 class or set name, into the node's image cache, a hostPath shared by the
 instances on the node; the run directory links to the cached files. Only
 that container mounts the cache; every other one that reads the images gets
@@ -39,6 +40,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.base import (
     DEFAULT_IMAGES,
     EXPORTER_STOPPED_MARKER,
+    IMAGE_FETCH_ROLE,
     LEASE_ENDED_MARKER,
     PodParts,
     named_drivers,
@@ -57,6 +59,7 @@ IMAGE_CACHE_DIR = "/var/cache/jumpstarter-images"
 # cache writable: the operator's own choice of image (no class or set image
 # role reaches it), run as this non-root user, with only the fetch script.
 IMAGE_FETCH_IMAGE = {"image": DEFAULT_IMAGES["exporter"]["image"], "imagePullPolicy": "IfNotPresent"}
+DEFAULT_POD_IMAGES = {**DEFAULT_IMAGES, IMAGE_FETCH_ROLE: IMAGE_FETCH_IMAGE}
 IMAGE_FETCH_UID = 1001
 # The run directory's sizeLimit when neither the class nor the provisioner says.
 RUN_DIR_SIZE_LIMIT = 1 << 30
@@ -248,15 +251,24 @@ def both_node_affinities(first, second):
     return merged
 
 
-def instance_pod(exporter_set, vclass, exporter, provisioner, parameters, images, accel=None):
-    """The Pod of one instance."""
+def instance_pod(exporter_set, vclass, exporter, provisioner, parameters, images, accel=None,
+                 default_images=None):
+    """The Pod of one instance.
+
+    ``default_images`` (image role -> ImageSpec, ``base.default_images``'
+    form) are the operator's: what runs in a role nobody set, and the image
+    of the ``images`` init container; a role it leaves out keeps the built-in.
+    """
     name = exporter["metadata"]["name"]
     drivers = ((exporter_set["spec"].get("template") or {}).get("spec") or {}).get("drivers") or []
     class_spec = vclass.get("spec") or {}
     scheduling = class_spec.get("scheduling") or {}
     # An ImageSpec is taken whole (JEP-0014 "Image Overrides"); the built-in
     # default only stands in for a role nobody set.
-    images = {role: (images or {}).get(role) or default for role, default in DEFAULT_IMAGES.items()}
+    defaults = {**DEFAULT_POD_IMAGES, **{role: spec for role, spec in (default_images or {}).items()
+                                         if role in DEFAULT_POD_IMAGES and spec}}
+    fetch_image = defaults.pop(IMAGE_FETCH_ROLE)
+    images = {role: (images or {}).get(role) or default for role, default in defaults.items()}
     run_mount = {"name": "run", "mountPath": RUN_DIR}
     exporter_mounts = [run_mount, {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True}]
     volumes = [
@@ -297,7 +309,7 @@ def instance_pod(exporter_set, vclass, exporter, provisioner, parameters, images
                       "--quota-bytes", str(image_fetch.class_cache_quota(vclass))]
         fetch_container = _container(
             "images",
-            IMAGE_FETCH_IMAGE,
+            fetch_image,
             {
                 "command": fetch_argv,
                 "volumeMounts": [run_mount, cache_mount],

@@ -30,19 +30,41 @@ LEASE_ENDED_MARKER = "lease-ended"
 # a reset in place waits for it, so the VM is never reset under an exporter
 # still ending its lease.
 EXPORTER_STOPPED_MARKER = "exporter-stopped"
-# The images the project builds (scripts/images, from images/*/Containerfile):
-# the exporter (jumpstarter 0.9.0 with the collection's VirtualQemu driver)
-# and the QEMU runtime, named as a local build names them and tagged with the
-# collection's version. docs/install.md says how to build them and push them
-# to a registry of one's own; a class names those by digest
-# (``images.<role>.image: ...@sha256:...``, docs/security.md). The built-in
-# image of each image role: what stands in for a role no class or set sets.
-IMAGE_REPOSITORY = "localhost/jumpstarter-virtual-exporters"
+# The images the project builds (scripts/images, from images/*/Containerfile)
+# and releases (scripts/release): the exporter (jumpstarter 0.9.0 with the
+# collection's VirtualQemu driver) and the QEMU runtime, named as the release
+# pushes them, IMAGE_REGISTRY/NAME:IMAGE_VERSION (the collection's version).
+# An install that mirrors them elsewhere names its own registry (the
+# operator's --image-registry, docs/install.md); a class names its own images
+# by digest (``images.<role>.image: ...@sha256:...``, docs/security.md).
+IMAGE_REGISTRY = "quay.io/jumpstarter-dev/virtual-exporters"
 IMAGE_VERSION = "0.1.0"
-DEFAULT_IMAGES = {
-    "exporter": {"image": f"{IMAGE_REPOSITORY}/exporter:{IMAGE_VERSION}", "imagePullPolicy": "IfNotPresent"},
-    "runtime": {"image": f"{IMAGE_REPOSITORY}/qemu-runtime:{IMAGE_VERSION}", "imagePullPolicy": "IfNotPresent"},
-}
+# Image role -> the name of the released image that fills it.
+RELEASED_IMAGES = {"exporter": "exporter", "runtime": "qemu-runtime"}
+# The role of the ``images`` init container's image in ``default_images``: an
+# operator-level choice (k8s/pod.py), never a class's or a set's image role.
+IMAGE_FETCH_ROLE = "images"
+
+
+def default_images(registry=IMAGE_REGISTRY, overrides=None):
+    """Image role -> the built-in ImageSpec of that role under ``registry``,
+    ``IMAGE_FETCH_ROLE`` included; ``overrides`` (role -> image reference,
+    empty for none) replace single ones. The fetch image is the exporter's
+    unless named."""
+    registry = (registry or IMAGE_REGISTRY).rstrip("/")
+    overrides = overrides or {}
+    images = {}
+    for role, name in RELEASED_IMAGES.items():
+        image = overrides.get(role) or f"{registry}/{name}:{IMAGE_VERSION}"
+        images[role] = {"image": image, "imagePullPolicy": "IfNotPresent"}
+    fetch = overrides.get(IMAGE_FETCH_ROLE)
+    images[IMAGE_FETCH_ROLE] = {**images["exporter"], **({"image": fetch} if fetch else {})}
+    return images
+
+
+# The built-in image of each image role: what stands in for a role no class or
+# set sets, when the operator names no registry of its own.
+DEFAULT_IMAGES = {role: spec for role, spec in default_images().items() if role in RELEASED_IMAGES}
 
 
 @dataclass(frozen=True)
