@@ -349,7 +349,11 @@ def test_a_killed_qemu_is_reported_on_the_set_and_replaced(pool):
         sees_its_own_images_alone(pool, name, planted)
     finally:
         planted.unlink(missing_ok=True)
-    container = pool.container_status(name, "qemu").container_id.split("//", 1)[1]
+    # The kubelet writes the container's id a moment after it runs (the
+    # Exporter can be Online before): wait for it.
+    container = wait_for(lambda: getattr(pool.container_status(name, "qemu"), "container_id", None),
+                         timeout=60, interval=0.2, message="QEMU's container id in the Pod's status")
+    container = container.split("//", 1)[1]
     killed = time.monotonic()
     pool.node.ctr("tasks", "kill", "--signal", "SIGKILL", container)
 
