@@ -128,7 +128,7 @@ def sample(path, schema):
 def put(obj, path, value):
     """Set ``path`` (``[]`` for the first item of a list, made when missing)."""
     node = obj
-    for key, following in zip(path, path[1:]):
+    for key, following in zip(path, path[1:], strict=False):
         if key == "[]":
             continue
         if following == "[]":
