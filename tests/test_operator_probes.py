@@ -356,7 +356,8 @@ def test_the_slots_command_line_and_namespace_env_serve_probes_alone_and_lead_th
             return [lease.metadata.name for lease in leases
                     if (lease.spec.holder_identity or "").endswith(f"_{proc.proc.pid}")]
 
-        assert wait_for(held, message="the operator holds a Lease in NAMESPACE") == ["exporterset-operator-qemu"]
+        assert wait_for(held, message="the operator holds a Lease in NAMESPACE") == [
+            "exporter-set-controller-qemu.jumpstarter.dev"]
         assert _listening_ports(proc.proc.pid) == {port}
         started = next(entry for entry in map(json.loads, proc.log_path.read_text().splitlines())
                        if entry["msg"] == "starting")

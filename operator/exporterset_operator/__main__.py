@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import os
 import signal
@@ -13,6 +14,7 @@ from pathlib import Path
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import provisioners
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import lifecycle
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import status as k8s_status
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.client import (
     api_client as load_client,
 )
@@ -22,7 +24,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.time
 )
 from kubernetes import client
 
-from . import cgroup, logs, permissions
+from . import cgroup, election, logs, permissions
 from .controller import Controller
 from .metrics import Metrics, bind_address, serve
 from .reconciler import Reconciler
@@ -251,13 +253,22 @@ def pod_images(args: argparse.Namespace) -> dict:
         args.image_registry, {role: getattr(args, f"{role}_image") for _, role, _, _ in _IMAGE_FLAGS})
 
 
-def election_lease(args: argparse.Namespace) -> tuple[str, str]:
-    """(name, namespace) of the leader election Lease: by default named for
-    the provisioners, in the watched namespace (NAMESPACE in upstream's
-    slot, whose Role grants Leases there alone)."""
-    name = args.leader_election_id or "exporterset-operator-" + "-".join(
-        p.split(".")[0] for p in sorted(args.provisioners))
-    return name, args.leader_election_namespace or args.namespace or "default"
+def election_leases(args: argparse.Namespace) -> list[tuple[str, str, tuple[str, ...]]]:
+    """(name, namespace, provisioners it leads) of each leader election Lease,
+    in the watched namespace (NAMESPACE in upstream's slot, whose Role grants
+    Leases there alone). By default one per provisioner, the Lease upstream's
+    controller of that provisioner holds (election.py);
+    ``--leader-election-id`` names one Lease for all of them instead."""
+    namespace = args.leader_election_namespace or args.namespace or "default"
+    if args.leader_election_id:
+        return [(args.leader_election_id, namespace, tuple(sorted(args.provisioners)))]
+    return [(election.lease_name(p), namespace, (p,)) for p in sorted(args.provisioners)]
+
+
+def standby_event(api_client, exporter_set: dict, message: str) -> None:
+    """The Event a standby records on a set another controller serves."""
+    k8s_status.emit_events(api_client, exporter_set, [
+        {"type": "Normal", "reason": election.STANDBY_REASON, "message": message}])
 
 
 def playbook_env(kubeconfig: str | None) -> dict[str, str]:
@@ -309,9 +320,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.max_replicas_per_set is not None:
         plan_options["max_replicas_per_set"] = args.max_replicas_per_set
 
+    # The provisioners whose Lease this process holds (all of them without
+    # an election): the reconcilers act on their sets and classes alone.
+    serving: set[str] = set()
+
     def make_reconciler(caches):
         return Reconciler(
-            caches, api_client, runner, metrics, set(args.provisioners),
+            caches, api_client, runner, metrics, serving,
             plan_options=plan_options, watch=watch, permissions=granted,
         )
 
@@ -350,48 +365,61 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, shutdown)
     signal.signal(signal.SIGINT, shutdown)
 
-    def lead():
-        log.info("leading: reconciling once the caches are synced")
-        metrics.leader.set(1)
-        controller.wait_synced()
-        controller.start_workers()
+    leading = threading.Lock()
 
-    lock = None
+    def lead(provisioners):
+        """Serve ``provisioners`` from now on: the workers start with the
+        first Lease held; a later one brings every set back to the queue."""
+        with leading:
+            first = not serving
+            serving.update(provisioners)
+            log.info("leading: reconciling once the caches are synced", extra={"provisioners": sorted(provisioners)})
+            metrics.leader.set(1)
+            controller.wait_synced()
+            if first:
+                controller.start_workers()
+            else:
+                controller.requeue_all()
+
+    locks = []
     if args.leader_elect:
-        from kubernetes.leaderelection import electionconfig, leaderelection
-
-        from .election import ResilientLeaseLock
+        from kubernetes.leaderelection import leaderelection
 
         identity = f"{socket.gethostname()}_{os.getpid()}"
-        lock = ResilientLeaseLock(*election_lease(args), identity)
 
         def lost():
             log.error("lost leadership; exiting so a fresh process can compete again")
             os._exit(1)
 
-        # The Lease read held by another is lost at once (election.py). The
-        # exit ends our runs too: the fork server kills them once our end of
-        # its pipe closes.
-        lock.on_taken = lost
-
-        election = leaderelection.LeaderElection(
-            electionconfig.Config(lock, lease_duration=args.leader_election_lease_duration,
-                                  renew_deadline=args.leader_election_renew_deadline,
-                                  retry_period=args.leader_election_retry_period,
-                                  onstarted_leading=lead, onstopped_leading=lost)
-        )
-        elector = threading.Thread(target=election.run, name="leader-election", daemon=True)
-        elector.start()
-        controller.keep_alive(elector)
+        for name, namespace, provisioners in election_leases(args):
+            # The Lease read held by another is lost at once (election.py). The
+            # exit ends our runs too: the fork server kills them once our end of
+            # its pipe closes.
+            lock = election.ResilientLeaseLock(
+                name, namespace, identity, on_taken=lost,
+                on_standby=election.StandbyNotices(
+                    ", ".join(provisioners), name, functools.partial(controller.sets_of, set(provisioners)),
+                    functools.partial(standby_event, api_client)))
+            elector = leaderelection.LeaderElection(
+                election.Config(lock, lease_duration=args.leader_election_lease_duration,
+                                renew_deadline=args.leader_election_renew_deadline,
+                                retry_period=args.leader_election_retry_period,
+                                onstarted_leading=functools.partial(lead, provisioners), onstopped_leading=lost)
+            )
+            thread = threading.Thread(target=elector.run, name=f"leader-election-{name}", daemon=True)
+            thread.start()
+            controller.keep_alive(thread)
+            locks.append(lock)
     else:
-        lead()
+        lead(args.provisioners)
     stopped.wait()
     controller.stop()
-    if lock is not None:
+    if locks:
         # A rollout's new replica takes over at once instead of after the
         # Lease expires; but only once no reconcile of ours is still writing.
         if controller.wait_idle(SHUTDOWN_GRACE_SECONDS):
-            lock.release()
+            for lock in locks:
+                lock.release()
         else:
             log.warning("a reconcile is still running; the leader election Lease is left to expire")
     # A run still going ends with the fork server.

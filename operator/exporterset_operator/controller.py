@@ -305,15 +305,30 @@ class Controller:
 
     def _resync(self) -> None:
         while not self._stop.wait(self.resync_period):
-            for exporter_set in self.caches["ExporterSet"].list():
-                meta = exporter_set["metadata"]
-                self.queue.add(SetKey(meta["namespace"], meta["name"]))
-            for vclass in self.caches["VirtualTargetClass"].list():
-                meta = vclass["metadata"]
-                self.queue.add(ClassKey(meta["namespace"], meta["name"]))
-            for policy in self.caches[POLICY_KEY].list():
-                meta = policy["metadata"]
-                self.queue.add(PolicyKey(meta["namespace"], meta["name"]))
+            self.requeue_all()
+
+    def requeue_all(self) -> None:
+        """Every set, class and policy of the caches to the queue."""
+        for exporter_set in self.caches["ExporterSet"].list():
+            meta = exporter_set["metadata"]
+            self.queue.add(SetKey(meta["namespace"], meta["name"]))
+        for vclass in self.caches["VirtualTargetClass"].list():
+            meta = vclass["metadata"]
+            self.queue.add(ClassKey(meta["namespace"], meta["name"]))
+        for policy in self.caches[POLICY_KEY].list():
+            meta = policy["metadata"]
+            self.queue.add(PolicyKey(meta["namespace"], meta["name"]))
+
+    def sets_of(self, provisioners: set[str]) -> list[dict]:
+        """The cached sets whose class (cached too) is of one of ``provisioners``."""
+        found = []
+        for exporter_set in self.caches["ExporterSet"].list():
+            meta = exporter_set["metadata"]
+            class_name = (exporter_set.get("spec") or {}).get("virtualTargetClassName")
+            vclass = self.caches["VirtualTargetClass"].get(meta["namespace"], class_name) if class_name else None
+            if vclass is not None and (vclass.get("spec") or {}).get("provisioner") in provisioners:
+                found.append(exporter_set)
+        return found
 
     def _work(self) -> None:
         worker = threading.current_thread().name

@@ -18,6 +18,14 @@ meanwhile beside the new leader.
 On shutdown the leader releases its Lease (``release``): the holder is
 cleared, so a standby takes over at its next attempt instead of waiting for
 the Lease to expire. Once released the lock neither renews nor re-acquires.
+
+One Lease per provisioner, ``exporter-set-controller-<provisioner>`` in the
+namespace (``lease_name``): the one upstream's exporter-set controller holds,
+so ours and upstream's (or two of ours) never both serve a provisioner
+there. A standby that reads it held by another (``on_standby``) says so
+(``StandbyNotices``) and waits; it does not exit. It waits as long as the
+holder's Lease says (``Config``), as client-go's election does: upstream's
+controller, holding 15 s Leases, is never taken over sooner.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ from datetime import UTC, datetime
 from types import SimpleNamespace
 
 from kubernetes.client.rest import ApiException
+from kubernetes.leaderelection import electionconfig
 from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
 
 log = logging.getLogger(__name__)
@@ -39,14 +48,87 @@ def _unreachable(action: str, exc: Exception) -> SimpleNamespace:
     return SimpleNamespace(body=None, reason=f"{type(exc).__name__}: {exc}"[:300])
 
 
+LEASE_PREFIX = "exporter-set-controller-"
+STANDBY_REASON = "ControllerStandby"
+
+
+def lease_name(provisioner: str) -> str:
+    """The leader election Lease of ``provisioner``: upstream's controller's name for it."""
+    return LEASE_PREFIX + provisioner
+
+
+def standby_message(provisioner: str, lease: str, holder: str) -> str:
+    return (f"not acting on this set: {holder} holds the Lease {lease} and serves {provisioner} "
+            "in this namespace; this controller stands by until it is free")
+
+
+class StandbyNotices:
+    """What a standby of one Lease says: a log line each time the holder it
+    reads changes, and one Event per set of the provisioner and holder.
+
+    ``sets`` returns the sets of the provisioner (the informer cache, which
+    may still be filling: sets seen later are told at a later read);
+    ``emit(set, message)`` writes the Event. Neither may stop the election:
+    an error is logged (once per set and holder) and the set is told again
+    at the next read.
+    """
+
+    def __init__(self, provisioner, lease, sets, emit):
+        self.provisioner = provisioner
+        self.lease = lease
+        self.sets = sets
+        self.emit = emit
+        self.holder = None
+        self.told = set()
+        # Failed at least once: logged once, tried again at each read.
+        self.failed = set()
+
+    def __call__(self, holder: str) -> None:
+        if holder != self.holder:
+            self.holder = holder
+            log.warning("standing by: another holder serves the provisioner", extra={
+                "lease": self.lease, "holder": holder, "provisioner": self.provisioner})
+        message = standby_message(self.provisioner, self.lease, holder)
+        for exporter_set in self.sets():
+            key = (exporter_set["metadata"].get("uid"), holder)
+            if key in self.told:
+                continue
+            try:
+                self.emit(exporter_set, message)
+            except Exception as exc:  # noqa: BLE001  told again at the next read
+                if key not in self.failed:
+                    self.failed.add(key)
+                    log.warning("cannot record the standby Event", extra={
+                        "set": exporter_set["metadata"].get("name"), "error": str(exc)[:300]})
+                continue
+            self.told.add(key)
+
+
+class Config(electionconfig.Config):
+    """The election's configuration; while another holds the Lease, its
+    lease duration is the longer of ours and the one the holder wrote."""
+
+    @property
+    def lease_duration(self):
+        return max(self._lease_duration, getattr(self.lock, "holder_duration", None) or 0)
+
+    @lease_duration.setter
+    def lease_duration(self, value):
+        self._lease_duration = value
+
+
 class ResilientLeaseLock(LeaseLock):
-    def __init__(self, name, namespace, identity, on_taken=None):
+    def __init__(self, name, namespace, identity, on_taken=None, on_standby=None):
         super().__init__(name, namespace, identity)
         self._released = False
         # Whether our last write of the Lease named us its holder.
         self._held = False
         # Called once, when this holder reads the Lease held by another.
         self.on_taken = on_taken
+        # Called with the holder at each read of the Lease held by another
+        # while this lock has not held it.
+        self.on_standby = on_standby
+        self.holder_duration = None
         # The election thread's create/update and release() never interleave.
         self._mutex = threading.Lock()
 
@@ -58,12 +140,21 @@ class ResilientLeaseLock(LeaseLock):
         except Exception as exc:
             return False, _unreachable("get", exc)
         holder = getattr(record, "holder_identity", None) if found else None
+        # The lease duration another holder wrote (Config), whole seconds.
+        self.holder_duration = None
+        if holder and holder != self.identity:
+            try:
+                self.holder_duration = int(record.lease_duration)
+            except (TypeError, ValueError):
+                pass
         if self._held and holder and holder != self.identity:
             self._held = False
             log.error("the leader election Lease is held by another", extra={
                 "lease": f"{self.namespace}/{self.name}", "holder": holder})
             if self.on_taken is not None:
                 self.on_taken()
+        elif not self._held and holder and holder != self.identity and self.on_standby is not None:
+            self.on_standby(holder)
         return found, record
 
     def create(self, name, namespace, election_record):

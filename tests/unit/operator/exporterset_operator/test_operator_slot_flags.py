@@ -6,7 +6,7 @@ import logging
 
 import pytest
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import provisioners
-from exporterset_operator.__main__ import ZAP_LEVELS, election_lease, parse_args
+from exporterset_operator.__main__ import ZAP_LEVELS, election_leases, parse_args
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -28,7 +28,8 @@ def test_the_slots_args_and_env_are_taken_as_they_are(monkeypatch):
     assert (args.metrics_bind_address, args.health_probe_bind_address) == (None, ("0.0.0.0", 8081))
     assert (args.log_level, args.log_encoder) == ("INFO", "json")
     assert args.namespace == "jumpstarter-lab"
-    assert election_lease(args) == ("exporterset-operator-qemu", "jumpstarter-lab")
+    assert election_leases(args) == [("exporter-set-controller-qemu.jumpstarter.dev", "jumpstarter-lab",
+                                      ("qemu.jumpstarter.dev",))]
 
 
 @pytest.mark.parametrize("flag, value", [("--zap-log-level", "debug"), ("--zap-encoder", "console"),
@@ -81,13 +82,14 @@ def test_the_last_of_log_level_and_zap_log_level_wins():
 
 def test_namespace_comes_from_the_flag_then_watch_namespace_then_namespace(monkeypatch):
     assert parse_args([]).namespace is None
-    assert election_lease(parse_args(["--leader-elect"]))[1] == "default"
+    assert {lease[1] for lease in election_leases(parse_args(["--leader-elect"]))} == {"default"}
     monkeypatch.setenv("NAMESPACE", "slot")
     assert parse_args([]).namespace == "slot"
     monkeypatch.setenv("WATCH_NAMESPACE", "watched")
     assert parse_args([]).namespace == "watched"
     assert parse_args(["--namespace=given"]).namespace == "given"
-    assert election_lease(parse_args(["--leader-election-namespace=lock", "--leader-election-id=x"])) == ("x", "lock")
+    assert [lease[:2] for lease in election_leases(
+        parse_args(["--leader-election-namespace=lock", "--leader-election-id=x"]))] == [("x", "lock")]
 
 
 @given(st.text(min_size=1, max_size=40).filter(lambda name: not provisioners.known(name)
