@@ -99,9 +99,9 @@ limited:
   type: str
 image_cache_quota:
   description:
-    - Bytes each lab host's image cache may hold after a run's fetches (C(baremetal_instances)'s
-      O(image_cache_quota)); the class's annotation C(virtualtarget.jumpstarter.dev/image-cache-quota),
-      else 64 GiB.
+    - Bytes each lab host's image cache may hold after a run's fetches
+      (O(jumpstarter.virtual_exporters.baremetal_instances#module:image_cache_quota)); the class's
+      annotation C(virtualtarget.jumpstarter.dev/image-cache-quota), else 64 GiB.
   returned: always
   type: int
 """
