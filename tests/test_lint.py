@@ -49,10 +49,11 @@ def test_changelog_fragments():
     assert rc == 0 and output.strip() == "", output
 
 
-def _seed_pip_bootstrap():
-    """ansible-test downloads a get-pip.py for its virtual environments from
-    a host outside the package registries; its cache gets ours instead."""
-    source = Path(ansible_test.__file__).parent / "_internal" / "python_requirements.py"
+def _seed_pip_bootstrap(package=Path(ansible_test.__file__).parent):
+    """ansible-test (its package directory ``package``) downloads a
+    get-pip.py for its virtual environments from a host outside the package
+    registries; its cache gets ours instead."""
+    source = package / "_internal" / "python_requirements.py"
     versions = re.findall(r"pip='([0-9.]+)'", source.read_text())
     assert len(versions) == 1, f"cannot tell ansible-test's pip version from {source}"
     cache = ANSIBLE_TEST_HOME / ".ansible" / "test" / "cache"
@@ -61,14 +62,22 @@ def _seed_pip_bootstrap():
                     cache / f"get_pip_{versions[0].replace('.', '_')}.py")
 
 
-@pytest.mark.slow
-def test_ansible_test_sanity(tmp_path):
-    _seed_pip_bootstrap()
+def sanity(tmp_path, bin_dir=BIN, python="3.11", package=Path(ansible_test.__file__).parent):
+    """``ansible-test sanity`` of a copy of the collection, by the
+    ansible-test of ``bin_dir`` (its package directory ``package``) on
+    ``python``: its exit code and its errors."""
+    _seed_pip_bootstrap(package)
     collection = copy_collection(tmp_path / "ansible_collections" / "jumpstarter" / "virtual_exporters")
-    env = {**os.environ, "HOME": str(ANSIBLE_TEST_HOME), "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+    env = {**os.environ, "HOME": str(ANSIBLE_TEST_HOME), "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
     env.pop("PYTHONPATH", None)
     env.pop("ANSIBLE_COLLECTIONS_PATH", None)
     skips = [arg for name in SKIPPED_SANITY_TESTS for arg in ("--skip-test", name)]
-    rc, output = _run([str(BIN / "ansible-test"), "sanity", "--local", "--python", "3.11", "--color", "no",
+    rc, output = _run([str(Path(bin_dir) / "ansible-test"), "sanity", "--local", "--python", python, "--color", "no",
                        *skips], cwd=collection, env=env)
-    assert rc == 0, "\n".join(line for line in output.splitlines() if line.startswith(("ERROR", "FATAL")))[-8000:]
+    return rc, "\n".join(line for line in output.splitlines() if line.startswith(("ERROR", "FATAL")))[-8000:]
+
+
+@pytest.mark.slow
+def test_ansible_test_sanity(tmp_path):
+    rc, errors = sanity(tmp_path)
+    assert rc == 0, errors
