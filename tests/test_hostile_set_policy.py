@@ -5,9 +5,10 @@ the class gives, a runtime image of its own), and each is refused by the class's
 (pool/set_overrides.py): the set is Degraded/NotAllowedByClass naming the
 field, a Warning Event names it too, and nothing is made for it (no Exporter
 but the dormant one, no Pod, no host chosen). A reserved template annotation
-is refused as a reserved label is (TemplateLabelConflict), and a set whose
-template copies a lab board's labels does not grow for the lease that waits
-for that board (pool/demand.py).
+is refused as a reserved label is (TemplateLabelConflict), a set whose
+template shares a lab board's labels does not grow for the lease that waits
+for that board (pool/demand.py), and one whose template carries every label
+of the board is refused (TemplateLabelConflict, pool/selectors.py).
 
 One operator serves every set of the table at once, beside a set that asks
 for nothing out of bounds and is served (so the bed makes what it is asked
@@ -111,7 +112,7 @@ ATTACKS = [
 ]
 CLASS_NAMES = {"pod": "pods", "lab": "lab"}
 # Refused as a reserved label is, not by the class's policy.
-REASONS = {"reserved-annotation": "TemplateLabelConflict"}
+REASONS = {"reserved-annotation": "TemplateLabelConflict", "covers": "TemplateLabelConflict"}
 # Demand capture: a set whose template copies the labels of a lab's board
 # (an Exporter no set controls), and another user's lease for that board
 # waiting while the board is offline.
@@ -160,11 +161,18 @@ def hostile(testbed, tmp_path_factory):
                     "metadata": {"name": "bench-capture", "labels": BOARD_LABELS}, "spec": {"enabled": True}})
                 standin.create_lease("theirs", {"board": "capture"})
                 # Its selector tells its Exporters from the board (it selects
-                # nothing it does not adopt); its labels still satisfy the lease.
+                # nothing it does not adopt); its labels still satisfy the lease,
+                # though not every label of the board (lab=bench).
                 make_set(custom, namespace, name="capture", board="capture", virtualTargetClassName="pods",
                          minAvailableReplicas=0, maxReplicas=2,
                          selector={"matchLabels": {"board": "capture", "virtual": "true"}},
-                         template={"metadata": {"labels": {**BOARD_LABELS, "virtual": "true"}},
+                         template={"metadata": {"labels": {"board": "capture", "virtual": "true"}},
+                                   "spec": {"drivers": [{"name": "qemu", "type": QEMU}]}})
+                # Every label of the board: any lease asked for it matches this set's Exporters.
+                make_set(custom, namespace, name="covers", board="capture", virtualTargetClassName="pods",
+                         minAvailableReplicas=1, maxReplicas=2,
+                         selector={"matchLabels": {"board": "capture", "tier": "covers"}},
+                         template={"metadata": {"labels": {**BOARD_LABELS, "tier": "covers"}},
                                    "spec": {"drivers": [{"name": "qemu", "type": QEMU}]}})
                 proc = OperatorProcess(str(testbed.kubeconfig), namespace, work,
                                        provisioners=(constants.PROVISIONER_QEMU, LAB_PROVISIONER))
@@ -172,7 +180,7 @@ def hostile(testbed, tmp_path_factory):
                 try:
                     proc.wait_ready()
                     # Every set planned once (its status has conditions).
-                    for name in ["fine", "capture", *(attack[0] for attack in ATTACKS)]:
+                    for name in ["fine", "capture", "covers", *(attack[0] for attack in ATTACKS)]:
                         wait_for(lambda name=name: (get_set(custom, namespace, name).get("status")
                                                     or {}).get("conditions"),
                                  timeout=120, message=f"{name} planned")
@@ -247,3 +255,23 @@ def test_a_lease_for_a_lab_board_is_not_the_demand_of_a_set_that_copied_its_labe
                for e in exporters), [e["metadata"]["name"] for e in exporters]
     assert standin.pods(f"{constants.LABEL_EXPORTER_SET}=capture") == []
     assert standin.exporter_of("theirs") is None
+
+
+def test_a_set_carrying_every_label_of_a_lab_board_is_refused_naming_it(hostile):
+    """Demand capture by copying: every lease asked for the board by its
+    labels would match the set's Exporters, so the set is refused naming the
+    field and the board, with a Warning Event; nothing is made for it and
+    the board is left as it is."""
+    api, namespace, standin = hostile
+    cond, events = _refusal(api, namespace, "covers", "spec.template.metadata.labels")
+    told = ("spec.template.metadata.labels: the set's Exporters would carry every label of Exporter "
+            "bench-capture (board=capture,lab=bench), which is not the set's")
+    assert cond["status"] == "True" and cond["message"].startswith(told), cond["message"]
+    assert events[0].type == "Warning" and events[0].message.startswith(told)
+    exporters = standin.exporters(f"{constants.LABEL_EXPORTER_SET}=covers")
+    assert all(constants.ANNOTATION_DORMANT in (e["metadata"].get("annotations") or {})
+               for e in exporters), [e["metadata"]["name"] for e in exporters]
+    assert standin.pods(f"{constants.LABEL_EXPORTER_SET}=covers") == []
+    board = client.CustomObjectsApi(api).get_namespaced_custom_object(*EXPORTERS, namespace, "exporters",
+                                                                      "bench-capture")
+    assert board["metadata"].get("ownerReferences") is None and board["spec"]["enabled"] is True

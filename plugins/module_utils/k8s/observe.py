@@ -83,8 +83,9 @@ def observe(exporter_set, namespace_objects, now):
     # A set whose template labels are refused makes nothing: a pending lease
     # is never demand for it, or the set it copied would never serve it.
     sets = namespace_objects["ExporterSet"]
+    groups = selectors.exporter_groups(exporters)
     serving = [s for s in sets
-               if not selectors.template_label_conflicts(s, sets, constants.LABEL_EXPORTER_SET)]
+               if not selectors.template_label_conflicts(s, sets, constants.LABEL_EXPORTER_SET, groups)]
     demand, withheld = attribute_leases(serving, leases, exporters, now)
     pending_names = set(demand.get(name, []))
     # The set over its class without credential redirects: what every
@@ -100,7 +101,7 @@ def observe(exporter_set, namespace_objects, now):
         lab = baremetal_pool.LabView(exporter_set, vclass, owned, placed, now,
                                      parameters=resolved["parameters"])
     # Why its template labels are refused (another set's, or reserved).
-    label_conflicts = selectors.template_label_conflicts(exporter_set, sets, constants.LABEL_EXPORTER_SET)
+    label_conflicts = selectors.template_label_conflicts(exporter_set, sets, constants.LABEL_EXPORTER_SET, groups)
     # The Exporters it adopts now and those its selector matches that it may
     # not take (pool/adoption.py); a refused set adopts nothing.
     adopt, not_adopted = [], []

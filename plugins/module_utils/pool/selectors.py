@@ -3,7 +3,10 @@
 from collections import deque
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.ownership import controller_of
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.ownership import (
+    controller_of,
+    controller_ref,
+)
 
 _SET_OPERATORS = ("In", "NotIn")
 
@@ -178,7 +181,71 @@ def _created_first_key(exporter_set):
     return (meta.get("creationTimestamp") or "", meta.get("name") or "")
 
 
-def template_label_conflicts(exporter_set, exporter_sets, set_label):
+def board_labels(labels):
+    """The labels a lessee asks for an Exporter by: all but the reserved keys
+    (the set label, the host label...: Jumpstarter's and this operator's)."""
+    return {key: value for key, value in (labels or {}).items() if not reserved_label(key)}
+
+
+def exporter_groups(exporters):
+    """The live Exporters of a namespace as ``template_label_conflicts`` reads
+    them: ``[(board labels, controller reference or None, whether a pool made
+    it (its provisioner annotation), its set label, namespace, name)]``, one
+    entry per distinct first five (a pool's Exporters share them), with the
+    first name.
+    Exporters without board labels are left out: no lease asks for them by
+    label without naming a reserved one."""
+    first = {}
+    for exporter in exporters or ():
+        meta = exporter.get("metadata") or {}
+        board = board_labels(meta.get("labels"))
+        if not board or meta.get("deletionTimestamp"):
+            continue
+        ref = controller_ref(exporter)
+        pool_made = constants.ANNOTATION_PROVISIONER in (meta.get("annotations") or {})
+        key = (frozenset(board.items()),
+               None if ref is None else (ref.get("kind"), ref.get("name"), ref.get("uid")),
+               pool_made, (meta.get("labels") or {}).get(constants.LABEL_EXPORTER_SET), meta.get("namespace"))
+        if key not in first or meta["name"] < first[key][5]:
+            first[key] = (board, ref, pool_made, key[3], key[4], meta["name"])
+    return sorted(first.values(), key=lambda group: group[5])
+
+
+def _outside(exporter_set, ref, pool_made, named, created_first):
+    """Whether Exporters of a group (``exporter_groups``) are outside
+    ``exporter_set`` and protected from its labels: not its own (controlled
+    by it, or made by a pool, controlled by nothing and labelled for no
+    other set: what it may adopt), and not another set's created after it
+    (``created_first``: its sets by name; that set is the one refused)."""
+    meta = exporter_set["metadata"]
+    if ref is None:
+        return not (pool_made and named in (None, meta["name"]))
+    if (ref.get("uid") and ref.get("uid") == meta.get("uid")) or ref.get("name") == meta["name"]:
+        return False
+    if ref.get("kind") != constants.EXPORTER_SET.kind:
+        return True
+    owner_key = created_first.get(ref.get("name"))
+    return owner_key is None or owner_key < _created_first_key(exporter_set)
+
+
+def covered_exporters(exporter_set, exporter_sets, groups):
+    """``[(name, board labels)]``: the first Exporter of each group
+    (``exporter_groups``) outside ``exporter_set`` whose board labels its
+    template labels all carry. Every lease asked for such an Exporter by its
+    labels is satisfied by the set's Exporters too, so the controller could
+    hand it to the set."""
+    mine = _template_labels(exporter_set)
+    if not mine:
+        return []
+    namespace = exporter_set["metadata"].get("namespace")
+    created_first = {(s.get("metadata") or {}).get("name"): _created_first_key(s) for s in exporter_sets or ()
+                     if (s.get("metadata") or {}).get("namespace") == namespace}
+    return [(name, board) for board, ref, pool_made, named, where, name in groups or ()
+            if where in (None, namespace) and all(mine.get(key) == value for key, value in board.items())
+            and _outside(exporter_set, ref, pool_made, named, created_first)]
+
+
+def template_label_conflicts(exporter_set, exporter_sets, set_label, groups=()):
     """Why ``exporter_set``'s template labels may not be used, each message
     naming the field; empty when they may.
 
@@ -191,6 +258,13 @@ def template_label_conflicts(exporter_set, exporter_sets, set_label):
     is left as it is, so the answer does not depend on who looks first. An
     empty selector selects nothing a lease can ask for (the controller
     refuses an empty lease selector) and collides with nothing.
+
+    Refused too: template labels that carry every board label of an
+    Exporter outside the set (``covered_exporters`` over ``groups``, the
+    namespace's ``exporter_groups``): a lab's physical board, another
+    controller's Exporter, one detached from another set or of a set
+    created before this one. Any lease asked for it could be given this
+    set's Exporters instead.
     """
     meta = exporter_set["metadata"]
     errors = [
@@ -203,6 +277,12 @@ def template_label_conflicts(exporter_set, exporter_sets, set_label):
         "its subdomains are written by Jumpstarter and this operator; the controller derives an "
         "Exporter's identity from some of them)"
         for key in sorted(_template_metadata(exporter_set, "annotations")) if reserved_label(key)
+    ]
+    errors += [
+        f"{TEMPLATE_LABELS_FIELD}: the set's Exporters would carry every label of Exporter {name} "
+        f"({selector_to_string({'matchLabels': board})}), which is not the set's; leases asked for "
+        "it could be given this set's Exporters"
+        for name, board in covered_exporters(exporter_set, exporter_sets, groups)
     ]
     mine = exporter_labels(exporter_set, set_label)
     my_selector = (exporter_set.get("spec") or {}).get("selector") or {}

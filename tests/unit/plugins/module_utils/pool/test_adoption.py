@@ -11,6 +11,14 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool
 from pool_builders import NOW, exporter, exporter_set, lease, target_class
 
 
+def apart(obj):
+    """``obj`` with a label the set's template lacks, as a board or another
+    controller's Exporter has: a set whose template carries every label of
+    an Exporter outside it is refused (test_label_capture.py)."""
+    obj["metadata"]["labels"] = {**obj["metadata"].get("labels", {}), "lab": "bench"}
+    return obj
+
+
 def orphan(name, **changes):
     """An Exporter a qemu pool made, without a controller owner (as a detach leaves it)."""
     obj = exporter(name, owner=None, annotations={c.ANNOTATION_PROVISIONER: c.PROVISIONER_QEMU})
@@ -63,7 +71,7 @@ def _not_adopted(the_set, exporters, **kwargs):
 
 
 def test_one_with_a_controller_owner_is_never_taken():
-    other = copy.deepcopy(orphan("theirs-0"))
+    other = apart(copy.deepcopy(orphan("theirs-0")))
     other["metadata"]["ownerReferences"] = [{"kind": "Thing", "name": "t", "uid": "u", "controller": True}]
     adopt, refused = _not_adopted(exporter_set(), [other])
     assert adopt == [] and refused == ["theirs-0: controlled by Thing t"]
@@ -75,9 +83,9 @@ def test_one_with_a_controller_owner_is_never_taken():
 
 def test_only_of_its_namespace_of_its_provisioner_and_not_named_for_another_set():
     elsewhere = orphan("a", namespace="other")
-    physical = orphan("board-1", annotations={})
+    physical = apart(orphan("board-1", annotations={}))
     corellium = orphan("c-0", annotations={c.ANNOTATION_PROVISIONER: c.PROVISIONER_CORELLIUM})
-    detached = orphan("old-0", labels={"board": "rpi4", c.LABEL_EXPORTER_SET: "older"})
+    detached = apart(orphan("old-0", labels={"board": "rpi4", c.LABEL_EXPORTER_SET: "older"}))
     adopt, refused = _not_adopted(exporter_set(), [elsewhere, physical, corellium, detached])
     assert adopt == []
     assert refused == [
@@ -160,7 +168,7 @@ def test_a_set_without_overlaps_gets_no_condition():
 
 
 def test_exporters_it_will_not_take_make_the_condition_true_naming_them():
-    physical = orphan("board-1", annotations={})
+    physical = apart(orphan("board-1", annotations={}))
     _, result = plan(exporter_set(), [physical])
     overlap = next(x for x in result["status"]["conditions"] if x["type"] == adoption.CONDITION_SELECTOR_OVERLAP)
     assert (overlap["status"], overlap["reason"]) == ("True", adoption.REASON_NOT_ADOPTED)
