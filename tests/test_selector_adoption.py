@@ -28,8 +28,15 @@ BOARD = "adopt-board"
 EXPORTERS = ("jumpstarter.dev", "v1alpha1")
 
 
-def make_exporter(custom, namespace, name, annotations=None, owner=None):
-    metadata = {"name": name, "labels": {"board": BOARD, "virtual": "true"}, "annotations": annotations or {}}
+# What a board or another controller's Exporter has that the set's template
+# lacks: a set carrying every label of an Exporter outside it is refused
+# (TemplateLabelConflict, tests/test_hostile_set_policy.py).
+APART = {"lab": "bench"}
+
+
+def make_exporter(custom, namespace, name, annotations=None, owner=None, labels=None):
+    metadata = {"name": name, "labels": {"board": BOARD, "virtual": "true", **(labels or {})},
+                "annotations": annotations or {}}
     if owner:
         metadata["ownerReferences"] = [owner]
     return custom.create_namespaced_custom_object(*EXPORTERS, namespace, "exporters", {
@@ -51,12 +58,12 @@ def test_an_orphan_is_adopted_others_are_never_taken_and_overlaps_show_on_both(a
     custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
     made_by_qemu = {c.ANNOTATION_PROVISIONER: c.PROVISIONER_QEMU}
     make_exporter(custom, namespace, "stray-0", made_by_qemu)
-    make_exporter(custom, namespace, "board-1")  # a physical board: no pool made it
+    make_exporter(custom, namespace, "board-1", labels=APART)  # a physical board: no pool made it
     holder = core.create_namespaced_config_map(namespace, client.V1ConfigMap(
         metadata=client.V1ObjectMeta(name="holder")))
     make_exporter(custom, namespace, "held-0", made_by_qemu, owner={
         "apiVersion": "v1", "kind": "ConfigMap", "name": "holder", "uid": holder.metadata.uid,
-        "controller": True})
+        "controller": True}, labels=APART)
     make_class(custom, namespace)
     make_set(custom, namespace, board=BOARD, minAvailableReplicas=1, maxReplicas=3)
     operator()
