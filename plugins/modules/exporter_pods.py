@@ -59,8 +59,8 @@ options:
     type: dict
     default: {}
     suboptions:
-      exporter:
-        description: The exporter's ImageSpec.
+      exporter: &image_spec
+        description: The ImageSpec of that role (C(runtime) is QEMU's for C(qemu.jumpstarter.dev)).
         type: dict
         suboptions:
           image:
@@ -72,32 +72,8 @@ options:
             type: str
             choices: [Always, IfNotPresent, Never]
             default: IfNotPresent
-      runtime:
-        description: The runtime's ImageSpec (QEMU's, for C(qemu.jumpstarter.dev)).
-        type: dict
-        suboptions:
-          image:
-            description: The image reference.
-            type: str
-            required: true
-          imagePullPolicy:
-            description: Its pull policy.
-            type: str
-            choices: [Always, IfNotPresent, Never]
-            default: IfNotPresent
-      images:
-        description: The ImageSpec of the C(images) init container.
-        type: dict
-        suboptions:
-          image:
-            description: The image reference.
-            type: str
-            required: true
-          imagePullPolicy:
-            description: Its pull policy.
-            type: str
-            choices: [Always, IfNotPresent, Never]
-            default: IfNotPresent
+      runtime: *image_spec
+      images: *image_spec
   controller_tls_ca:
     description:
       - The Jumpstarter controller's CA bundle, base64-encoded PEM, written as C(tls.ca)
