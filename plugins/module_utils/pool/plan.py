@@ -41,6 +41,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool
     policy,
     pool_index,
     rollout,
+    sizing,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.phases import (
     conditions,
@@ -152,6 +153,11 @@ def make_plan(exporter_set, virtual_target_class, exporters, pending_leases, now
         draft.annotate(note.name, note.key, draft.now_text if note.at_now else note.value)
     wanted = Wanted(exporter_set, virtual_target_class, options)
     draft.template_hash = wanted.template_hash
+    # A lease-wait target sizes the warm buffer, minAvailableReplicas its floor.
+    sized = sizing.for_plan(exporter_set, virtual_target_class, exporters, leases, wanted.warm_buffer,
+                            options.get("policy"), now, draft)
+    if sized is not None:
+        wanted.warm_buffer = sized[0].buffer
 
     # Failures, ended leases, retiring and outdated members: who departs.
     moves = departures.walk(survey, wanted, now, options, draft)
@@ -214,7 +220,8 @@ def make_plan(exporter_set, virtual_target_class, exporters, pending_leases, now
         survey.template_hashes, wanted.template_hash)}
     return conditions.finish(exporter_set, counters, now, draft, target, set_conditions,
                              parameters=wanted.parameters, images=wanted.images,
-                             warnings=wanted.warnings, backoff=backoff)
+                             warnings=wanted.warnings, backoff=backoff,
+                             sizing=sized[1] if sized else None)
 
 
 def _unusable_plan(exporter_set, virtual_target_class, survey, pending, ceiling, unusable, now):

@@ -20,7 +20,7 @@ policy, or two policies naming one set, leave the set on the defaults with a
 """
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants as c
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import status_compare
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import sizing, status_compare
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.status import (
     merge_conditions,
     with_set_healthy,
@@ -49,6 +49,7 @@ _FIELDS = {
     "rollout": ("strategy", "maxUnavailable"),
     "scaleIn": ("order", "preferSelector"),
     "healing": ("startupFailureThreshold", "minFailingDuration", "unschedulableBackoff"),
+    "leaseWait": ("percentile", "target", "maxBuffer"),
 }
 
 
@@ -63,6 +64,8 @@ def defaults():
             "minFailingDuration": None,
             "unschedulableBackoff": {"base": None, "max": None},
         },
+        # A lease-wait target sizes the warm buffer (pool/sizing.py).
+        "leaseWait": None,
     }
 
 
@@ -92,6 +95,8 @@ def normalize(spec):
     for key in ("base", "max"):
         if backoff.get(key) is not None:
             policy["healing"]["unschedulableBackoff"][key] = backoff[key]
+    if isinstance(spec.get("leaseWait"), dict):
+        policy["leaseWait"] = dict(spec["leaseWait"])
     return policy
 
 
@@ -200,6 +205,10 @@ def validate(spec):
             errors.append("spec.healing.unschedulableBackoff.base: must be longer than 0")
         if base is not None and cap is not None and cap < base:
             errors.append("spec.healing.unschedulableBackoff.max: must not be shorter than base")
+    if isinstance(spec.get("leaseWait"), dict):
+        error = sizing.parse_target(spec["leaseWait"])[1]
+        if error:
+            errors.append(error)
     return errors
 
 

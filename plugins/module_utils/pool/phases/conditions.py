@@ -117,7 +117,7 @@ def rollout_held_by(rolling, strategy, waiting, limits):
 
 
 def finish(exporter_set, counters, now, draft, target, conditions, parameters, images, warnings,
-           backoff=None):
+           backoff=None, sizing=None):
     """The Plan, with a Warning Event for each condition that turns bad."""
     previous_status = exporter_set.get("status") or {}
     previous_conditions = {x.get("type"): x for x in previous_status.get("conditions") or ()}
@@ -133,5 +133,7 @@ def finish(exporter_set, counters, now, draft, target, conditions, parameters, i
     status = pool_status(exporter_set, None, now=now, conditions=conditions, counters=counters)
     if backoff:
         status["backoff"] = backoff
+    if sizing:
+        status["sizing"] = sizing
     status = operator_state.rebased(status, previous_status, draft.set_state)
     return draft.finish(previous_status, status, target, parameters, images, warnings)

@@ -31,6 +31,7 @@ def test_normalize_fills_every_default():
         "scaleIn": {"order": "Default", "preferSelector": None},
         "healing": {"startupFailureThreshold": None, "minFailingDuration": None,
                     "unschedulableBackoff": {"base": None, "max": None}},
+        "leaseWait": None,
     }
 
 

@@ -1,0 +1,388 @@
+"""Lease traces replayed through the planner on a virtual clock: a pool sized
+to a lease-wait target (pool/sizing.py) against every fixed warm buffer.
+
+Each run is one ExporterSet planned by ``make_plan``, as the operator plans
+it, after every event of a discrete-event world: leases arrive and are
+assigned first come, first served, to an available Exporter (as the
+Jumpstarter controller does), end after their duration, and the set's
+Exporters become ready one cold start after their creation, drawn from
+the cold-start distribution. The adaptive run gives the set an
+ExporterSetPolicy ``leaseWait`` (the planner sizes the buffer from the
+Leases and Exporters it reads, pool/sizing.py); the fixed runs keep
+``minAvailableReplicas`` at 0, 1, ... up to the trace's peak of concurrent
+leases.
+
+Per run, over the measured part of the trace (after the history it learns
+from): the p95 lease wait, the share served warm, and the idle
+instance-hours (instances that exist with no lease, provisioning included).
+
+Run: source scripts/common.sh && link_collection && $VENV_DIR/bin/python bench/bench_sizing.py
+(--json bench/results/sizing.json writes the figures; --traces steady,...)
+"""
+
+import argparse
+import heapq
+import itertools
+import json
+import math
+import os
+import random
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "unit"))
+
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants as c  # noqa: E402
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import policy, sizing  # noqa: E402
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.demand import (  # noqa: E402
+    attribute_lease_demand,
+)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.exporter_state import (  # noqa: E402
+    is_available,
+)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.plan import scale_plan  # noqa: E402
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.timeutil import (  # noqa: E402
+    format_time,
+    parse_time,
+)
+from pool_builders import SET_NAME, exporter, exporter_set, lease, target_class  # noqa: E402
+
+# A Monday, so that days of the week fall where the traces put them.
+EPOCH = datetime(2026, 11, 2, tzinfo=UTC)
+MINUTE = 60.0
+TARGET = {"percentile": 95, "target": "5s"}
+# The operator's resync of a set with nothing to do, in seconds.
+RESYNC = 60.0
+# Seconds a guest reset in place takes to be back.
+RESET = 8.0
+
+
+def stamp(seconds):
+    return format_time(EPOCH + timedelta(seconds=seconds))
+
+
+# -- traces -----------------------------------------------------------------------
+
+
+def poisson_arrivals(rng, start, end, rate_at):
+    """Arrivals of a Poisson process of rate ``rate_at(t)`` per second (thinning)."""
+    peak = max(rate_at(t) for t in range(int(start), int(end), 300)) or 0.0
+    t, out = start, []
+    while peak > 0:
+        t += rng.expovariate(peak)
+        if t >= end:
+            break
+        if rng.random() * peak < rate_at(t):
+            out.append(t)
+    return out
+
+
+def durations(rng, count, median=600.0, sigma=0.6):
+    return [rng.lognormvariate(math.log(median), sigma) for _ in range(count)]
+
+
+def trace_steady(rng):
+    """Twelve hours of two leases a minute on average; the last eight are measured."""
+    arrivals = poisson_arrivals(rng, 0, 12 * sizing.HOUR, lambda t: 2 / MINUTE)
+    return arrivals, durations(rng, len(arrivals)), 4 * sizing.HOUR
+
+
+def office_rate(t):
+    day, hour = divmod(t % sizing.WEEK, sizing.DAY)[0], (t % sizing.DAY) / sizing.HOUR
+    if day >= 5:
+        return 0.2 / sizing.HOUR
+    if 8 <= hour < 18:
+        return (0.1 if 12 <= hour < 13 else 0.3) / MINUTE
+    return 0.5 / sizing.HOUR
+
+
+def trace_office(rng):
+    """Two weeks of office hours (busy 8:00-18:00 on weekdays, a quiet lunch,
+    near nothing at night and at weekends); the second week is measured."""
+    arrivals = poisson_arrivals(rng, 0, 2 * sizing.WEEK, office_rate)
+    return arrivals, durations(rng, len(arrivals)), sizing.WEEK
+
+
+def trace_bursts(rng):
+    """Three days: CI bursts of 10 leases in the first minute of every hour
+    from 7:00 to 20:00, over a trickle of one lease per 10 minutes; the last
+    two days are measured."""
+    arrivals = poisson_arrivals(rng, 0, 3 * sizing.DAY, lambda t: 0.1 / MINUTE)
+    for day in range(3):
+        for hour in range(7, 21):
+            top = day * sizing.DAY + hour * sizing.HOUR
+            arrivals.extend(top + rng.uniform(0, MINUTE) for _ in range(10))
+    arrivals.sort()
+    return arrivals, durations(rng, len(arrivals), median=300.0, sigma=0.4), sizing.DAY
+
+
+TRACES = {"steady": trace_steady, "office": trace_office, "bursts": trace_bursts}
+
+
+def cold_start(rng, median=25.0, sigma=0.25):
+    return rng.lognormvariate(math.log(median), sigma)
+
+
+def peak_concurrency(arrivals, lengths):
+    edges = sorted([(a, 1) for a in arrivals] + [(a + d, -1) for a, d in zip(arrivals, lengths, strict=True)])
+    level = peak = 0
+    for _, step in edges:
+        level += step
+        peak = max(peak, level)
+    return peak
+
+
+# -- the world --------------------------------------------------------------------
+
+
+class World:
+    """One set, its Exporters and Leases, and the controller's assignment."""
+
+    def __init__(self, arrivals, lengths, measure_from, buffer, seed):
+        self.rng = random.Random(seed)
+        self.arrivals, self.lengths = arrivals, lengths
+        self.measure_from = measure_from
+        self.adaptive = buffer is None
+        self.options = {"policy": policy.normalize({"leaseWait": TARGET} if self.adaptive else None)}
+        # Reset in place: the Jumpstarter controller garbage-collects the Leases
+        # of a deleted Exporter, and with them the history a target reads.
+        self.set = exporter_set(min_available=0 if buffer is None else buffer, max_replicas=0,
+                                recycle=c.RECYCLE_IN_PLACE_REUSE)
+        self.set["metadata"]["creationTimestamp"] = stamp(0)
+        self.klass = target_class()
+        self.exporters, self.instances, self.leases = {}, {}, []
+        self.queue, self.order = [], itertools.count()
+        self.now = 0.0
+        self.waits, self.warm = [], 0
+        self.idle_seconds, self.last_idle_at = 0.0, 0.0
+        self.decisions = {}
+        self.plans = 0
+        self.requeue_at = None
+
+    def schedule(self, at, kind, value=None):
+        heapq.heappush(self.queue, (at, next(self.order), kind, value))
+
+    def run(self):
+        for index, at in enumerate(self.arrivals):
+            self.schedule(at, "arrive", index)
+        end = self.arrivals[-1] + max(self.lengths) + 600
+        self.schedule(0.0, "resync")
+        while self.queue:
+            at = self.queue[0][0]
+            if at > end:
+                break
+            # What happens within one second is one reconcile's worth: the
+            # planner reads time by the second, as the API writes it.
+            while self.queue and self.queue[0][0] < at + 1.0:
+                last, _, kind, value = heapq.heappop(self.queue)
+                self.advance(last)
+                getattr(self, "on_" + kind)(value)
+            self.assign()
+            self.reconcile()
+        return self
+
+    def advance(self, at):
+        """Counts the idle instance-seconds up to ``at``."""
+        start = max(self.now, self.measure_from)
+        if at > start:
+            idle = sum(1 for e in self.exporters.values()
+                       if not e["status"].get("leaseRef") and not e["metadata"]["annotations"].get(
+                           c.ANNOTATION_DORMANT))
+            self.idle_seconds += idle * (at - start)
+        self.now = at
+
+    # -- events
+    def on_arrive(self, index):
+        obj = lease(f"l{index}", created=0)
+        obj["metadata"]["creationTimestamp"] = stamp(self.arrivals[index])
+        obj["bench"] = index
+        self.leases.append(obj)
+
+    def on_ready(self, name):
+        if name in self.exporters:
+            self.set_online(name, True)
+            self.instances[name] = {"phase": "Running"}
+
+    def set_online(self, name, online):
+        for condition in self.exporters[name]["status"]["conditions"]:
+            condition["status"], condition["lastTransitionTime"] = str(online), stamp(self.now)
+
+    def on_end(self, obj):
+        obj["status"]["ended"] = True
+        obj["status"]["endTime"] = stamp(self.now)
+        holder = self.exporters.get(obj["status"]["exporterRef"]["name"])
+        if holder is not None:
+            holder["status"].pop("leaseRef", None)
+
+    def on_resync(self, _):
+        self.schedule(self.now + RESYNC, "resync")
+
+    def on_requeue(self, _):
+        pass
+
+    # -- the controller
+    def assign(self):
+        free = sorted(name for name, e in self.exporters.items() if is_available(e)
+                      and not e["metadata"]["annotations"].get(c.ANNOTATION_DORMANT))
+        for obj in self.leases:
+            if not free:
+                break
+            status = obj["status"]
+            if status.get("exporterRef") or status.get("ended"):
+                continue
+            name = free.pop(0)
+            status["exporterRef"] = {"name": name}
+            status["beginTime"] = stamp(self.now)
+            self.exporters[name]["status"]["leaseRef"] = {"name": obj["metadata"]["name"]}
+            index = obj["bench"]
+            arrived = self.arrivals[index]
+            if arrived >= self.measure_from:
+                wait = self.now - arrived
+                self.waits.append(wait)
+                self.warm += wait < 1.0
+            self.schedule(self.now + self.lengths[index], "end", obj)
+
+    # -- the operator
+    def reconcile(self):
+        for _ in range(3):
+            pending = self.pending()
+            plan = scale_plan(self.set, self.klass, [self.exporters[n] for n in sorted(self.exporters)],
+                              pending, stamp(self.now), instances=self.instances, leases=self.leases,
+                              options=self.options)
+            self.plans += 1
+            reason = (plan["status"].get("sizing") or {}).get("reason")
+            if reason:
+                self.decisions[reason] = self.decisions.get(reason, 0) + 1
+            acted = self.apply(plan)
+            if plan.get("requeue_after"):
+                at = self.now + max(float(plan["requeue_after"]), 1.0)
+                if not self.requeue_at or not self.now < self.requeue_at <= at:
+                    self.requeue_at = at
+                    self.schedule(at, "requeue")
+            if not acted:
+                break
+            self.assign()
+
+    def pending(self):
+        wanted = set(attribute_lease_demand([self.set], self.leases, list(self.exporters.values()),
+                                            parse_time(stamp(self.now)))[SET_NAME])
+        return [x for x in self.leases if x["metadata"]["name"] in wanted]
+
+    def apply(self, plan):
+        acted = False
+        for entry in plan["create_dormant"]:
+            self.add(entry, dormant=True)
+            acted = True
+        for name in plan["enable"]:
+            self.exporters[name]["spec"]["enabled"] = True
+            acted = True
+        for entry in plan["recycle"]:
+            # The reset guest is back one reboot later.
+            self.exporters[entry["name"]]["spec"]["enabled"] = True
+            self.set_online(entry["name"], False)
+            self.schedule(self.now + RESET, "ready", entry["name"])
+            acted = True
+        for entry in plan["delete"] + plan["delete_dormant"]:
+            self.exporters.pop(entry["name"], None)
+            self.instances.pop(entry["name"], None)
+            # The controller's garbage collection of the Exporter's Leases.
+            self.leases = [x for x in self.leases if (x["status"].get("exporterRef") or {}).get("name")
+                           != entry["name"]]
+            acted = True
+        for name in plan["disable"]:
+            self.exporters[name]["spec"]["enabled"] = False
+            acted = True
+        for entry in plan["create"]:
+            self.add(entry)
+            self.schedule(self.now + cold_start(self.rng), "ready", entry["name"])
+            acted = True
+        for name, patch in plan["exporter_annotations"].items():
+            if name not in self.exporters:
+                continue
+            notes = self.exporters[name]["metadata"]["annotations"]
+            for key, value in patch.items():
+                if value is None:
+                    notes.pop(key, None)
+                else:
+                    notes[key] = value
+        self.set["status"] = plan["status"]
+        return acted
+
+    def add(self, entry, dormant=False):
+        new = exporter(entry["name"], ready=False, labels=entry["labels"],
+                       owner=entry["labels"][c.LABEL_EXPORTER_SET], annotations=entry["annotations"])
+        new["metadata"]["creationTimestamp"] = stamp(self.now)
+        self.exporters[entry["name"]] = new
+        if not dormant:
+            self.instances[entry["name"]] = {"phase": "Pending"}
+
+    # -- figures
+    def figures(self):
+        waits = sorted(self.waits)
+        return {
+            "p95_wait_s": round(sizing.quantile(waits, 95) or 0.0, 1),
+            "served_warm": round(self.warm / len(waits), 3) if waits else None,
+            "idle_instance_hours": round(self.idle_seconds / sizing.HOUR, 1),
+            "leases": len(waits),
+            "plans": self.plans,
+        }
+
+
+def replay(name, seed, quick):
+    arrivals, lengths, measure_from = TRACES[name](random.Random(seed))
+    peak = peak_concurrency(arrivals, lengths)
+    target_wait = sizing.parse_target(TARGET)[0].wait
+    rows = []
+    for buffer in [None, *range(peak + 1)]:
+        started = time.process_time()
+        world = World(arrivals, lengths, measure_from, buffer, seed + 1)
+        figures = world.run().figures()
+        figures["buffer"] = "adaptive" if buffer is None else buffer
+        figures["cpu_s"] = round(time.process_time() - started, 1)
+        if buffer is None:
+            figures["decisions"] = world.decisions
+        rows.append(figures)
+        print(f"  {name:7s} buffer {figures['buffer']!s:>8}: p95 wait {figures['p95_wait_s']:6.1f} s, "
+              f"warm {figures['served_warm']}, idle {figures['idle_instance_hours']:7.1f} instance-h "
+              f"({figures['plans']} plans, {figures['cpu_s']} s)", flush=True)
+        if quick and buffer is not None and sum(r["p95_wait_s"] <= target_wait for r in rows[1:]) > 1:
+            break
+    adaptive, fixed = rows[0], rows[1:]
+    meeting = [r for r in fixed if r["p95_wait_s"] <= target_wait]
+    cheapest = min(meeting, key=lambda r: r["idle_instance_hours"]) if meeting else None
+    summary = {
+        "trace": name, "leases": len(arrivals), "peak_concurrent": peak,
+        "adaptive": adaptive, "fixed": fixed,
+        "cheapest_fixed_meeting_target": cheapest["buffer"] if cheapest else None,
+        "adaptive_meets_target": adaptive["p95_wait_s"] <= target_wait,
+    }
+    if cheapest:
+        summary["idle_saving_vs_cheapest"] = round(
+            1 - adaptive["idle_instance_hours"] / cheapest["idle_instance_hours"], 3) \
+            if cheapest["idle_instance_hours"] else None
+    print(f"  {name}: adaptive meets the target: {summary['adaptive_meets_target']}; cheapest fixed "
+          f"buffer meeting it: {summary['cheapest_fixed_meeting_target']}; idle saving: "
+          f"{summary.get('idle_saving_vs_cheapest')}", flush=True)
+    return summary
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--traces", default=",".join(TRACES))
+    parser.add_argument("--seed", type=int, default=14)
+    parser.add_argument("--quick", action="store_true",
+                        help="stop the fixed buffers at the second that meets the target")
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    print(f"target: p{TARGET['percentile']} lease wait <= {TARGET['target']}", flush=True)
+    results = {"target": TARGET, "seed": args.seed,
+               "traces": [replay(name, args.seed, args.quick) for name in args.traces.split(",")]}
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump(results, out, indent=1)
+            out.write("\n")
+
+
+if __name__ == "__main__":
+    main()

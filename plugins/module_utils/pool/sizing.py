@@ -1,0 +1,377 @@
+"""The warm buffer a lease-wait target asks for.
+
+A set (or its ExporterSetPolicy) may say ``leaseWait: {percentile: 95,
+target: 5s}``: at that percentile, a Lease should wait no longer than the
+target for an Exporter. ``decide`` turns that into a warm buffer from what
+the API holds and nothing else, so a restarted operator decides the same:
+
+* the lease arrivals, the creation times of the namespace's Leases of the
+  set (ended ones too: the controller keeps them), and
+* the cold starts, created -> first ready, of the set's Exporters.
+
+The model is the base-stock rule of a pool that replaces each Exporter a
+lease takes: the replacement is ready one cold start later, and a lease
+that finds the buffer empty is served by the first replacement ready. It
+waits longer than the target ``T`` exactly when ``b`` or more replacements
+it did not cause are still under way ``T`` after it arrived; with Poisson
+arrivals their number is Poisson of mean ``rate * W``, ``W`` the mean of
+``max(cold start - T, 0)`` (each replacement as an M/G/infinity server;
+for one cold start ``L``, ``W = L - T``, the leases arrived in the ``W``
+before). The buffer is therefore one more than the percentile of that
+count: the larger of Poisson of the mean, over arrivals, of the leases an
+arrival found in the ``W`` before it, and those counts' own percentile
+(bursts are not Poisson).
+``W = 0``: a cold start meets the target, no buffer.
+
+Which arrivals: those of the earlier cycles around the time to come, from
+now to the cold start at the target's percentile and one window ahead
+(what is created now is ready only then): up to four weeks back once a
+week of history is known, else up to seven days, scaled by how the last
+hour compares with the same hour of those cycles; and those of the last
+three hours, whichever asks for more. Where almost no lease is expected,
+no buffer. The floor (minAvailableReplicas) and the ceiling
+(``maxBuffer``, the cost ceiling) bound the result; min/max replicas and
+the scale-down cooldown stay the planner's.
+"""
+
+import bisect
+import math
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants as c
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import selectors
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.timeutil import (
+    format_time,
+    parse_duration,
+    parse_time,
+)
+
+HOUR = 3600.0
+DAY = 24 * HOUR
+WEEK = 7 * DAY
+WEEKLY_CYCLES = 4
+DAILY_CYCLES = 7
+# Without a day of history, the rate of this many seconds before now.
+RECENT = 3 * HOUR
+# How far the last hour may move the seasonal forecast, either way.
+CORRECTION_RANGE = (0.5, 4.0)
+# The cold start assumed until an Exporter of the set has become ready.
+DEFAULT_COLD_START = 60.0
+# Expected arrivals within one cold start below which no buffer is kept:
+# nights and weekends cost nothing when nobody comes.
+QUIET = 0.05
+# Earlier cycles are read this much wider on each side, for arrivals that
+# come a little earlier or later than they did.
+SLACK = 600.0
+# Seconds between two decisions of a sized set with nothing else to do.
+RESIZE = 60.0
+# Arrivals a set's status records, and the longest text that may hold them.
+MAX_RECORDED = 4096
+MAX_RECORD_CHARS = 8 * MAX_RECORDED
+# Cold starts it records: the newest, by the Exporter's creation.
+MAX_COLD_STARTS = 64
+# Bounds of the Poisson quantile search (the ceiling of any sane buffer).
+MAX_BUFFER = 1000
+
+REASON_COLD_START_MEETS_TARGET = "ColdStartMeetsTarget"
+REASON_QUIET = "NoArrivalsExpected"
+REASON_FORECAST = "ForecastArrivals"
+REASON_FLOOR = "Floor"
+REASON_CEILING = "CostCeiling"
+
+
+@dataclass(frozen=True)
+class Target:
+    percentile: float
+    wait: float
+    max_buffer: int | None = None
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The buffer chosen, the model's inputs, and why."""
+
+    buffer: int
+    reason: str
+    cold_start: float
+    window: float
+    pressure: float
+    model_buffer: int
+    source: str
+
+    def message(self):
+        return (f"warm buffer {self.buffer} ({self.reason}): cold start {self.cold_start:.0f}s, "
+                f"{self.pressure:.2f} leases in the {self.window:.0f}s before an arrival "
+                f"({self.source}), model {self.model_buffer}")
+
+    def to_dict(self, arrivals=(), since=None, cold_starts=()):
+        return {
+            "buffer": self.buffer,
+            "reason": self.reason,
+            "coldStartSeconds": round(self.cold_start, 1),
+            "windowSeconds": round(self.window, 1),
+            "pressure": round(self.pressure, 3),
+            "modelBuffer": self.model_buffer,
+            "forecast": self.source,
+            "arrivals": encode_arrivals(arrivals),
+            "coldStarts": encode_cold_starts(cold_starts),
+            "since": format_time(datetime.fromtimestamp(since, UTC)) if since is not None else None,
+        }
+
+
+def parse_target(spec, field="spec.leaseWait"):
+    """``(Target, None)`` of a ``leaseWait`` mapping, ``(None, None)`` when
+    absent, or ``(None, error)`` naming the field at fault."""
+    if spec is None:
+        return None, None
+    if not isinstance(spec, dict):
+        return None, f"{field}: must be a mapping with percentile and target"
+    unknown = sorted(set(spec) - {"percentile", "target", "maxBuffer"})
+    if unknown:
+        return None, f"{field}.{unknown[0]}: not a field of leaseWait"
+    percentile = spec.get("percentile", 95)
+    if isinstance(percentile, bool) or not isinstance(percentile, int | float) \
+            or not 50 <= percentile < 100:
+        return None, f"{field}.percentile: {percentile!r} is not a number from 50 to below 100"
+    try:
+        wait = parse_duration(spec.get("target"))
+    except ValueError:
+        return None, f"{field}.target: {spec.get('target')!r} is not a duration"
+    max_buffer = spec.get("maxBuffer")
+    if max_buffer is not None and (isinstance(max_buffer, bool) or not isinstance(max_buffer, int)
+                                   or not 0 <= max_buffer <= MAX_BUFFER):
+        return None, f"{field}.maxBuffer: {max_buffer!r} is not an integer from 0 to {MAX_BUFFER}"
+    return Target(float(percentile), wait, max_buffer), None
+
+
+def quantile(samples, percentile):
+    """The ``percentile`` of ``samples`` (nearest rank), None when empty."""
+    ordered = sorted(samples)
+    if not ordered:
+        return None
+    rank = max(math.ceil(percentile / 100.0 * len(ordered)), 1)
+    return ordered[rank - 1]
+
+
+def poisson_quantile(mean, percentile):
+    """The least ``k`` with ``P(N <= k) >= percentile/100``, ``N ~ Poisson(mean)``."""
+    if mean <= 0:
+        return 0
+    goal = percentile / 100.0
+    # Terms in log space: a mean of hundreds underflows exp(-mean).
+    log_term = -mean
+    total = math.exp(log_term)
+    k = 0
+    while total < goal and k < MAX_BUFFER:
+        k += 1
+        log_term += math.log(mean) - math.log(k)
+        total += math.exp(log_term)
+    return k
+
+
+def _count(arrivals, start, end):
+    return bisect.bisect_left(arrivals, end) - bisect.bisect_left(arrivals, start)
+
+
+@dataclass(frozen=True)
+class Demand:
+    """What the history says of the leases to come near ``now``: the counts
+    of leases each arrival found in the window before it, and the rate."""
+
+    counts: tuple
+    rate: float      # arrivals per second
+    source: str
+    factor: float = 1.0
+
+    def pressure(self, percentile):
+        """The percentile of the count an arrival finds before it, and the
+        mean count: the larger of Poisson of the mean and the counts' own
+        percentile (bursts are not Poisson)."""
+        if not self.counts:
+            return 0, 0.0
+        mean = sum(self.counts) / len(self.counts)
+        own = math.ceil(quantile(self.counts, percentile) * self.factor - 1e-9)
+        return max(poisson_quantile(mean * self.factor, percentile), own), mean * self.factor
+
+
+def _counts(arrivals, points, window):
+    return tuple(_count(arrivals, a - window, a) for a in points)
+
+
+def demand(arrivals, since, now, horizon, window):
+    """The lease pressures expected within ``horizon`` seconds of ``now``:
+    the seasonal one where history allows, and the recent one.
+
+    ``arrivals``: sorted lease creation times (seconds), none after ``now``;
+    ``since``: where the history starts."""
+    return [d for d in (_seasonal_demand(arrivals, since, now, horizon, window),
+                        _recent_demand(arrivals, since, now, window)) if d is not None]
+
+
+def _seasonal_demand(arrivals, since, now, horizon, window):
+    low, high = CORRECTION_RANGE
+    for period, cycles, name in ((WEEK, WEEKLY_CYCLES, "weekly"), (DAY, DAILY_CYCLES, "daily")):
+        shifts = [k * period for k in range(1, cycles + 1) if now - k * period - SLACK >= since]
+        if not shifts:
+            continue
+        spans = [(now - shift - SLACK, now - shift + horizon + SLACK) for shift in shifts]
+        points = [a for start, end in spans
+                  for a in arrivals[bisect.bisect_left(arrivals, start):bisect.bisect_left(arrivals, end)]]
+        same_hours = sum(_count(arrivals, now - shift - HOUR, now - shift) for shift in shifts) / len(shifts)
+        factor = min(max((_count(arrivals, now - HOUR, now) + 1.0) / (same_hours + 1.0), low), high)
+        rate = len(points) / (len(spans) * (horizon + 2 * SLACK))
+        return Demand(_counts(arrivals, points, window), rate * factor, f"{name} x{len(shifts)}", factor)
+    return None
+
+
+def _recent_demand(arrivals, since, now, window):
+    known = min(RECENT, now - since)
+    if known <= 0:
+        return None
+    points = arrivals[bisect.bisect_left(arrivals, now - known):]
+    return Demand(_counts(arrivals, points, window), len(points) / known, "recent")
+
+
+def decide(target, arrivals, cold_starts, now, since, floor=0):
+    """The warm buffer for ``target`` at ``now`` (seconds); see the module
+    docstring. ``cold_starts``: seconds from creation to first ready."""
+    arrivals = sorted(a for a in arrivals if a <= now)
+    samples = sorted(cold_starts) or [DEFAULT_COLD_START]
+    cold = quantile(samples, target.percentile)
+    # The mean time a replacement takes beyond the target: the mean of the
+    # replacements still under way, the target's wait later, per arrival.
+    window = sum(max(sample - target.wait, 0.0) for sample in samples) / len(samples)
+    if window <= 0:
+        return _bounded(target, floor, Decision(0, REASON_COLD_START_MEETS_TARGET, cold, 0.0, 0.0, 0, "none"))
+    # The busier of what the season and the last hours say: a quiet season
+    # must not hide a trickle that goes on, nor a quiet morning a usual burst.
+    seen = [(d.pressure(target.percentile), d) for d in demand(arrivals, since, now, cold + window, window)
+            if d.rate * (cold + window) >= QUIET]
+    if not seen:
+        return _bounded(target, floor, Decision(0, REASON_QUIET, cold, window, 0.0, 0, "none"))
+    (level, mean), busiest = max(seen, key=lambda entry: entry[0])
+    return _bounded(target, floor, Decision(level + 1, REASON_FORECAST, cold, window, mean, level + 1,
+                                            busiest.source))
+
+
+def _bounded(target, floor, decision):
+    buffer, reason = decision.buffer, decision.reason
+    if target.max_buffer is not None and buffer > target.max_buffer:
+        buffer, reason = target.max_buffer, REASON_CEILING
+    if buffer < floor:
+        buffer, reason = floor, REASON_FLOOR
+    return Decision(buffer, reason, decision.cold_start, decision.window, decision.pressure,
+                    decision.model_buffer, decision.source)
+
+
+def history(exporter_set, leases, exporters):
+    """``(arrivals, cold starts, since)`` of a set, in seconds since the
+    epoch: the arrivals its status records (``status.sizing``, written
+    through the status subresource only) and the creation times of the
+    Leases since then whose selector the set's template labels satisfy; the
+    seconds from creation to first ready of its Exporters; and where the
+    history starts. Cold starts come as ``(creation second, seconds)``. The
+    record is needed: the controller garbage-collects the Leases of a
+    deleted Exporter, so scale-down erases them, and a pool scaled to none
+    has no Exporter to tell its cold start."""
+    recorded = (exporter_set.get("status") or {}).get("sizing") or {}
+    arrivals = decode_arrivals(recorded.get("arrivals"))
+    last = arrivals[-1] if arrivals else None
+    labels = selectors.exporter_labels(exporter_set, c.LABEL_EXPORTER_SET)
+    for lease in leases:
+        selector = (lease.get("spec") or {}).get("selector") or {}
+        created = _seconds(lease["metadata"].get("creationTimestamp"))
+        if created is not None and (last is None or created > last) \
+                and not selectors.selector_is_empty(selector) and selectors.selector_matches(selector, labels):
+            arrivals.append(created)
+    arrivals.sort()
+    # Cold starts by (creation second, seconds): the recorded ones and those of
+    # the Exporters now, which the record may already hold.
+    cold_starts = set(decode_cold_starts(recorded.get("coldStarts")))
+    for exporter in exporters:
+        metadata = exporter["metadata"]
+        ready = _seconds((metadata.get("annotations") or {}).get(c.ANNOTATION_FIRST_READY))
+        created = _seconds(metadata.get("creationTimestamp"))
+        if ready is not None and created is not None and ready >= created:
+            cold_starts.add((int(created), int(ready - created)))
+    since = _seconds(recorded.get("since"))
+    if since is None:
+        since = min(arrivals) if arrivals else _seconds(exporter_set["metadata"].get("creationTimestamp"))
+    return arrivals, sorted(cold_starts)[-MAX_COLD_STARTS:], since or 0.0
+
+
+def encode_cold_starts(pairs):
+    """``(creation second, cold start seconds)`` pairs as text, base 36."""
+    return ".".join(f"{_base36(created)}:{_base36(seconds)}" for created, seconds in pairs)
+
+
+def decode_cold_starts(text):
+    if not isinstance(text, str) or not text or len(text) > 24 * MAX_COLD_STARTS:
+        return []
+    try:
+        pairs = [tuple(int(part, 36) for part in entry.split(":")) for entry in text.split(".")]
+    except ValueError:
+        return []
+    return [pair for pair in pairs if len(pair) == 2 and min(pair) >= 0][-MAX_COLD_STARTS:]
+
+
+def encode_arrivals(arrivals):
+    """The newest ``MAX_RECORDED`` arrivals as text: whole seconds, the first
+    in full and each next as its distance from the one before, base 36."""
+    kept = [int(a) for a in sorted(arrivals)[-MAX_RECORDED:]]
+    if not kept:
+        return ""
+    steps = [kept[0]] + [b - a for a, b in zip(kept, kept[1:], strict=False)]
+    return ".".join(_base36(step) for step in steps)
+
+
+def decode_arrivals(text):
+    """``encode_arrivals``' list again; anything else reads as no record."""
+    if not isinstance(text, str) or not text or len(text) > MAX_RECORD_CHARS:
+        return []
+    try:
+        steps = [int(part, 36) for part in text.split(".")]
+    except ValueError:
+        return []
+    if any(step < 0 for step in steps):
+        return []
+    out, at = [], 0
+    for step in steps:
+        at += step
+        out.append(float(at))
+    return out
+
+
+def _base36(number):
+    digits = "0123456789abcdefghijklmnopqrstuvwxyz"
+    text = ""
+    while True:
+        number, rest = divmod(number, 36)
+        text = digits[rest] + text
+        if not number:
+            return text
+
+
+def _seconds(text):
+    try:
+        return parse_time(text).timestamp() if text else None
+    except ValueError:
+        return None
+
+
+def for_plan(exporter_set, virtual_target_class, exporters, leases, floor, policy, now, draft):
+    """``(Decision, status.sizing)`` of a set whose ExporterSetPolicy gives
+    a ``leaseWait``, or None (none either where the class binds on first consumer: no warm
+    pool). Tells a change of buffer with an Event, and asks for the next
+    look in ``RESIZE`` seconds: the forecast moves with the clock."""
+    target, error = parse_target((policy or {}).get("leaseWait"))
+    binding = (virtual_target_class.get("spec") or {}).get("bindingMode")
+    if target is None or error or binding == c.BINDING_WAIT_FOR_FIRST_CONSUMER:
+        return None
+    arrivals, cold_starts, since = history(exporter_set, leases, exporters)
+    decision = decide(target, arrivals, [seconds for _, seconds in cold_starts], now.timestamp(), since, floor)
+    if ((exporter_set.get("status") or {}).get("sizing") or {}).get("buffer") != decision.buffer:
+        draft.event("Normal", "WarmBufferSized", decision.message())
+    draft.requeue_at(RESIZE)
+    return decision, decision.to_dict(arrivals, since, cold_starts)

@@ -1,0 +1,236 @@
+"""pool/sizing.py: the warm buffer of a lease-wait target."""
+
+import heapq
+import math
+import random
+
+import pytest
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants as c
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import sizing
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+TARGET = sizing.Target(95.0, 5.0)
+COLD = [30.0] * 10
+
+
+def poisson_cdf(k, mean):
+    return sum(math.exp(-mean) * mean ** i / math.factorial(i) for i in range(k + 1))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.floats(min_value=0.001, max_value=60.0), st.floats(min_value=50.0, max_value=99.9))
+def test_the_poisson_quantile_is_the_least_k_reaching_the_percentile(mean, percentile):
+    k = sizing.poisson_quantile(mean, percentile)
+    assert poisson_cdf(k, mean) >= percentile / 100 - 1e-9
+    assert k == 0 or poisson_cdf(k - 1, mean) < percentile / 100
+
+
+arrival_lists = st.lists(st.floats(min_value=0.0, max_value=3 * sizing.DAY), max_size=200)
+
+
+@settings(max_examples=150, deadline=None)
+@given(arrival_lists, st.lists(st.floats(min_value=1.0, max_value=600.0), max_size=20),
+       st.floats(min_value=0.0, max_value=3 * sizing.DAY), st.integers(0, 5),
+       st.one_of(st.none(), st.integers(0, 8)))
+def test_the_buffer_stays_within_floor_and_ceiling_whatever_the_history(arrivals, cold, now, floor,
+                                                                        ceiling):
+    target = sizing.Target(95.0, 5.0, ceiling)
+    decision = sizing.decide(target, arrivals, cold, now, since=0.0, floor=floor)
+    assert decision.buffer >= floor
+    if ceiling is not None:
+        assert decision.buffer <= max(ceiling, floor)
+    # Only what the API holds decides: the order it is listed in does not.
+    again = sizing.decide(target, list(reversed(arrivals)), list(reversed(cold)), now, 0.0, floor)
+    assert again == decision
+
+
+def test_no_buffer_when_a_cold_start_meets_the_target():
+    busy = [float(t) for t in range(0, 3600, 10)]
+    decision = sizing.decide(sizing.Target(95.0, 60.0), busy, [20.0, 40.0], 3600.0, 0.0)
+    assert (decision.buffer, decision.reason) == (0, sizing.REASON_COLD_START_MEETS_TARGET)
+    # The same history with a cold start longer than the target asks for one.
+    assert sizing.decide(sizing.Target(95.0, 5.0), busy, [20.0, 40.0], 3600.0, 0.0).buffer > 0
+
+
+def test_no_buffer_where_nobody_comes_but_the_floor():
+    decision = sizing.decide(TARGET, [], COLD, sizing.DAY, 0.0, floor=2)
+    assert decision.buffer == 2
+    assert sizing.decide(TARGET, [], COLD, sizing.DAY, 0.0).reason == sizing.REASON_QUIET
+
+
+def base_stock_waits(arrivals, buffer, lead):
+    """Waits of a pool that starts with ``buffer`` ready instances and makes
+    a replacement, ready ``lead`` later, for each lease that arrives."""
+    ready, stock, waits, queue = [], buffer, [], []
+    for a in arrivals:
+        while ready and ready[0] <= a:
+            heapq.heappop(ready)
+            stock += 1
+        heapq.heappush(ready, a + lead)
+        queue.append(a)
+        while queue and stock:
+            stock -= 1
+            waits.append(0.0)
+            queue.pop(0)
+        while queue and not stock:
+            # Served, in order, by the replacements under way.
+            done = heapq.heappop(ready)
+            waits.append(done - queue.pop(0))
+    return waits
+
+
+def share_late(waits, target):
+    return sum(w > target for w in waits) / len(waits)
+
+
+@pytest.mark.parametrize("rate", [1 / 60, 1 / 10, 1 / 2])
+def test_the_buffer_meets_the_percentile_in_a_base_stock_pool_and_is_at_most_one_over(rate):
+    rng = random.Random(7)
+    t, arrivals = 0.0, []
+    while t < 40 * sizing.HOUR:
+        t += rng.expovariate(rate)
+        arrivals.append(t)
+    history, future = [a for a in arrivals if a < sizing.HOUR], arrivals
+    decision = sizing.decide(TARGET, history, COLD, sizing.HOUR, 0.0)
+    assert decision.reason == sizing.REASON_FORECAST
+    least = next(b for b in range(50)
+                 if share_late(base_stock_waits(future, b, COLD[0]), TARGET.wait) <= 0.05)
+    # An hour of history estimates the percentile; it may err one high.
+    assert least <= decision.buffer <= least + 1
+
+
+def burst_history(weeks, at, size=10):
+    return sorted(week * sizing.WEEK + at + i * 2.0 for week in range(weeks) for i in range(size))
+
+
+def test_a_weekly_burst_is_prepared_for_one_cold_start_ahead_and_not_hours_before():
+    at = 2 * sizing.DAY + 9 * sizing.HOUR
+    history = burst_history(3, at)
+    now_week = 3 * sizing.WEEK
+    ahead = sizing.decide(TARGET, history, COLD, now_week + at - 20.0, 0.0)
+    assert ahead.source == "weekly x3"
+    # Ten leases two seconds apart: each finds the 9 before it within 25 s.
+    assert ahead.buffer >= 10
+    early = sizing.decide(TARGET, history, COLD, now_week + at - 3 * sizing.HOUR, 0.0)
+    assert early.buffer == 0
+
+
+def test_a_day_of_history_is_read_daily_before_a_week_is_known():
+    at = 9 * sizing.HOUR
+    history = sorted(day * sizing.DAY + at + i * 2.0 for day in range(2) for i in range(6))
+    decision = sizing.decide(TARGET, history, COLD, 2 * sizing.DAY + at - 10.0, 0.0)
+    assert decision.source == "daily x2"
+    assert decision.buffer >= 6
+
+
+@pytest.mark.parametrize("spec, field", [
+    ("fast", "spec.leaseWait"),
+    ({"target": "5s", "percentile": 100}, "spec.leaseWait.percentile"),
+    ({"target": "soon"}, "spec.leaseWait.target"),
+    ({"target": "5s", "maxBuffer": -1}, "spec.leaseWait.maxBuffer"),
+    ({"target": "5s", "burst": 3}, "spec.leaseWait.burst"),
+])
+def test_a_bad_target_names_its_field(spec, field):
+    target, error = sizing.parse_target(spec)
+    assert target is None
+    assert error.startswith(field + ":")
+
+
+def test_a_target_reads_its_defaults():
+    assert sizing.parse_target({"target": "1m"}) == (sizing.Target(95.0, 60.0, None), None)
+    assert sizing.parse_target(None) == (None, None)
+
+
+def planned(policy_spec, leases, exporters=(), min_available=0):
+    from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import policy
+    from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.plan import scale_plan
+    from pool_builders import NOW, exporter_set, target_class
+
+    the_set = exporter_set(min_available=min_available)
+    the_set["metadata"]["creationTimestamp"] = "2026-11-01T00:00:00Z"
+    return scale_plan(the_set, target_class(), list(exporters), [], NOW, leases=leases,
+                      options={"policy": policy.normalize(policy_spec)})
+
+
+def busy_hour(count, selector=None):
+    from pool_builders import lease
+
+    # One lease every 20 s over the hour before NOW, all ended.
+    return [lease(f"h{i}", created=-3600 + 20 * i, ended=True, selector=selector) for i in range(count)]
+
+
+def test_a_policy_target_sizes_the_buffer_the_plan_creates_and_says_why():
+    plan = planned({"exporterSetName": "rpi4", "leaseWait": {"target": "5s"}}, busy_hour(180))
+    sized = plan["status"]["sizing"]
+    # Each lease found the two before it within the 55 s window (the default
+    # cold start of 60 s less 5 s); Poisson of mean 2 reaches 95% at 5
+    # (P(N <= 4) = 0.947, P(N <= 5) = 0.983): one more, 6.
+    assert (sized["buffer"], sized["reason"], sized["forecast"]) == (6, sizing.REASON_FORECAST, "recent")
+    assert len(plan["create"]) == 6
+    assert any(e["reason"] == "WarmBufferSized" for e in plan["events"])
+    assert plan["requeue_after"] <= sizing.RESIZE
+    # Leases for other boards are no demand of this set.
+    other = planned({"exporterSetName": "rpi4", "leaseWait": {"target": "5s"}},
+                    busy_hour(180, selector={"matchLabels": {"board": "other"}}))
+    assert other["status"]["sizing"]["reason"] == sizing.REASON_QUIET
+    assert other["create"] == []
+
+
+def test_without_a_target_the_buffer_is_minavailable_and_no_sizing_is_shown():
+    plan = planned(None, busy_hour(180), min_available=2)
+    assert "sizing" not in plan["status"]
+    assert len(plan["create"]) == 2
+
+
+def test_a_policy_with_a_bad_target_is_refused_naming_the_field():
+    from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import policy
+
+    errors = policy.validate({"exporterSetName": "rpi4", "leaseWait": {"target": "5s", "percentile": 120}})
+    assert errors == ["spec.leaseWait.percentile: 120 is not a number from 50 to below 100"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=2 ** 40), max_size=300))
+def test_the_recorded_arrivals_read_back_as_written(seconds):
+    text = sizing.encode_arrivals([float(s) for s in seconds])
+    assert sizing.decode_arrivals(text) == sorted(float(s) for s in seconds)[-sizing.MAX_RECORDED:]
+
+
+@pytest.mark.parametrize("text", ["zz.-1", "not base36!", None, 5, "1." * sizing.MAX_RECORD_CHARS])
+def test_a_record_that_is_not_one_reads_as_none(text):
+    assert sizing.decode_arrivals(text) == []
+
+
+def test_the_history_survives_the_leases_garbage_collection():
+    first = planned({"exporterSetName": "rpi4", "leaseWait": {"target": "5s"}}, busy_hour(180))
+    from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import policy
+    from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.plan import scale_plan
+    from pool_builders import NOW, exporter_set, target_class
+
+    # The same set a pass later, every Lease gone with the Exporters that served them.
+    the_set = exporter_set(status=first["status"])
+    again = scale_plan(the_set, target_class(), [], [], NOW, leases=[],
+                       options={"policy": policy.normalize({"exporterSetName": "rpi4",
+                                                            "leaseWait": {"target": "5s"}})})
+    assert again["status"]["sizing"]["buffer"] == first["status"]["sizing"]["buffer"] == 6
+    assert len(sizing.decode_arrivals(again["status"]["sizing"]["arrivals"])) == 180
+
+
+def test_cold_starts_are_remembered_when_the_pool_has_no_exporter_left():
+    from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import policy
+    from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.plan import scale_plan
+    from pool_builders import NOW, exporter, exporter_set, target_class
+
+    spec = {"exporterSetName": "rpi4", "leaseWait": {"target": "5s"}}
+    # Ready 60 s after its creation (pool_builders), so a window of 55 s.
+    slow = exporter("pool-0", created=-600)
+    first = planned(spec, busy_hour(180), exporters=[slow])
+    assert first["status"]["sizing"]["windowSeconds"] == 55.0
+    quick = exporter("pool-1", created=-300)
+    quick["metadata"]["annotations"][c.ANNOTATION_FIRST_READY] = "2026-11-21T07:55:10Z"
+    the_set = exporter_set(status=first["status"])
+    again = scale_plan(the_set, target_class(), [quick], [], NOW, leases=[],
+                       options={"policy": policy.normalize(spec)})
+    # Both cold starts count, the one of the Exporter gone too: (55 + 5) / 2.
+    assert again["status"]["sizing"]["windowSeconds"] == 30.0
