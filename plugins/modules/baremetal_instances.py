@@ -73,7 +73,8 @@ options:
     description:
       - Exporters whose VM is replaced by a fresh one with a fresh disk (InPlaceReuse). A
         running QEMU keeps its open disk file, so QEMU is quit over QMP, the disk recreated
-        with qemu-img and QEMU started again; the exporter keeps running.
+        with qemu-img (and the UEFI variable store copied afresh, for a guest booting the
+        default UEFI) and QEMU started again; the exporter keeps running.
     type: list
     elements: str
     default: []

@@ -30,8 +30,10 @@ from testbed.bed import CACHE_DIR
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "labhosts"
 BIN = Path(sys.executable).parent
-# The test guests are x86_64 only; the hosts have no route to the internet.
-BOOTSTRAP_VARS = {"lab_bootstrap_guest_archs": ["x86_64"]}
+# The test guest's architectures (scripts/guest-image installs their QEMU
+# packages on this machine, whose /usr the hosts share: they have no route
+# to the internet).
+BOOTSTRAP_VARS = {"lab_bootstrap_guest_archs": ["x86_64", "aarch64"]}
 # The guest kernel and initramfs scripts/guest-image makes, and where the hosts keep them.
 GUEST = CACHE_DIR / "guest"
 GUEST_FILES = ("vmlinuz", "initramfs.cpio.gz")
