@@ -46,7 +46,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.time
     format_time,
     parse_time,
 )
-from pool_builders import SET_NAME, exporter, exporter_set, lease, target_class  # noqa: E402
+from pool_builders import SET_NAME, apply_annotation_patches, exporter, exporter_set, lease, target_class  # noqa: E402
 
 # A Monday, so that days of the week fall where the traces put them.
 EPOCH = datetime(2026, 11, 2, tzinfo=UTC)
@@ -297,15 +297,7 @@ class World:
             self.add(entry)
             self.schedule(self.now + cold_start(self.rng), "ready", entry["name"])
             acted = True
-        for name, patch in plan["exporter_annotations"].items():
-            if name not in self.exporters:
-                continue
-            notes = self.exporters[name]["metadata"]["annotations"]
-            for key, value in patch.items():
-                if value is None:
-                    notes.pop(key, None)
-                else:
-                    notes[key] = value
+        apply_annotation_patches(self.exporters, plan["exporter_annotations"])
         self.set["status"] = plan["status"]
         return acted
 

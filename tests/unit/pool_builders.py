@@ -120,3 +120,16 @@ def lease(name, selector=None, assigned=None, ended=False, begin=None, created=-
     if ended:
         obj["status"]["ended"] = True
     return obj
+
+
+def apply_annotation_patches(exporters, patches):
+    """A plan's ``exporter_annotations`` on ``exporters`` (by name), as the
+    merge patches write them: None removes a key. A patch of an Exporter
+    that is not there is a KeyError: a plan never patches one it deletes."""
+    for name, patch in patches.items():
+        notes = exporters[name]["metadata"]["annotations"]
+        for key, value in patch.items():
+            if value is None:
+                notes.pop(key, None)
+            else:
+                notes[key] = value

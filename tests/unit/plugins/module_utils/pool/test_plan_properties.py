@@ -38,7 +38,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.time
 )
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pool_builders import NOW, SET_NAME, exporter, exporter_set, lease, target_class
+from pool_builders import NOW, SET_NAME, apply_annotation_patches, exporter, exporter_set, lease, target_class
 
 
 def lease_name(exporter):
@@ -128,13 +128,7 @@ class World:
             self.instances[entry["name"]] = {"phase": "Pending"}
         for entry in plan["delete_dormant"]:
             self.exporters.pop(entry["name"])
-        for name, patch in plan["exporter_annotations"].items():
-            notes = self.exporters[name]["metadata"]["annotations"]
-            for key, value in patch.items():
-                if value is None:
-                    notes.pop(key, None)
-                else:
-                    notes[key] = value
+        apply_annotation_patches(self.exporters, plan["exporter_annotations"])
         # The plan's status carries the operator state with its patch applied.
         self.set["status"] = plan["status"]
 
