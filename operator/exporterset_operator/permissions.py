@@ -17,6 +17,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils impo
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import permissions
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+from urllib3.exceptions import HTTPError
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +66,7 @@ def probe(api_client, namespace: str | None, provisioners=()) -> permissions.Per
                 for need in needs:
                     rules += _access_rule(api_client, namespace, *need)
         found = permissions.Permissions(permissions.missing(rules, features))
-    except (ApiException, OSError, ValueError) as exc:
+    except (ApiException, HTTPError, OSError, ValueError) as exc:
         log.warning("cannot ask the API server what this account may do; every feature stays on",
                     extra={"error": str(exc)[:300]})
         return permissions.ALL_GRANTED

@@ -18,6 +18,7 @@ from kubernetes.client.rest import ApiException
 from pool_builders import exporter_set, target_class
 from test_operator_reconcilers import Store, caches
 from upstream_slot import SLOT_RULES
+from urllib3.exceptions import MaxRetryError
 
 SLOT = [{"apiGroups": [g], "resources": list(r), "verbs": list(v)} for g, r, v in SLOT_RULES]
 LIMITED = permissions.Permissions.from_rules(SLOT)
@@ -68,9 +69,14 @@ def test_watching_every_namespace_nothing_is_asked_and_every_feature_is_on(monke
     assert asked == []
 
 
-def test_when_the_api_server_cannot_say_every_feature_stays_on(monkeypatch):
+@pytest.mark.parametrize("error", [
+    ApiException(status=403),
+    # The API server not reachable yet: the operator starts and answers its probes.
+    MaxRetryError(None, "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews", "Connection refused"),
+])
+def test_when_the_api_server_cannot_say_every_feature_stays_on(monkeypatch, error):
     def refused(kind, spec):
-        raise ApiException(status=403)
+        raise error
 
     scripted(monkeypatch, refused)
     assert probing.probe(None, "lab", ["qemu.jumpstarter.dev"]) == permissions.ALL_GRANTED
