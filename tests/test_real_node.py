@@ -22,10 +22,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.constants import PROVISIONER_QEMU
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu.argv import (
     disk_create_argv,
     qemu_argv,
 )
+from exporterset_operator import election
 from kubernetes import client
 from operator_pod import OPERATOR_IMAGE
 from pool_helpers import SET_LABEL, make_class, make_set
@@ -396,7 +398,8 @@ def test_operator_installed_with_kubectl_apply_k_runs_as_a_pod_and_reconciles_a_
             assert conditions["Progressing"]["status"] == "True", conditions["Progressing"]
             assert conditions["Degraded"]["status"] == "False", conditions["Degraded"]
             print(f"set reconciled by the operator Pod {time.monotonic() - reconciled:.1f} s after it was made")
-        lease = json.loads(bed.kubectl("get", "lease", "-n", operator_namespace, deployment, "-o", "json").stdout)
+        lease = json.loads(bed.kubectl("get", "lease", "-n", operator_namespace,
+                                       election.lease_name(PROVISIONER_QEMU), "-o", "json").stdout)
         # HOSTNAME_PID of the leader: the host's name (the Pod is on its
         # network, and so in its UTS namespace) and PID 1, the container's
         # own process, not one of the host.
