@@ -14,13 +14,17 @@ root filesystem.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
 from pathlib import Path
 
 import yaml
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import pod as k8s_pod
+from image_servers import ImageServer
 from testbed.bed import free_ports
+from testbed.node import RealNode
 
 ROOT = Path(__file__).resolve().parents[1]
 OVERLAY = ROOT / "tests" / "overlays" / "realnode-operator"
@@ -28,6 +32,30 @@ DEPLOYMENT = "exporterset-operator-qemu"
 # The image the overlay names (its `images` entry): the node's containerd
 # must hold the operator image under this name.
 OPERATOR_IMAGE = "jve.local/operator:local"
+
+
+@contextlib.contextmanager
+def pod_node(bed, workdir: Path, name: str):
+    """A real node of ``bed`` holding the project's images under the names
+    the Pods and the operator's overlay give them, with the node's image
+    cache made as docs/install.md tells a node's admin (a hostPath the
+    kubelet would create root's own, where the images init container, uid
+    1001, could not write) and a server of the guest's files on its address."""
+    node = RealNode(bed, workdir / "node", name=name, images=("qemu-runtime", "exporter", "operator"),
+                    aliases={"exporter": k8s_pod.DEFAULT_IMAGES["exporter"]["image"],
+                             "qemu-runtime": k8s_pod.DEFAULT_IMAGES["runtime"]["image"],
+                             "operator": OPERATOR_IMAGE})
+    node.up()
+    print(f"real node {node.name} ready in {node.startup_seconds:.1f} s")
+    cache = Path(k8s_pod.NODE_IMAGE_CACHE)
+    cache.mkdir(parents=True, exist_ok=True)
+    os.chown(cache, k8s_pod.IMAGE_FETCH_UID, k8s_pod.IMAGE_FETCH_UID)
+    node.images = ImageServer(workdir / "images", address=node.ip)
+    try:
+        yield node
+    finally:
+        node.images.close()
+        node.down()
 
 
 class OperatorPod:

@@ -35,15 +35,14 @@ from pathlib import Path
 
 import pytest
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import pod as k8s_pod
-from image_servers import ImageServer
 from jumpstarter_standin import condition_true, wait_for
 from jumpstarter_standin.pytest_plugin import serve_namespace
 from kubernetes import client
-from operator_pod import OPERATOR_IMAGE, OperatorPod
+from operator_pod import OperatorPod, pod_node
 from pool_helpers import GROUP, SET_LABEL, make_class, make_set
 from qemu_vm import GUEST_BANNER, GUEST_DIR, guest_parameters
 from testbed import namespace_name
-from testbed.node import NODE_LABEL, TAINT_KEY, RealNode
+from testbed.node import NODE_LABEL, TAINT_KEY
 
 pytestmark = [pytest.mark.realnode, pytest.mark.testbed]
 
@@ -143,27 +142,8 @@ def real_node(testbed, tmp_path_factory):
     """The module's real node, with the project's images under the
     provisioner's default names, and a server of the guest's files on the
     node's address."""
-    workdir = tmp_path_factory.mktemp("incluster")
-    defaults = {"exporter": k8s_pod.DEFAULT_IMAGES["exporter"]["image"],
-                "qemu-runtime": k8s_pod.DEFAULT_IMAGES["runtime"]["image"],
-                # The name the operator's kustomize overlay gives its image.
-                "operator": OPERATOR_IMAGE}
-    node = RealNode(testbed, workdir / "node", name="incluster-node",
-                    images=("qemu-runtime", "exporter", "operator"), aliases=defaults)
-    node.up()
-    print(f"real node {node.name} ready in {node.startup_seconds:.1f} s")
-    # The node's image cache, made as docs/install.md tells a node's admin:
-    # a hostPath the kubelet would create root's own, where the images init
-    # container (uid 1001) could not write.
-    cache = Path(k8s_pod.NODE_IMAGE_CACHE)
-    cache.mkdir(parents=True, exist_ok=True)
-    os.chown(cache, k8s_pod.IMAGE_FETCH_UID, k8s_pod.IMAGE_FETCH_UID)
-    node.images = ImageServer(workdir / "images", address=node.ip)
-    try:
+    with pod_node(testbed, tmp_path_factory.mktemp("incluster"), "incluster-node") as node:
         yield node
-    finally:
-        node.images.close()
-        node.down()
 
 
 @pytest.fixture

@@ -23,24 +23,20 @@ it needs); run under ``flock /tmp/jve-realnode.lock``.
 from __future__ import annotations
 
 import json
-import os
 import socket
 import time
 from datetime import UTC, datetime
-from pathlib import Path
 
 import pytest
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import pod as k8s_pod
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import permissions
-from image_servers import ImageServer
 from jumpstarter_standin import condition_true, wait_for
 from jumpstarter_standin.pytest_plugin import serve_namespace
 from kubernetes import client
-from operator_pod import OPERATOR_IMAGE
+from operator_pod import OPERATOR_IMAGE, pod_node
 from pool_helpers import GROUP, SET_LABEL, condition, get_set, make_set
 from test_incluster_pool import BOARD, guest_class
 from test_operator_rbac import SELF_REVIEWS, _written_after, audited
-from testbed.node import NODE_LABEL, TAINT_KEY, RealNode
+from testbed.node import NODE_LABEL, TAINT_KEY
 from upstream_slot import granted, slot_name, slot_objects
 
 pytestmark = [pytest.mark.testbed, pytest.mark.slow]
@@ -92,22 +88,8 @@ def slot_bed(testbed_factory, tmp_path_factory):
     """A bed with its audit log on, a real node holding the project's images,
     and a server of the guest's files on the node's address."""
     bed = testbed_factory("upstream-slot", audit=True)
-    workdir = tmp_path_factory.mktemp("slot")
-    node = RealNode(bed, workdir / "node", name="slot-node", images=("qemu-runtime", "exporter", "operator"),
-                    aliases={"exporter": k8s_pod.DEFAULT_IMAGES["exporter"]["image"],
-                             "qemu-runtime": k8s_pod.DEFAULT_IMAGES["runtime"]["image"],
-                             "operator": OPERATOR_IMAGE})
-    node.up()
-    print(f"real node {node.name} ready in {node.startup_seconds:.1f} s")
-    cache = Path(k8s_pod.NODE_IMAGE_CACHE)
-    cache.mkdir(parents=True, exist_ok=True)
-    os.chown(cache, k8s_pod.IMAGE_FETCH_UID, k8s_pod.IMAGE_FETCH_UID)
-    node.images = ImageServer(workdir / "images", address=node.ip)
-    try:
+    with pod_node(bed, tmp_path_factory.mktemp("slot"), "slot-node") as node:
         yield bed, node
-    finally:
-        node.images.close()
-        node.down()
 
 
 class View:
