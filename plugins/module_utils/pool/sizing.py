@@ -36,7 +36,7 @@ the scale-down cooldown stay the planner's.
 
 import bisect
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants as c
@@ -261,8 +261,7 @@ def _bounded(target, floor, decision):
         buffer, reason = target.max_buffer, REASON_CEILING
     if buffer < floor:
         buffer, reason = floor, REASON_FLOOR
-    return Decision(buffer, reason, decision.cold_start, decision.window, decision.pressure,
-                    decision.model_buffer, decision.source)
+    return replace(decision, buffer=buffer, reason=reason)
 
 
 def history(exporter_set, leases, exporters):
