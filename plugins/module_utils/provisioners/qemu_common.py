@@ -143,13 +143,14 @@ QEMU_PROPERTIES = {
         "string",
         "Guest architecture. Without it, the machine type decides (virt: aarch64, q35 or pc: "
         "x86_64), then the hosts' arch when they all give the same one (qemu-baremetal), "
-        "then x86_64.",
+        "then x86_64. arm is 32-bit ARM (qemu-system-arm, machine virt), which boots the "
+        "kernel or firmware it is given.",
         default="from machineType, else x86_64",
         enum=tuple(MACHINE_TYPES_BY_ARCH),
     ),
     "machineType": Field(
         "string",
-        "QEMU machine type; q35 or pc for x86_64, virt for aarch64 (default: q35 or virt, "
+        "QEMU machine type; q35 or pc for x86_64, virt for aarch64 and arm (default: q35 or virt, "
         "after the arch). An aarch64 virt guest given neither firmware nor kernel boots UEFI: "
         "Debian's AAVMF (qemu-efi-aarch64), /usr/share/AAVMF/AAVMF_CODE.fd read-only, and a "
         "variable store of the instance's own, a copy of AAVMF_VARS.fd made fresh at every "
@@ -159,8 +160,9 @@ QEMU_PROPERTIES = {
     ),
     "cpuModel": Field("string", "QEMU -cpu model, e.g. max or host: one name of letters, digits, '.', "
                       "'_' and '-' (no feature list: no ',' or '='). Default: host under KVM; "
-                      "under TCG max for x86_64 and cortex-a57 for aarch64 (an aarch64 max "
-                      "emulates pointer authentication, which slows a boot several times)."),
+                      "under TCG max for x86_64, cortex-a57 for aarch64 (an aarch64 max "
+                      "emulates pointer authentication, which slows a boot several times) and "
+                      "cortex-a15 for arm."),
     "firmware": _file_ref("Firmware blob loaded at boot (QEMU's -bios); replaces the default "
                           "UEFI of an aarch64 virt guest (machineType).", "firmware"),
     "kernel": _image_ref("Kernel for direct boot (an aarch64 guest given one boots it without UEFI)."),
@@ -200,6 +202,14 @@ def _machine_type_fits_arch(parameters, errors):
     if machine not in MACHINE_TYPES_BY_ARCH[arch]:
         allowed = ", ".join(MACHINE_TYPES_BY_ARCH[arch])
         errors.append(f"{ROOT}.machineType: {machine!r} does not fit arch {arch} (use {allowed})")
+
+
+def _arm_guest_has_something_to_boot(parameters, errors):
+    """A 32-bit arm guest boots what it is given: no UEFI for it is installed
+    where QEMU runs (the runtime image and lab_bootstrap carry aarch64's)."""
+    if guest_arch(parameters) == "arm" and not parameters.get("kernel") and not parameters.get("firmware"):
+        errors.append(f"{ROOT}.kernel: an arm guest needs a kernel or firmware to boot (no default UEFI "
+                      "is installed for 32-bit arm, as AAVMF is for aarch64)")
 
 
 def _memory_at_least_minimum(parameters, errors):
@@ -245,8 +255,8 @@ def _values_fit_the_command_line(parameters, errors):
                   if field not in named)
 
 
-QEMU_RULES = (_machine_type_fits_arch, _memory_at_least_minimum, _image_refs_name_a_source,
-              _digests_are_sha256, _values_fit_the_command_line)
+QEMU_RULES = (_machine_type_fits_arch, _arm_guest_has_something_to_boot, _memory_at_least_minimum,
+              _image_refs_name_a_source, _digests_are_sha256, _values_fit_the_command_line)
 
 # What a set may not raise above its class (``Provisioner.resource_ceilings``):
 # a missing value is the schema's default, so dropping the class's value

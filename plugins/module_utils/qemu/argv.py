@@ -60,8 +60,9 @@ FETCHED_IMAGE_NAMES = {
     "disk": "disk.base",
 }
 
-# The machine types of each guest architecture (the parameters' schema offers these).
-MACHINE_TYPES_BY_ARCH = {"x86_64": ("q35", "pc"), "aarch64": ("virt",)}
+# The machine types of each guest architecture (the parameters' schema offers
+# these). A virt machine with no arch is aarch64 (the first that has it).
+MACHINE_TYPES_BY_ARCH = {"x86_64": ("q35", "pc"), "aarch64": ("virt",), "arm": ("virt",)}
 DEFAULT_ARCH = "x86_64"
 DEFAULT_MEMORY = "1Gi"
 
@@ -71,11 +72,14 @@ DEFAULT_MEMORY = "1Gi"
 # an aarch64 "max" has pointer authentication, whose emulation made the
 # test guest's boot more than four times slower (cortex-a57: 15 s on a
 # loaded 2-core machine; max: not done after 60 s). cortex-a57 (ARMv8.0) is
-# what Jumpstarter's QEMU driver emulates.
+# what Jumpstarter's QEMU driver emulates. 32-bit arm: cortex-a15 (ARMv7
+# with LPAE, so more than 3 GiB of guest memory), what Debian's armmp
+# kernels run on.
 _ARCH = {
     "x86_64": {"binary": "qemu-system-x86_64", "machine": "q35", "console": "ttyS0", "tcg_cpu": "max"},
     "aarch64": {"binary": "qemu-system-aarch64", "machine": "virt", "console": "ttyAMA0",
                 "tcg_cpu": "cortex-a57"},
+    "arm": {"binary": "qemu-system-arm", "machine": "virt", "console": "ttyAMA0", "tcg_cpu": "cortex-a15"},
 }
 # Under KVM the host CPU is passed through.
 _KVM_CPU_MODEL = "host"

@@ -58,7 +58,7 @@ def test_valid_parameters(provisioner, parameters):
         (QEMU, {"resources": {"memory": "1Gi", "cpu": "500m"}},
          'parameters.resources.cpu: "500m" must be a whole number of CPUs >= 1'),
         (QEMU, {"arch": "riscv64", "resources": {"memory": "1Gi"}},
-         "parameters.arch: 'riscv64' is not one of x86_64, aarch64"),
+         "parameters.arch: 'riscv64' is not one of x86_64, aarch64, arm"),
         (QEMU, {"arch": "x86_64", "machineType": "virt"},
          "parameters.machineType: 'virt' does not fit arch x86_64 (use q35, pc)"),
         (QEMU, {"arch": "aarch64", "machineType": "q35", "resources": {"memory": "1Gi"}},

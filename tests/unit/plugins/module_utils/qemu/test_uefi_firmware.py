@@ -78,13 +78,13 @@ IMAGE = st.one_of(st.none(), st.just({"path": "/images/file"}),
 @st.composite
 def qemu_parameters(draw):
     parameters = {}
-    for key, values in (("arch", ("x86_64", "aarch64")), ("machineType", ("virt", "q35", "pc"))):
+    for key, values in (("arch", ("x86_64", "aarch64", "arm")), ("machineType", ("virt", "q35", "pc"))):
         value = draw(st.one_of(st.none(), st.sampled_from(values)))
         if value is not None:
             parameters[key] = value
     if draw(st.booleans()):
         parameters["hosts"] = [{"name": f"h{i}", "arch": arch}
-                               for i, arch in enumerate(draw(st.lists(st.sampled_from(("x86_64", "aarch64")),
+                               for i, arch in enumerate(draw(st.lists(st.sampled_from(("x86_64", "aarch64", "arm")),
                                                                       min_size=1, max_size=3)))]
     for key in ("firmware", "kernel", "initrd"):
         image = draw(IMAGE)
@@ -98,7 +98,7 @@ def test_uefi_exactly_for_an_aarch64_virt_guest_given_no_firmware_and_no_kernel(
     """Whatever the parameters combine: the flash devices, the vars copy and
     -bios/-kernel never meet, and the copy QEMU boots is the one made."""
     arch = guest_arch(parameters)
-    machine = parameters.get("machineType") or {"x86_64": "q35", "aarch64": "virt"}[arch]
+    machine = parameters.get("machineType") or {"x86_64": "q35", "aarch64": "virt", "arm": "virt"}[arch]
     wanted = (arch == "aarch64" and machine == "virt"
               and "firmware" not in parameters and "kernel" not in parameters)
     argv = qemu_argv(parameters, run_dir=run_dir, name="x")
