@@ -41,6 +41,9 @@ class Wanted:
             self.cooldown = parse_duration(DEFAULT_SCALE_DOWN_COOLDOWN)
         waits_for_consumer = class_spec.get("bindingMode") == c.BINDING_WAIT_FOR_FIRST_CONSUMER
         self.warm_buffer = 0 if waits_for_consumer else (spec.get("minAvailableReplicas") or 0)
+        if waits_for_consumer and (options.get("policy") or {}).get("leaseWait"):
+            self.warnings.append("ExporterSetPolicy spec.leaseWait: ignored: the class binds on first consumer "
+                                 "(bindingMode WaitForFirstConsumer), so the set keeps no warm buffer to size")
         # Rollout of changes (rollout.py): what a new Exporter is made from, and
         # whether outdated ones are replaced (never while the set is invalid:
         # nothing could be made in their place).

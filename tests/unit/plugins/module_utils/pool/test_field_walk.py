@@ -1,6 +1,7 @@
 """Nothing a user writes is dropped without a word: a walk over every field
-of the ExporterSet and VirtualTargetClass schemas (config/crd/*.yaml),
-generated from the schemas, so a field added there is walked too.
+of the ExporterSet, VirtualTargetClass and ExporterSetPolicy schemas
+(config/crd/*.yaml), generated from the schemas, so a field added there is
+walked too.
 
 Each field, set to a value of its own on a set and class that make an
 instance of qemu.jumpstarter.dev, must change what one pass produces (the
@@ -9,6 +10,12 @@ the class asks for) or be named on the set (``FieldsIgnored``, Degraded).
 A field whose effect needs more than one pass from scratch (a cooldown
 needs surplus, a class name is resolved before the plan) names the test
 that shows it (``EFFECT_SHOWN_BY``); that test must exist.
+
+A policy's field is walked on a policy in force for the set, over a pool
+that has something for it to act on (idle members beyond the floor, made
+from an older template, of different ages and labels), under both binding
+modes of the class: it changes the pass (the set's plan and status, the
+policy's own status) or is named on the set or on the policy.
 """
 
 import copy
@@ -18,11 +25,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants as c
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import lifecycle
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import pod as k8s_pod
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import rollout
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import policy, rollout
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.plan import scale_plan
-from pool_builders import NOW, exporter_set, target_class
+from pool_builders import NOW, SET_NAME, exporter, exporter_set, target_class
 
 ROOT = Path(__file__).resolve().parents[5]
 QEMU = "jumpstarter_driver_qemu.driver.Qemu"
@@ -198,3 +206,107 @@ def test_the_walk_covers_every_field_it_has_a_sample_or_witness_for():
     walked = {".".join(path) for _, path, _ in FIELDS}
     assert set(SAMPLES) - walked == set()
     assert set(EFFECT_SHOWN_BY) - walked == set()
+    policy_walked = {".".join(path) for path, _ in POLICY_FIELDS}
+    assert set(POLICY_SAMPLES) - policy_walked == set()
+    assert set(POLICY_EFFECT_SHOWN_BY) - policy_walked == set()
+    assert {key for key in POLICY_BASE if not any(name.startswith(key) for name in policy_walked)} == set()
+
+
+# -- ExporterSetPolicy ---------------------------------------------------------
+
+POLICY_FIELDS = schema_fields("exportersetpolicies")
+POLICY_SAMPLES = {
+    "spec.exporterSetName": "another-set",
+    "spec.paused": True,
+    "spec.scaleIn.preferSelector.matchLabels": {"tier": "spare"},
+    "spec.scaleIn.preferSelector.matchExpressions.[].key": "board",
+    "spec.scaleIn.preferSelector.matchExpressions.[].operator": "NotIn",
+    "spec.scaleIn.preferSelector.matchExpressions.[].values": ["gold"],
+    "spec.healing.minFailingDuration": "10m",
+    "spec.healing.unschedulableBackoff.base": "2m",
+    "spec.healing.unschedulableBackoff.max": "2h",
+    "spec.leaseWait.target": "30s",
+}
+# What the policy of the walk holds besides its set's name, for the fields
+# under each key: an item of the list, the field that makes the object valid.
+POLICY_BASE = {
+    "spec.scaleIn.preferSelector.matchExpressions": ("scaleIn", {
+        "preferSelector": {"matchExpressions": [{"key": "tier", "operator": "In", "values": ["spare"]}]}}),
+    "spec.leaseWait": ("leaseWait", {"target": "5m"}),
+}
+# Policy fields whose effect needs what one pass over the walk's pool does
+# not have (failures in a row, an unschedulable instance, a lease history).
+_HEALING = "tests/unit/plugins/module_utils/pool/test_plan_healing.py"
+POLICY_EFFECT_SHOWN_BY = {
+    "spec.rollout.maxUnavailable": ("tests/unit/plugins/module_utils/pool/test_rollout_plan.py",
+                                    "test_proactive_respects_max_unavailable_and_the_warm_buffer"),
+    "spec.healing.startupFailureThreshold": (_HEALING, "test_startup_failure_threshold_from_the_policy"),
+    "spec.healing.minFailingDuration": (_HEALING, "test_min_failing_duration_holds_replica_failure_back"),
+    "spec.healing.unschedulableBackoff.base": (_HEALING, "test_unschedulable_backoff_grows"),
+    "spec.healing.unschedulableBackoff.max": (_HEALING, "test_unschedulable_backoff_grows"),
+    "spec.leaseWait.percentile": ("tests/unit/plugins/module_utils/pool/test_sizing.py",
+                                  "test_the_buffer_meets_the_percentile_in_a_base_stock_pool_and_is_at_most_one_over"),
+    "spec.leaseWait.maxBuffer": ("tests/unit/plugins/module_utils/pool/test_sizing.py",
+                                 "test_the_buffer_stays_within_floor_and_ceiling_whatever_the_history"),
+}
+BINDINGS = ("Immediate", c.BINDING_WAIT_FOR_FIRST_CONSUMER)
+
+
+def policy_walk_objects(name, binding):
+    """The walk's set (three kept, at least: minReplicas), its class, its pool
+    (four idle members of an older template, oldest first, the third
+    labelled tier=spare) and the policy for the field ``name``."""
+    the_set = exporter_set(min_replicas=3, min_available=1, max_replicas=8, cooldown="0s")
+    vclass = target_class(binding=binding)
+    pool = [exporter(f"pool-{index}", created=-4000 + 1000 * index,
+                     labels={"board": "rpi4", "virtual": "true", **({"tier": "spare"} if index == 2 else {})},
+                     annotations={c.ANNOTATION_TEMPLATE_HASH: "0" * rollout.HASH_LENGTH})
+            for index in range(4)]
+    esp = {"metadata": {"name": "walk-policy", "namespace": "lab", "generation": 1},
+           "spec": {"exporterSetName": SET_NAME}}
+    for key, (section, value) in POLICY_BASE.items():
+        if name.startswith(key):
+            esp["spec"][section] = copy.deepcopy(value)
+    return the_set, vclass, pool, esp
+
+
+def observe_policy(the_set, vclass, pool, esp):
+    """One pass with the policy as the operator reads it (``policy_for``):
+    the set's plan, and the policy's own status; the conditions of both."""
+    in_force, invalid = policy.policy_for(the_set, [esp])
+    plan = policy.apply_to_plan(scale_plan(the_set, vclass, pool, [], NOW, options={"policy": in_force}),
+                                the_set, invalid, NOW)
+    esp_status = policy.desired_status(esp, [esp], [the_set], NOW)
+    text = json.dumps({"plan": plan, "policy": esp_status}, sort_keys=True, default=str)
+    return (re.sub(rf"\b[0-9a-f]{{{rollout.HASH_LENGTH}}}\b", "<hash>", text),
+            plan["status"]["conditions"] + esp_status["conditions"])
+
+
+def _names(message, path):
+    """Whether ``message`` names the field at ``path`` or an object it is in
+    (``spec.leaseWait`` names each of its fields)."""
+    return any(".".join(path[:end]).replace(".[]", "[]") in message for end in range(2, len(path) + 1)) \
+        or path[-1] in message
+
+
+@pytest.mark.parametrize("binding", BINDINGS)
+@pytest.mark.parametrize(("path", "schema"), POLICY_FIELDS, ids=[".".join(p) for p, _ in POLICY_FIELDS])
+def test_every_policy_field_takes_effect_or_is_named(path, schema, binding):
+    name = ".".join(path)
+    if name in POLICY_EFFECT_SHOWN_BY:
+        test_file, test_name = POLICY_EFFECT_SHOWN_BY[name]
+        text = (ROOT / test_file).read_text()
+        assert f"def {test_name}(" in text, f"{name}: {test_file}::{test_name} is gone"
+        return
+    the_set, vclass, pool, esp = policy_walk_objects(name, binding)
+    before, _ = observe_policy(the_set, vclass, pool, esp)
+    value = POLICY_SAMPLES[name] if name in POLICY_SAMPLES else sample(path, schema)
+    put(esp, path, value)
+    assert policy.validate(esp["spec"]) == [], f"{name}: the walk's sample {value!r} is not a valid policy"
+    after, conditions = observe_policy(the_set, vclass, pool, esp)
+    if after != before:
+        return
+    named = [x for x in conditions if _names(x["message"], path) and (
+        (x["status"] == "True" and x["type"] in ("FieldsIgnored", "Degraded"))
+        or (x["status"] == "False" and x["type"] in (c.CONDITION_POLICY_VALID, policy.CONDITION_VALID)))]
+    assert named, f"ExporterSetPolicy {name} ({binding}): setting it changes nothing and nothing names it"
