@@ -78,6 +78,7 @@ Pure: no I/O.
 """
 
 import copy
+import ipaddress
 import re
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants, provisioners
@@ -371,37 +372,127 @@ def _driver_violations(virtual_target_class, exporter_set, allowed):
     return violations
 
 
-def driver_reach(config):
-    """``host:port`` (``[v6]:port``; the host alone without a port) that a
-    template driver's ``config`` names, or None when it names no ``host``."""
-    if not isinstance(config, dict) or config.get("host") in (None, ""):
-        return None
-    host, port = str(config["host"]), config.get("port")
-    if ":" in host and not host.startswith("["):
-        host = f"[{host}]"
-    return host if port in (None, "") else f"{host}:{port}"
+# Keys whose value names a host wherever they are in a driver's config
+# (compared without case, "_", "-" or "."): ``host``, ``remote_host``,
+# ``hostname``, ``address``, ``server``, ``endpoint``, ``ip``... A MAC
+# address is not one.
+_HOST_KEY = re.compile(r"(host|hostname|hostaddr|addr|address|server|endpoint|ip|remote|peer|proxy)$")
+_PORT_KEY = "port"
+# A string that names a connection wherever it is: a url with an authority,
+# ``host:port`` (a path may follow), an IP address.
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://(?P<authority>[^/?#]*)")
+_HOST_PORT = re.compile(r"^(?P<host>[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\])"
+                        r":(?P<port>[0-9]{1,5})(?:/.*)?$", re.DOTALL)
+
+
+def _key(key):
+    return re.sub(r"[-_.]", "", str(key)).lower()
+
+
+def _is_ip(text):
+    try:
+        ipaddress.ip_address(text.strip("[]"))
+    except ValueError:
+        return False
+    return True
+
+
+def _bracketed(host):
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
+def _named_connection(text, host_key):
+    """``(host, port or None, complete)`` that the string ``text`` names, or
+    None. ``complete``: its port is its own (a url's, ``host:port``); a bare
+    host takes the ports its config names. Under a host key any value is a
+    host; elsewhere only a url, ``host:port`` or an IP address is."""
+    text = text.strip()
+    if _is_ip(text):
+        return _bracketed(text.strip("[]")), None, False
+    url = _URL.match(text)
+    if url:
+        authority = url.group("authority")
+        if not authority:
+            return None
+        match = _AUTHORITY.match(authority)
+        if not match:
+            return authority, None, True
+        return match.group("host"), match.group("port"), True
+    match = _HOST_PORT.match(text)
+    if match:
+        return match.group("host"), match.group("port"), True
+    return (_bracketed(text), None, False) if host_key and text else None
+
+
+def driver_reach_targets(config):
+    """``[(path, host:port)]``: every connection a template driver's ``config``
+    names, at any depth, through mappings and lists (``path`` from the config,
+    e.g. ``.host``, ``.backends[1].url``): a value under a host key (a
+    number too), and any url, ``host:port`` or IP address (a mapping key
+    too). A bare host takes its own mapping's ``port``, else every ``port``
+    the config names, else none (``[v6]``, ``[v6]:port``; lowercase). A
+    ``port`` without a host anywhere is pointed at the guest by the
+    provisioner and names nothing."""
+    hosts, ports = [], []
+
+    def walk(value, path, host_key, sibling_port):
+        if isinstance(value, dict):
+            own = next((v for k, v in value.items() if _key(k) == _PORT_KEY and v not in (None, "")
+                        and not isinstance(v, (dict, list))), None)
+            for key, item in value.items():
+                if _key(key) == _PORT_KEY and not isinstance(item, (dict, list)):
+                    if item not in (None, ""):
+                        ports.append(str(item))
+                    continue
+                named = _named_connection(str(key), False)
+                if named:
+                    hosts.append((f"{path}.{key}", named, own))
+                walk(item, f"{path}.{key}", bool(_HOST_KEY.search(_key(key))) and not _key(key).startswith("mac"),
+                     own)
+        elif isinstance(value, list):
+            for index, item in enumerate(value):
+                walk(item, f"{path}[{index}]", host_key, sibling_port)
+        elif isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            named = _named_connection(str(value), host_key)
+            if named:
+                hosts.append((path, named, sibling_port))
+
+    walk(config, "", False, None)
+    targets = []
+    for path, (host, port, complete), sibling in hosts:
+        host = host.lower()
+        if complete or port is not None:
+            choices = [port]
+        elif sibling not in (None, ""):
+            choices = [str(sibling)]
+        else:
+            choices = sorted(set(ports)) or [None]
+        targets += [(path, host if choice is None else f"{host}:{choice}") for choice in choices]
+    return targets
 
 
 def reach_violations(exporter_set, allowed):
-    """One message per template driver whose config names a ``host`` that the
-    class's ``reach`` entry does not list as ``host:port``.
+    """One message per connection a template driver's config names (any
+    depth, ``driver_reach_targets``) that the class's ``reach`` entry does
+    not list as ``host:port``.
 
-    A driver without a ``host`` (a TcpNetwork that names a port alone) is
+    A driver without a host (a TcpNetwork that names a port alone) is
     pointed at the guest by the provisioner and needs no entry.
     """
     drivers = ((((exporter_set or {}).get("spec") or {}).get("template") or {}).get("spec")
                or {}).get("drivers")
-    reach = allowed.get(REACH_FIELD) or set()
+    reach = {entry.lower() for entry in allowed.get(REACH_FIELD) or ()}
+    listed = ", ".join(sorted(reach)) if reach else "none"
     violations = []
     for index, driver in enumerate(drivers if isinstance(drivers, list) else ()):
-        target = driver_reach(driver.get("config") if isinstance(driver, dict) else None)
-        if target is None or target in reach:
-            continue
-        listed = ", ".join(sorted(reach)) if reach else "none"
-        violations.append(
-            f"spec.template.spec.drivers[{index}].config.host: {_show(target)} is not a host:port the "
-            f"class lets a set reach ({_REACH_WHY}); the class allows: {listed} ({REACH_FIELD} in "
-            "the class's annotation lists them)")
+        config = driver.get("config") if isinstance(driver, dict) else None
+        for path, target in driver_reach_targets(config if isinstance(config, (dict, list)) else None):
+            if target in reach:
+                continue
+            violations.append(
+                f"spec.template.spec.drivers[{index}].config{path}: {_show(target)} is not a host:port the "
+                f"class lets a set reach ({_REACH_WHY}); the class allows: {listed} ({REACH_FIELD} in "
+                "the class's annotation lists them)")
     return violations
 
 
