@@ -19,19 +19,34 @@ import threading
 import time
 from collections.abc import Callable
 
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import service_level, sizing
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 log = logging.getLogger(__name__)
 
 SET_LABELS = ("namespace", "exporterset")
+# What lessees feel, per set and the provisioner that serves it (no lease or
+# Exporter names: one series per set, whatever its traffic).
+SERVICE_LABELS = (*SET_LABELS, "provisioner")
+WAIT_BUCKETS = (0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800)
+READY_BUCKETS = (1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800)
 
 
 PREFIX = "jumpstarter_exporterset_"
 
 
+def _remove(metric, *labels) -> None:
+    try:
+        metric.remove(*labels)
+    except KeyError:
+        pass
+
+
 class Metrics:
-    def __init__(self) -> None:
+    def __init__(self, started: float | None = None) -> None:
+        """``started``: seconds since the epoch from which lease waits and
+        cold starts are observed (the process's start)."""
         self.registry = CollectorRegistry()
 
         def new(kind, name: str, help_text: str, labels=(), **kwargs):
@@ -75,18 +90,88 @@ class Metrics:
             Gauge, "leader", "1 while this process leads (or runs without leader election) and reconciles, else 0.",
         )
         self.pending_demand = new(Gauge, "pending_demand", "Pending leases attributed to the set.", SET_LABELS)
+        self.lease_wait = new(
+            Histogram, "lease_wait_seconds",
+            "Lease created (or its asked begin) to begun on an Exporter of the set; served warm or by a cold start.",
+            [*SERVICE_LABELS, "served"], buckets=WAIT_BUCKETS,
+        )
+        self.leases_over_target = new(
+            Counter, "leases_over_target_total", "Leases that waited longer than the set's leaseWait target.",
+            SERVICE_LABELS,
+        )
+        self.time_to_ready = new(
+            Histogram, "instance_time_to_ready_seconds", "Exporter created to first ready (registered and online).",
+            SERVICE_LABELS, buckets=READY_BUCKETS,
+        )
+        self.idle_seconds = new(
+            Counter, "idle_instance_seconds_total", "Instance-seconds of the set's Exporters without a lease.",
+            SERVICE_LABELS,
+        )
+        self.warm_buffer = new(
+            Gauge, "warm_buffer", "The warm buffer in force: minAvailableReplicas, or what the leaseWait target chose.",
+            SET_LABELS,
+        )
+        self.wait_target = new(Gauge, "lease_wait_target_seconds", "The set's leaseWait target.", SET_LABELS)
+        self.wait_percentile = new(
+            Gauge, "lease_wait_target_percentile", "The percentile of the set's leaseWait target.", SET_LABELS,
+        )
+        # Per set: what has been observed (service_level.Observed) and the
+        # provisioner label its series carry.
+        self._service: dict[tuple[str, str], service_level.Observed] = {}
+        self.started = time.time() if started is None else started
 
     def observe_set(self, namespace: str, name: str, status: dict, demand: int) -> None:
         for field, gauge in self.replicas.items():
             gauge.labels(namespace, name).set(status.get(field, 0))
         self.pending_demand.labels(namespace, name).set(demand)
 
+    def observe_service(self, namespace: str, name: str, provisioner: str, observed: dict, status: dict,
+                        now: float) -> None:
+        """Observe what is new of the set's lease waits, cold starts and idle
+        instances since the last look (service_level.Observed): only what
+        happened while this process runs, so a restart neither counts a
+        Lease twice nor makes a counter jump."""
+        key = (namespace, name)
+        seen = self._service.get(key)
+        if seen is None or seen.provisioner != provisioner:
+            if seen is not None:
+                self._forget_service(key, seen)
+            seen = self._service[key] = service_level.Observed(provisioner, self.started)
+        labels = (namespace, name, provisioner or "")
+        target = sizing.parse_target((observed.get("policy") or {}).get("leaseWait"))[0]
+        step = seen.step(observed.get("owned") or (), observed.get("leases") or (), status, now)
+        for wait in step.waits:
+            self.lease_wait.labels(*labels, wait.served).observe(wait.seconds)
+            if target is not None and wait.seconds > target.wait:
+                self.leases_over_target.labels(*labels).inc()
+        for start in step.cold_starts:
+            self.time_to_ready.labels(*labels).observe(start.seconds)
+        self.idle_seconds.labels(*labels).inc(step.idle_seconds)
+        buffer = (status.get("sizing") or {}).get("buffer")
+        self.warm_buffer.labels(namespace, name).set(
+            buffer if buffer is not None else ((observed.get("set") or {}).get("spec") or {}).get(
+                "minAvailableReplicas") or 0)
+        for gauge, value in ((self.wait_target, target and target.wait),
+                             (self.wait_percentile, target and target.percentile)):
+            if value is None:
+                _remove(gauge, namespace, name)
+            else:
+                gauge.labels(namespace, name).set(value)
+
+    def _forget_service(self, key, seen) -> None:
+        labels = (*key, seen.provisioner or "")
+        for served in (service_level.WARM, service_level.COLD):
+            _remove(self.lease_wait, *labels, served)
+        for metric in (self.leases_over_target, self.time_to_ready, self.idle_seconds):
+            _remove(metric, *labels)
+
     def forget_set(self, namespace: str, name: str) -> None:
-        for metric in (*self.replicas.values(), self.pending_demand):
-            try:
-                metric.remove(namespace, name)
-            except KeyError:
-                pass
+        for metric in (*self.replicas.values(), self.pending_demand, self.warm_buffer, self.wait_target,
+                       self.wait_percentile):
+            _remove(metric, namespace, name)
+        seen = self._service.pop((namespace, name), None)
+        if seen is not None:
+            self._forget_service((namespace, name), seen)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

@@ -203,6 +203,7 @@ class SetReconciler:
             surveys=self.surveys,
         )
         self.metrics.observe_set(namespace, name, plan["status"], len(observed["pending"]))
+        self.metrics.observe_service(namespace, name, provisioner, observed, plan["status"], self.clock().timestamp())
         busy = self.backends.busy(key)
         work = reconcile_pass.backend_work(plan, exporter_set, observed, provisioner,
                                            self.backends.acting(key) if busy else ())

@@ -41,6 +41,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool
     policy,
     pool_index,
     rollout,
+    service_level,
     sizing,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.phases import (
@@ -221,7 +222,8 @@ def make_plan(exporter_set, virtual_target_class, exporters, pending_leases, now
     return conditions.finish(exporter_set, counters, now, draft, target, set_conditions,
                              parameters=wanted.parameters, images=wanted.images,
                              warnings=wanted.warnings, backoff=backoff,
-                             sizing=sized[1] if sized else None)
+                             sizing=sized[1] if sized else None,
+                             service=service_level.for_plan(exporter_set, exporters, leases, counters, now))
 
 
 def _unusable_plan(exporter_set, virtual_target_class, survey, pending, ceiling, unusable, now):

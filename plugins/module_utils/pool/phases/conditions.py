@@ -117,7 +117,7 @@ def rollout_held_by(rolling, strategy, waiting, limits):
 
 
 def finish(exporter_set, counters, now, draft, target, conditions, parameters, images, warnings,
-           backoff=None, sizing=None):
+           backoff=None, sizing=None, service=None):
     """The Plan, with a Warning Event for each condition that turns bad."""
     previous_status = exporter_set.get("status") or {}
     previous_conditions = {x.get("type"): x for x in previous_status.get("conditions") or ()}
@@ -135,5 +135,7 @@ def finish(exporter_set, counters, now, draft, target, conditions, parameters, i
         status["backoff"] = backoff
     if sizing:
         status["sizing"] = sizing
+    if service:
+        status["serviceLevel"] = service
     status = operator_state.rebased(status, previous_status, draft.set_state)
     return draft.finish(previous_status, status, target, parameters, images, warnings)
