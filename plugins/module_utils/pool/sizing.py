@@ -21,7 +21,9 @@ before). The buffer is therefore one more than the percentile of that
 count: the larger of Poisson of the mean, over arrivals, of the leases an
 arrival found in the ``W`` before it, and those counts' own percentile
 (bursts are not Poisson).
-``W = 0``: a cold start meets the target, no buffer.
+``W = 0``: a cold start meets the target, no buffer. A set reset in place
+gets each instance back when its lease ends and holds it through the
+scale-down cooldown: the count less those returned instances (``Returns``).
 
 Which arrivals: those of the earlier cycles around the time to come, from
 now to the cold start at the target's percentile and one window ahead
@@ -29,12 +31,14 @@ now to the cold start at the target's percentile and one window ahead
 week of history is known, else up to seven days, scaled by how the last
 hour compares with the same hour of those cycles; and those of the last
 three hours, whichever asks for more. Where almost no lease is expected,
-no buffer. The floor (minAvailableReplicas) and the ceiling
+no buffer, unless most earlier cycles had one around the time to come (the
+day's first lease after a quiet night): one. The floor (minAvailableReplicas) and the ceiling
 (``maxBuffer``, the cost ceiling) bound the result; min/max replicas and
 the scale-down cooldown stay the planner's.
 """
 
 import bisect
+import heapq
 import math
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -61,9 +65,15 @@ DEFAULT_COLD_START = 60.0
 # Expected arrivals within one cold start below which no buffer is kept:
 # nights and weekends cost nothing when nobody comes.
 QUIET = 0.05
+# The share of earlier cycles with a lease around the time to come from
+# which one instance is kept warm however quiet the rate.
+EXPECTING = 0.5
 # Earlier cycles are read this much wider on each side, for arrivals that
 # come a little earlier or later than they did.
 SLACK = 600.0
+# The planner's scale-down cooldown when a set gives none
+# (phases/wanted.py DEFAULT_SCALE_DOWN_COOLDOWN, which imports this module's importers).
+DEFAULT_COOLDOWN = "5m"
 # Seconds between two decisions of a sized set with nothing else to do.
 RESIZE = 60.0
 # Arrivals a set's status records, and the longest text that may hold them.
@@ -76,6 +86,7 @@ MAX_BUFFER = 1000
 
 REASON_COLD_START_MEETS_TARGET = "ColdStartMeetsTarget"
 REASON_QUIET = "NoArrivalsExpected"
+REASON_FIRST_ARRIVAL = "FirstArrivalExpected"
 REASON_FORECAST = "ForecastArrivals"
 REASON_FLOOR = "Floor"
 REASON_CEILING = "CostCeiling"
@@ -105,7 +116,7 @@ class Decision:
                 f"{self.pressure:.2f} leases in the {self.window:.0f}s before an arrival "
                 f"({self.source}), model {self.model_buffer}")
 
-    def to_dict(self, arrivals=(), since=None, cold_starts=()):
+    def to_dict(self, arrivals=(), since=None, cold_starts=(), ends=()):
         return {
             "buffer": self.buffer,
             "reason": self.reason,
@@ -116,6 +127,7 @@ class Decision:
             "forecast": self.source,
             "arrivals": encode_arrivals(arrivals),
             "coldStarts": encode_cold_starts(cold_starts),
+            "ends": encode_arrivals(ends),
             "since": format_time(datetime.fromtimestamp(since, UTC)) if since is not None else None,
         }
 
@@ -195,21 +207,63 @@ class Demand:
         return max(poisson_quantile(mean * self.factor, percentile), own), mean * self.factor
 
 
-def _counts(arrivals, points, window):
-    return tuple(_count(arrivals, a - window, a) for a in points)
+@dataclass(frozen=True)
+class Returns:
+    """Instances that come back to the pool by themselves: a set reset in
+    place gets each instance back when its lease ends (``ends``, sorted),
+    and keeps it through the scale-down ``cooldown`` unless a lease takes it."""
+
+    ends: tuple = ()
+    cooldown: float = 0.0
+
+    def surplus(self, arrivals):
+        """``(times, levels)``: the returned instances the pool holds beyond
+        its buffer after each event of the history. A return adds one, an
+        arrival takes one (a cold start where there is none), and a surplus
+        that lasts a whole cooldown is scaled down."""
+        if not self.ends or self.cooldown <= 0:
+            return (), ()
+        times, levels = [], []
+        level, since = 0, None
+        for at, step in heapq.merge(((e, 1) for e in self.ends), ((a, -1) for a in arrivals)):
+            if since is not None and at - since >= self.cooldown:
+                level, since = 0, None
+            level = max(level + step, 0)
+            since = (since if since is not None else at) if level else None
+            times.append(at)
+            levels.append(level)
+        return times, levels
 
 
-def demand(arrivals, since, now, horizon, window):
+NO_RETURNS = Returns()
+
+
+def _counts(arrivals, points, window, surplus=((), (), ())):
+    """Per arrival, the leases of the ``window`` before it that neither the
+    surplus held then nor the instances returned since served: each one a
+    replacement still under way."""
+    times, levels, ends = surplus
+
+    def held(at):
+        index = bisect.bisect_left(times, at) - 1
+        return levels[index] if index >= 0 else 0
+
+    return tuple(max(_count(arrivals, a - window, a) - held(a - window) - _count(ends, a - window, a), 0)
+                 for a in points)
+
+
+def demand(arrivals, since, now, horizon, window, returns=NO_RETURNS):
     """The lease pressures expected within ``horizon`` seconds of ``now``:
     the seasonal one where history allows, and the recent one.
 
     ``arrivals``: sorted lease creation times (seconds), none after ``now``;
-    ``since``: where the history starts."""
-    return [d for d in (_seasonal_demand(arrivals, since, now, horizon, window),
-                        _recent_demand(arrivals, since, now, window)) if d is not None]
+    ``since``: where the history starts; ``returns``: what comes back by itself."""
+    surplus = (*returns.surplus(arrivals), returns.ends)
+    return [d for d in (_seasonal_demand(arrivals, since, now, horizon, window, surplus),
+                        _recent_demand(arrivals, since, now, window, surplus)) if d is not None]
 
 
-def _seasonal_demand(arrivals, since, now, horizon, window):
+def _seasonal_demand(arrivals, since, now, horizon, window, surplus=((), (), ())):
     low, high = CORRECTION_RANGE
     for period, cycles, name in ((WEEK, WEEKLY_CYCLES, "weekly"), (DAY, DAILY_CYCLES, "daily")):
         shifts = [k * period for k in range(1, cycles + 1) if now - k * period - SLACK >= since]
@@ -221,22 +275,39 @@ def _seasonal_demand(arrivals, since, now, horizon, window):
         same_hours = sum(_count(arrivals, now - shift - HOUR, now - shift) for shift in shifts) / len(shifts)
         factor = min(max((_count(arrivals, now - HOUR, now) + 1.0) / (same_hours + 1.0), low), high)
         rate = len(points) / (len(spans) * (horizon + 2 * SLACK))
-        return Demand(_counts(arrivals, points, window), rate * factor, f"{name} x{len(shifts)}", factor)
+        return Demand(_counts(arrivals, points, window, surplus), rate * factor, f"{name} x{len(shifts)}", factor)
     return None
 
 
-def _recent_demand(arrivals, since, now, window):
+def expecting(arrivals, since, now, horizon):
+    """``(share, source)``: the largest share of the earlier weeks, or days,
+    with a lease around the time to come. After a quiet night the day's
+    first lease comes at a time that moves from day to day, too seldom for
+    the rate to count, yet most days have one then."""
+    best = (0.0, "none")
+    for period, cycles, name in ((WEEK, WEEKLY_CYCLES, "weekly"), (DAY, DAILY_CYCLES, "daily")):
+        shifts = [k * period for k in range(1, cycles + 1) if now - k * period - SLACK >= since]
+        if shifts:
+            share = sum(_count(arrivals, now - shift - SLACK, now - shift + horizon + SLACK) > 0
+                        for shift in shifts) / len(shifts)
+            best = max(best, (share, f"{name} x{len(shifts)}"))
+    return best
+
+
+def _recent_demand(arrivals, since, now, window, surplus=((), (), ())):
     known = min(RECENT, now - since)
     if known <= 0:
         return None
     points = arrivals[bisect.bisect_left(arrivals, now - known):]
-    return Demand(_counts(arrivals, points, window), len(points) / known, "recent")
+    return Demand(_counts(arrivals, points, window, surplus), len(points) / known, "recent")
 
 
-def decide(target, arrivals, cold_starts, now, since, floor=0):
+def decide(target, arrivals, cold_starts, now, since, floor=0, returns=NO_RETURNS):
     """The warm buffer for ``target`` at ``now`` (seconds); see the module
-    docstring. ``cold_starts``: seconds from creation to first ready."""
+    docstring. ``cold_starts``: seconds from creation to first ready;
+    ``returns``: the lease ends of a set reset in place (``Returns``)."""
     arrivals = sorted(a for a in arrivals if a <= now)
+    returns = replace(returns, ends=tuple(sorted(e for e in returns.ends if e <= now)))
     samples = sorted(cold_starts) or [DEFAULT_COLD_START]
     cold = quantile(samples, target.percentile)
     # The mean time a replacement takes beyond the target: the mean of the
@@ -246,9 +317,12 @@ def decide(target, arrivals, cold_starts, now, since, floor=0):
         return _bounded(target, floor, Decision(0, REASON_COLD_START_MEETS_TARGET, cold, 0.0, 0.0, 0, "none"))
     # The busier of what the season and the last hours say: a quiet season
     # must not hide a trickle that goes on, nor a quiet morning a usual burst.
-    seen = [(d.pressure(target.percentile), d) for d in demand(arrivals, since, now, cold + window, window)
-            if d.rate * (cold + window) >= QUIET]
+    forecast = demand(arrivals, since, now, cold + window, window, returns)
+    seen = [(d.pressure(target.percentile), d) for d in forecast if d.rate * (cold + window) >= QUIET]
     if not seen:
+        share, source = expecting(arrivals, since, now, cold + window)
+        if share >= EXPECTING:
+            return _bounded(target, floor, Decision(1, REASON_FIRST_ARRIVAL, cold, window, 0.0, 1, source))
         return _bounded(target, floor, Decision(0, REASON_QUIET, cold, window, 0.0, 0, "none"))
     (level, mean), busiest = max(seen, key=lambda entry: entry[0])
     return _bounded(target, floor, Decision(level + 1, REASON_FORECAST, cold, window, mean, level + 1,
@@ -298,6 +372,35 @@ def history(exporter_set, leases, exporters):
     if since is None:
         since = min(arrivals) if arrivals else _seconds(exporter_set["metadata"].get("creationTimestamp"))
     return arrivals, sorted(cold_starts)[-MAX_COLD_STARTS:], since or 0.0
+
+
+def ends_history(exporter_set, leases, exporters):
+    """The lease ends of a set's Exporters, in seconds since the epoch: those
+    its status records (``status.sizing.ends``) and the ended Leases since."""
+    recorded = decode_arrivals(((exporter_set.get("status") or {}).get("sizing") or {}).get("ends"))
+    last = recorded[-1] if recorded else None
+    names = {(e.get("metadata") or {}).get("name") for e in exporters}
+    for lease in leases:
+        status = lease.get("status") or {}
+        ended = _seconds(status.get("endTime")) if status.get("ended") else None
+        if ended is not None and (last is None or ended > last) \
+                and ((status.get("exporterRef") or {}).get("name")) in names:
+            recorded.append(ended)
+    return sorted(recorded)
+
+
+def returns_of(exporter_set, leases, exporters):
+    """``Returns`` of a set reset in place (none for one whose instances
+    are made afresh after a lease), and its lease ends to record."""
+    spec = exporter_set.get("spec") or {}
+    ends = ends_history(exporter_set, leases, exporters)
+    if spec.get("recycleStrategy") != c.RECYCLE_IN_PLACE_REUSE:
+        return NO_RETURNS, ends
+    try:
+        cooldown = parse_duration(spec.get("scaleDownCooldown") or DEFAULT_COOLDOWN)
+    except ValueError:
+        cooldown = 0.0
+    return Returns(tuple(ends), cooldown), ends
 
 
 def encode_cold_starts(pairs):
@@ -369,8 +472,10 @@ def for_plan(exporter_set, virtual_target_class, exporters, leases, floor, polic
     if target is None or error or binding == c.BINDING_WAIT_FOR_FIRST_CONSUMER:
         return None
     arrivals, cold_starts, since = history(exporter_set, leases, exporters)
-    decision = decide(target, arrivals, [seconds for _, seconds in cold_starts], now.timestamp(), since, floor)
+    returns, ends = returns_of(exporter_set, leases, exporters)
+    decision = decide(target, arrivals, [seconds for _, seconds in cold_starts], now.timestamp(), since, floor,
+                      returns)
     if ((exporter_set.get("status") or {}).get("sizing") or {}).get("buffer") != decision.buffer:
         draft.event("Normal", "WarmBufferSized", decision.message())
     draft.requeue_at(RESIZE)
-    return decision, decision.to_dict(arrivals, since, cold_starts)
+    return decision, decision.to_dict(arrivals, since, cold_starts, ends)

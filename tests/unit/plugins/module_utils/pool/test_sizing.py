@@ -234,3 +234,87 @@ def test_cold_starts_are_remembered_when_the_pool_has_no_exporter_left():
                        options={"policy": policy.normalize(spec)})
     # Both cold starts count, the one of the Exporter gone too: (55 + 5) / 2.
     assert again["status"]["sizing"]["windowSeconds"] == 30.0
+
+
+def test_the_surplus_walk_adds_returns_takes_arrivals_and_lasts_one_cooldown():
+    times, levels = sizing.Returns((10.0, 20.0), cooldown=100.0).surplus([30.0, 40.0, 50.0])
+    assert list(zip(times, levels, strict=True)) == [(10.0, 1), (20.0, 2), (30.0, 1), (40.0, 0), (50.0, 0)]
+    # A surplus held a whole cooldown is scaled down before the next lease comes.
+    assert sizing.Returns((0.0,), cooldown=100.0).surplus([150.0])[1] == [1, 0]
+    assert sizing.NO_RETURNS.surplus([1.0, 2.0]) == ((), ())
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.floats(min_value=0.0, max_value=sizing.DAY), max_size=60),
+       st.lists(st.floats(min_value=0.0, max_value=sizing.DAY), max_size=60),
+       st.floats(min_value=1.0, max_value=3600.0))
+def test_the_surplus_is_never_negative_nor_more_than_the_returns_so_far(ends, arrivals, cooldown):
+    ends, arrivals = sorted(ends), sorted(arrivals)
+    times, levels = sizing.Returns(tuple(ends), cooldown).surplus(arrivals)
+    for at, level in zip(times, levels, strict=True):
+        assert 0 <= level <= sum(e <= at for e in ends)
+
+
+def steady_pool(rng, hours=4.0, rate=2 / 60, length=600.0):
+    """Poisson arrivals and the ends of leases of ``length`` seconds."""
+    t, arrivals = 0.0, []
+    while t < hours * sizing.HOUR:
+        t += rng.expovariate(rate)
+        arrivals.append(t)
+    return arrivals, sorted(a + rng.expovariate(1 / length) for a in arrivals)
+
+
+def test_a_pool_reset_in_place_counts_the_instances_its_leases_give_back():
+    arrivals, ends = steady_pool(random.Random(3))
+    now = 4 * sizing.HOUR
+    ends = [e for e in ends if e <= now]
+    afresh = sizing.decide(TARGET, arrivals, [25.0] * 10, now, 0.0)
+    in_place = sizing.decide(TARGET, arrivals, [25.0] * 10, now, 0.0,
+                             returns=sizing.Returns(tuple(ends), cooldown=300.0))
+    # Two leases a minute, each back to the pool as it ends and held through
+    # the cooldown: fewer replacements are under way when a lease comes.
+    assert in_place.reason == afresh.reason == sizing.REASON_FORECAST
+    assert in_place.pressure < afresh.pressure and in_place.buffer < afresh.buffer
+
+
+def test_the_plan_records_lease_ends_and_reads_them_only_for_a_set_reset_in_place():
+    from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import policy
+    from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.plan import scale_plan
+    from pool_builders import NOW, at, exporter, exporter_set, lease, target_class
+
+    leases = []
+    for i in range(180):
+        obj = lease(f"h{i}", created=-3600 + 20 * i, ended=True, assigned=f"pool-{i % 4}")
+        obj["status"]["endTime"] = at(-3600 + 20 * i + 15)
+        leases.append(obj)
+    exporters = [exporter(f"pool-{i}", created=-7200) for i in range(4)]
+    spec = policy.normalize({"exporterSetName": "rpi4", "leaseWait": {"target": "5s"}})
+    decided = {}
+    for recycle in (c.RECYCLE_EXIT_AND_REPLACE, c.RECYCLE_IN_PLACE_REUSE):
+        the_set = exporter_set(recycle=recycle)
+        the_set["metadata"]["creationTimestamp"] = "2026-11-01T00:00:00Z"
+        plan = scale_plan(the_set, target_class(), exporters, [], NOW, leases=leases, options={"policy": spec})
+        decided[recycle] = plan["status"]["sizing"]
+        assert len(sizing.decode_arrivals(decided[recycle]["ends"])) == 180
+    # Each lease is back 15 s after it came: an instance reset in place waits
+    # for the next one, so the pool needs a single instance warm.
+    assert decided[c.RECYCLE_IN_PLACE_REUSE]["buffer"] < decided[c.RECYCLE_EXIT_AND_REPLACE]["buffer"]
+    assert sizing.DEFAULT_COOLDOWN == __import__(
+        "ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.phases.wanted",
+        fromlist=["x"]).DEFAULT_SCALE_DOWN_COOLDOWN
+
+
+def office_mornings(days, start=8 * sizing.HOUR, seed=5):
+    """Each weekday after a quiet night, the first lease at a time that moves
+    by up to ten minutes from day to day, the next ones from 10:00."""
+    rng = random.Random(seed)
+    return sorted(day * sizing.DAY + at for day in range(days) if day % 7 < 5
+                  for at in (start + rng.uniform(0, 600), 10 * sizing.HOUR, 11 * sizing.HOUR))
+
+
+def test_one_instance_is_warm_ahead_of_the_days_first_lease_and_none_at_night():
+    history = office_mornings(14)
+    morning = sizing.decide(TARGET, history, COLD, 14 * sizing.DAY + 8 * sizing.HOUR - 60.0, 0.0)
+    assert (morning.buffer, morning.reason) == (1, sizing.REASON_FIRST_ARRIVAL)
+    night = sizing.decide(TARGET, history, COLD, 14 * sizing.DAY + 3 * sizing.HOUR, 0.0)
+    assert (night.buffer, night.reason) == (0, sizing.REASON_QUIET)
