@@ -6,6 +6,7 @@ bed, no process."""
 
 import json
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ import yaml
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants as c
 from exporterset_operator.metrics import Metrics
 from prometheus_client.parser import text_string_to_metric_families
+from testbed import BIN_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "config"
@@ -101,3 +103,71 @@ def test_every_alert_says_how_long_how_bad_and_what_it_means():
         assert re.fullmatch(r"\d+m", rule["for"]) and rule["labels"]["severity"] in ("warning", "critical")
         assert {"summary", "description"} <= set(rule["annotations"])
     assert "rules.yaml" in yaml.safe_load((CONFIG / "prometheus" / "kustomization.yaml").read_text())["resources"]
+
+
+def promtool():
+    binary = BIN_DIR / "promtool"
+    if not binary.exists():
+        subprocess.run([str(ROOT / "scripts" / "testbed-build")], check=True, timeout=1800)
+    return binary
+
+
+def _series(name, values, **labels):
+    """An input series of promtool's rule tests, labelled as the operator
+    labels ``name`` (a label it does not give is an error here)."""
+    assert set(labels) <= SERIES[name], (name, set(labels) - SERIES[name])
+    text = ", ".join(f'{key}="{value}"' for key, value in labels.items())
+    return {"series": f"{name}{{{text}}}", "values": values}
+
+
+def test_promtool_accepts_the_rules_and_they_fire_on_what_the_operator_exports(tmp_path):
+    """promtool (Debian's prometheus package) checks the rules and runs them
+    over series labelled as the operator's exposition labels them: one set
+    whose leases wait too long, one exhausted, one healthy, one without a
+    target."""
+    rules = tmp_path / "rules.yaml"
+    (document,) = [doc for doc in yaml.safe_load_all((CONFIG / "prometheus" / "rules.yaml").read_text()) if doc]
+    rules.write_text(yaml.safe_dump(document["spec"]))
+    checked = subprocess.run([str(promtool()), "check", "rules", str(rules)], capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+    prefix = "jumpstarter_exporterset_"
+    late, healthy, untargeted = ({"namespace": "lab", "exporterset": name} for name in ("late", "ok", "free"))
+    service = {"provisioner": c.PROVISIONER_QEMU}
+    series = [
+        # 10 leases a minute each; "late" has 1 a minute over its p95 target
+        # (10% against the 5% allowed), "ok" none, "free" has no target.
+        *(_series(prefix + "lease_wait_seconds_count", "0+10x60", **labels, **service, served="warm")
+          for labels in (late, healthy, untargeted)),
+        _series(prefix + "leases_over_target_total", "0+1x60", **late, **service),
+        _series(prefix + "leases_over_target_total", "0+0x60", **healthy, **service),
+        *(_series(prefix + "lease_wait_target_percentile", "95x60", **labels) for labels in (late, healthy)),
+        # "late" has leases waiting with nothing available; "ok" has some available.
+        _series(prefix + "pending_demand", "2x60", **late),
+        _series(prefix + "available_replicas", "0x60", **late),
+        _series(prefix + "pending_demand", "1x60", **healthy),
+        _series(prefix + "available_replicas", "2x60", **healthy),
+    ]
+    rule = {r["alert"]: r for r in document["spec"]["groups"][0]["rules"]}
+
+    def fired(name, value):
+        """The alert of ``name`` for "late", its annotations rendered."""
+        annotations = {key: text.replace("{{ $labels.namespace }}", "lab").replace(
+            "{{ $labels.exporterset }}", "late").replace("{{ $value | humanizePercentage }}", value).replace(
+            "{{ $value }}", value) for key, text in rule[name]["annotations"].items()}
+        return [{"exp_labels": {**late, "severity": "warning"}, "exp_annotations": annotations}]
+
+    alerts = [
+        {"eval_time": "50m", "alertname": "ExporterSetLeaseWaitOverTarget",
+         "exp_alerts": fired("ExporterSetLeaseWaitOverTarget", "10%")},
+        {"eval_time": "12m", "alertname": "ExporterSetLeaseWaitOverTarget", "exp_alerts": []},
+        {"eval_time": "15m", "alertname": "ExporterSetPoolExhausted",
+         "exp_alerts": fired("ExporterSetPoolExhausted", "2")},
+        {"eval_time": "5m", "alertname": "ExporterSetPoolExhausted", "exp_alerts": []},
+    ]
+    tests = tmp_path / "tests.yaml"
+    tests.write_text(yaml.safe_dump({"rule_files": [str(rules)], "evaluation_interval": "1m",
+                                     "tests": [{"interval": "1m", "input_series": series,
+                                                "alert_rule_test": alerts}]}))
+    run = subprocess.run([str(promtool()), "test", "rules", str(tests)], capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout + run.stderr

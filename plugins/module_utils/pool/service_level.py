@@ -22,6 +22,7 @@ same figures as each happens. Untrusted objects: a time that does not parse,
 or comes before what it follows, counts for nothing.
 """
 
+import functools
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -66,6 +67,12 @@ class ColdStart:
 
 def seconds_of(text):
     """Seconds since the epoch of an RFC 3339 time, None for anything else."""
+    return _parsed(text) if isinstance(text, str) else None
+
+
+@functools.lru_cache(maxsize=16384)
+def _parsed(text):
+    # Every pass reads the same Leases' times again: each string is parsed once.
     try:
         return parse_time(text).timestamp() if text else None
     except (ValueError, TypeError, OverflowError):
