@@ -24,8 +24,9 @@ Each child gets a local temporary directory of its own (the one Ansible
 made at import is the server's) and removes it when it ends.
 
 The server ends when the operator's end of its pipe closes (the operator
-ended; standard input when it runs as ``python -m``), and kills the runs
-still going. A run is killed whole (its process group and
+ended, SIGKILL included; standard input when it runs as ``python -m``), and
+kills the runs still going; no client holds it from reading the pipe for
+longer than ``REQUEST_TIMEOUT``. A run is killed whole (its process group and
 the task workers that left it, by the mark in their environment) when its
 client goes away first, or when a signal ended it before it could stop
 its workers.
@@ -45,6 +46,7 @@ import socket
 import struct
 import sys
 import tempfile
+import time
 
 # Imported on the first request, with its environment; a run then forks
 # from here with them loaded.
@@ -84,6 +86,11 @@ PRELOAD = (
 # Read when a run loads its plugin, not at import: free to differ per run.
 PER_RUN = frozenset({"ANSIBLE_CACHE_PLUGIN_CONNECTION"})
 MAX_REQUEST = 16 * 1024 * 1024
+# Seconds a client has to send its whole request. The server reads one
+# request at a time in its loop, which also reads the operator's end of the
+# pipe: a client that connected and went quiet would otherwise hold the
+# server past the operator's end, and with it every run still going.
+REQUEST_TIMEOUT = 5.0
 # Every process of a run carries it in its environment (Ansible's task
 # workers leave the run's process group for sessions of their own).
 RUN_MARK = "JVE_FORK_RUN"
@@ -93,8 +100,11 @@ class Refused(Exception):
     """A request this server does not run; the client runs it cold."""
 
 
-def read_request(conn: socket.socket) -> tuple[dict, list[int]]:
-    """The request's JSON body and the three descriptors sent with it."""
+def read_request(conn: socket.socket, timeout: float | None = None) -> tuple[dict, list[int]]:
+    """The request's JSON body and the three descriptors sent with it, all
+    within ``timeout`` seconds (``socket.timeout`` past them)."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    conn.settimeout(timeout)
     fds = []
     header, ancillary, _, _ = conn.recvmsg(4, socket.CMSG_SPACE(3 * 4))
     for level, kind, data in ancillary:
@@ -108,6 +118,8 @@ def read_request(conn: socket.socket) -> tuple[dict, list[int]]:
             raise Refused(f"a request of {size} bytes")
         body = b""
         while len(body) < size:
+            if deadline is not None:
+                conn.settimeout(max(deadline - time.monotonic(), 0.001))
             chunk = conn.recv(min(65536, size - len(body)))
             if not chunk:
                 raise Refused("the client closed its request half sent")
@@ -304,11 +316,12 @@ class Server:
     def accept(self) -> None:
         conn, _ = self.listener.accept()
         try:
-            request, fds = read_request(conn)
+            request, fds = read_request(conn, REQUEST_TIMEOUT)
         except (Refused, OSError) as exc:
             reply(conn, cold=str(exc))
             conn.close()
             return
+        conn.settimeout(None)
         try:
             if self.key is None:
                 try:
