@@ -46,7 +46,7 @@ def _remove(metric, *labels) -> None:
 class Metrics:
     def __init__(self, started: float | None = None) -> None:
         """``started``: seconds since the epoch from which lease waits and
-        cold starts are observed (the process's start)."""
+        cold starts are observed (by default the first reconcile's)."""
         self.registry = CollectorRegistry()
 
         def new(kind, name: str, help_text: str, labels=(), **kwargs):
@@ -118,7 +118,9 @@ class Metrics:
         # Per set: what has been observed (service_level.Observed) and the
         # provisioner label its series carry.
         self._service: dict[tuple[str, str], service_level.Observed] = {}
-        self.started = time.time() if started is None else started
+        # None: from this process's first look at a set, which a standby
+        # makes only once it leads (the leader before it counted the rest).
+        self.started = started
 
     def observe_set(self, namespace: str, name: str, status: dict, demand: int) -> None:
         for field, gauge in self.replicas.items():
@@ -131,6 +133,8 @@ class Metrics:
         instances since the last look (service_level.Observed): only what
         happened while this process runs, so a restart neither counts a
         Lease twice nor makes a counter jump."""
+        if self.started is None:
+            self.started = now
         key = (namespace, name)
         seen = self._service.get(key)
         if seen is None or seen.provisioner != provisioner:

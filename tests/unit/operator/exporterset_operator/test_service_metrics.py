@@ -46,7 +46,8 @@ def test_each_wait_is_observed_once_by_who_served_it_and_the_late_ones_are_count
 
 
 def test_a_restarted_process_observes_nothing_from_before_it_started_and_idle_time_from_its_first_look():
-    metrics = Metrics(started=T0)
+    # A process (or a standby that now leads) counts from its first reconcile on.
+    metrics = Metrics()
     leases = [begun("a", "warm-0", created=-300, begin=-299)]
     metrics.observe_service("lab", "rpi4", QEMU, observed(leases), {"replicas": 3, "leasedReplicas": 1}, T0)
     metrics.observe_service("lab", "rpi4", QEMU, observed(leases), {"replicas": 3, "leasedReplicas": 1}, T0 + 30)
