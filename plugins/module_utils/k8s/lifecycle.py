@@ -27,9 +27,14 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import status as k8s_status
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import lease_safety
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import plan as pool_plan
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.decision import (  # noqa: F401
+    FINALIZER,
+    deleting,
+    has_finalizer,
+    needs_finalizer,
+)
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.status import merge_conditions
 
-FINALIZER = constants.GROUP + "/teardown"
 RECLAIM_DELETE = "Delete"
 RECLAIM_RETAIN = "Retain"
 # The outcome conditions' reasons (the Ansible Operator SDK's).
@@ -55,23 +60,6 @@ class LifecycleError(ValueError):
 
 def _meta(exporter_set):
     return exporter_set.get("metadata") or {}
-
-
-def deleting(exporter_set):
-    """Whether the set is being deleted."""
-    return bool(_meta(exporter_set).get("deletionTimestamp"))
-
-
-def has_finalizer(exporter_set, finalizer=FINALIZER):
-    return bool(finalizer) and finalizer in (_meta(exporter_set).get("finalizers") or [])
-
-
-def needs_finalizer(exporter_set, vclass, finalizer=FINALIZER):
-    """Whether a reconcile adds ``finalizer`` to the set now: it lives, its
-    class exists (a set without one has nothing to tear down yet) and the
-    finalizer is not there."""
-    return (bool(finalizer) and not deleting(exporter_set) and vclass is not None
-            and not has_finalizer(exporter_set, finalizer))
 
 
 def tears_down(exporter_set, finalizer=FINALIZER):

@@ -42,6 +42,10 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import observe as k8s_observe
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import status as k8s_status
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import class_status, policy
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.decision import (  # noqa: F401
+    outcome_due,
+    outcome_missing,
+)
 
 RECORDED_BY_RUN = exporterset_options.RECORDED_BY_RUN
 RECORDED_BY_OPERATOR = exporterset_options.RECORDED_BY_OPERATOR
@@ -131,27 +135,6 @@ def backend_work(plan, exporter_set, observed, provisioner, acting=()):
 
 
 # -- 4. the outcome ------------------------------------------------------------------------
-
-def outcome_missing(exporter_set):
-    """Whether the set's status lacks the SDK's ``Successful=True`` for its
-    current generation."""
-    generation = _meta(exporter_set).get("generation", 0)
-    for condition in (exporter_set.get("status") or {}).get("conditions") or []:
-        if condition.get("type") == "Successful":
-            return not (condition.get("status") == "True"
-                        and condition.get("observedGeneration", generation) == generation)
-    return True
-
-
-def outcome_due(exporter_set, plan, settled, write_condition=True):
-    """Whether a pool pass writes the outcome now: the caller writes the
-    conditions (``write_condition``: the watch's ``manageStatus``), nothing
-    is left to do for the set's backends and no failed backend run's
-    ``Failure`` stands (``settled``), the set is not paused (a paused set
-    writes nothing once it says so, not even the outcome of a newer
-    generation) and its status lacks the outcome."""
-    return bool(write_condition and settled and not plan.get("paused") and outcome_missing(exporter_set))
-
 
 def record_outcome(api_client, exporter_set, error=None, status=None, write_condition=True, check_mode=False):
     """Record the outcome of the whole reconcile: ``Successful`` when

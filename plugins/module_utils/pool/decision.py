@@ -1,0 +1,184 @@
+# Copyright: Jumpstarter virtual exporters maintainers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+"""One pool pass of an ExporterSet, decided and then done.
+
+``decide(observation, options)`` is pure: from what the pass observed (the
+set, whether its class exists, whether the writes of the last pass are
+seen, the scale plan and its pool part, the backend lane's state) it
+returns a ``Pass``, frozen data saying every step: the set's finalizer to
+add, the pool writes (the plan's Exporters, annotations, status and Events)
+and whether the outcome goes with them, what to ask of the backend lane,
+whether the set is paused, and when to look again.
+
+``execute(decided, writer, backends)`` does a ``Pass`` in the one order a
+pass has: the finalizer, then the backend lane's request, then the pool
+writes with the outcome. ``writer`` and ``backends`` are the caller's: the
+operator's writes in process and its backend lane.
+
+Whether the pool loop may act (``Options``) is defined here once, with its
+defaults.
+"""
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
+
+FINALIZER = constants.GROUP + "/teardown"
+# A pass that does not see its last pass's writes yet looks again after this.
+EXPECTATIONS_REQUEUE = 1.0
+# What a pass asks of the backend lane.
+SUBMIT = "submit"  # a run of the set's backends
+CLEAR = "clear"  # forget a failed run: nothing is left for the backends
+PATHS = ("waiting", "inprocess", "fastpath")
+
+
+def _meta(obj):
+    return obj.get("metadata") or {}
+
+
+def deleting(exporter_set):
+    """Whether the set is being deleted."""
+    return bool(_meta(exporter_set).get("deletionTimestamp"))
+
+
+def has_finalizer(exporter_set, finalizer=FINALIZER):
+    return bool(finalizer) and finalizer in (_meta(exporter_set).get("finalizers") or [])
+
+
+def needs_finalizer(exporter_set, vclass, finalizer=FINALIZER):
+    """Whether a reconcile adds ``finalizer`` to the set now: it lives, its
+    class exists (a set without one has nothing to tear down yet) and the
+    finalizer is not there."""
+    return (bool(finalizer) and not deleting(exporter_set) and vclass is not None
+            and not has_finalizer(exporter_set, finalizer))
+
+
+def outcome_missing(exporter_set):
+    """Whether the set's status lacks the SDK's ``Successful=True`` for its
+    current generation."""
+    generation = _meta(exporter_set).get("generation", 0)
+    for condition in (exporter_set.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Successful":
+            return not (condition.get("status") == "True"
+                        and condition.get("observedGeneration", generation) == generation)
+    return True
+
+
+def outcome_due(exporter_set, plan, settled, write_condition=True):
+    """Whether a pool pass writes the outcome now: the caller writes the
+    conditions (``write_condition``: the watch's ``manageStatus``), nothing
+    is left to do for the set's backends and no failed backend run's
+    ``Failure`` stands (``settled``), the set is not paused (a paused set
+    writes nothing once it says so, not even the outcome of a newer
+    generation) and its status lacks the outcome."""
+    return bool(write_condition and settled and not paused(plan) and outcome_missing(exporter_set))
+
+
+def paused(plan):
+    """Whether the plan is a paused set's (its ExporterSetPolicy's ``paused``)."""
+    return bool((plan or {}).get("paused"))
+
+
+@dataclass(frozen=True)
+class Options:
+    """How the pool loop acts on a set: the finalizer it keeps (None or
+    empty: none), whether it writes the outcome conditions (the watch's
+    ``manageStatus``) and whether its account may write the set's
+    finalizers (``pool/permissions.py`` ``set-finalizer``)."""
+    finalizer: str | None = FINALIZER
+    manage_status: bool = True
+    may_write_finalizer: bool = True
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What a pass observed. ``plan`` and what follows it are read only
+    once ``expectations_met``: the scale plan, its pool part (what the pass
+    writes itself, ``changed`` when there is anything), whether the set's
+    backends have work, and the lane's state for the set (a run queued or
+    going: ``busy``; its last run failed: ``failed``); ``sync_wait``: the
+    seconds a config re-sync is held back."""
+    exporter_set: Mapping[str, Any]
+    has_class: bool
+    expectations_met: bool = True
+    plan: Mapping[str, Any] = field(default_factory=dict)
+    pool_plan: Mapping[str, Any] = field(default_factory=dict)
+    backends_needed: bool = False
+    busy: bool = False
+    failed: bool = False
+    sync_wait: float | None = None
+
+
+@dataclass(frozen=True)
+class PoolWrites:
+    """The pool part of the plan to write, and whether the outcome
+    (``Successful``) is written with its status."""
+    plan: Mapping[str, Any]
+    write_outcome: bool
+
+
+@dataclass(frozen=True)
+class Pass:
+    """One pass, decided (``decide``), in the order ``execute`` does it."""
+    finalizer: str | None = None
+    backends: str | None = None
+    pool_writes: PoolWrites | None = None
+    outcome: bool = False
+    paused: bool = False
+    requeue_after: float | None = None
+    path: str = "fastpath"
+
+
+def _requeue(plan, sync_wait):
+    requeue = plan.get("requeue_after")
+    # A re-sync held back for a moment: looked at again then.
+    if sync_wait:
+        requeue = min(requeue or sync_wait, sync_wait)
+    return requeue
+
+
+def decide(observation, options=Options()):
+    """The ``Pass`` of ``observation`` under ``options``."""
+    exporter_set = observation.exporter_set
+    finalizer = None
+    if options.may_write_finalizer and needs_finalizer(exporter_set, {} if observation.has_class else None,
+                                                       options.finalizer):
+        finalizer = options.finalizer
+    if not observation.expectations_met:
+        # The last pass's writes are not seen yet: a plan now would make them again.
+        return Pass(finalizer=finalizer, requeue_after=EXPECTATIONS_REQUEUE, path="waiting")
+    plan = observation.plan
+    is_paused = paused(plan)
+    # A paused set makes no backend work.
+    needed = observation.backends_needed and not is_paused
+    backends = None
+    if not observation.busy:
+        backends = SUBMIT if needed else CLEAR
+    # The outcome is written once nothing is left to do for the set's
+    # backends; a failed run's Failure stays until then.
+    settled = not (needed or observation.busy or observation.failed)
+    outcome = outcome_due(exporter_set, plan, settled, options.manage_status)
+    pool_writes = None
+    if observation.pool_plan.get("changed") or outcome:
+        pool_writes = PoolWrites(observation.pool_plan, write_outcome=bool(options.manage_status and settled))
+    return Pass(finalizer=finalizer, backends=backends, pool_writes=pool_writes, outcome=outcome,
+                paused=is_paused, requeue_after=_requeue(plan, observation.sync_wait),
+                path="inprocess" if pool_writes is not None else "fastpath")
+
+
+def execute(decided, writer, backends):
+    """Do ``decided``: the finalizer (``writer.add_finalizer(name)``), the
+    backend lane's request (``backends.submit()``, ``backends.clear_failure()``),
+    then the pool writes with the outcome (``writer.write_pool(plan,
+    write_outcome)``). Returns what the pool writes wrote, None without."""
+    if decided.finalizer:
+        writer.add_finalizer(decided.finalizer)
+    if decided.backends == SUBMIT:
+        backends.submit()
+    elif decided.backends == CLEAR:
+        backends.clear_failure()
+    if decided.pool_writes is None:
+        return None
+    return writer.write_pool(decided.pool_writes.plan, decided.pool_writes.write_outcome)
