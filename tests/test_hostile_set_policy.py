@@ -6,9 +6,10 @@ the class gives, a runtime image of its own), and each is refused by the class's
 field, a Warning Event names it too, and nothing is made for it (no Exporter
 but the dormant one, no Pod, no host chosen). A reserved template annotation
 is refused as a reserved label is (TemplateLabelConflict), a set whose
-template shares a lab board's labels does not grow for the lease that waits
-for that board (pool/demand.py), and one whose template carries every label
-of the board is refused (TemplateLabelConflict, pool/selectors.py).
+template satisfies a lease that a lab board satisfies too does not grow for
+it while it waits for that board (pool/demand.py), and one whose template
+carries every label of the board is refused (TemplateLabelConflict,
+pool/selectors.py).
 
 One operator serves every set of the table at once, beside a set that asks
 for nothing out of bounds and is served (so the bed makes what it is asked
@@ -159,14 +160,18 @@ def hostile(testbed, tmp_path_factory):
                 custom.create_namespaced_custom_object(*EXPORTERS, namespace, "exporters", {
                     "apiVersion": "jumpstarter.dev/v1alpha1", "kind": "Exporter",
                     "metadata": {"name": "bench-capture", "labels": BOARD_LABELS}, "spec": {"enabled": True}})
-                standin.create_lease("theirs", {"board": "capture"})
-                # Its selector tells its Exporters from the board (it selects
-                # nothing it does not adopt); its labels still satisfy the lease,
-                # though not every label of the board (lab=bench).
+                custom.create_namespaced_custom_object(*EXPORTERS, namespace, "leases", {
+                    "apiVersion": "jumpstarter.dev/v1alpha1", "kind": "Lease", "metadata": {"name": "theirs"},
+                    "spec": {"clientRef": {"name": "test-client"}, "duration": "1h", "selector": {
+                        "matchExpressions": [{"key": "board", "operator": "In",
+                                              "values": ["capture", "capture-virtual"]}]}}})
+                # It shares no label with the board (one it shared would refuse
+                # it: tests/test_hostile_label_overlap.py), but the lease above
+                # asks for either value, so its labels satisfy it too.
                 make_set(custom, namespace, name="capture", board="capture", virtualTargetClassName="pods",
                          minAvailableReplicas=0, maxReplicas=2,
-                         selector={"matchLabels": {"board": "capture", "virtual": "true"}},
-                         template={"metadata": {"labels": {"board": "capture", "virtual": "true"}},
+                         selector={"matchLabels": {"board": "capture-virtual", "virtual": "true"}},
+                         template={"metadata": {"labels": {"board": "capture-virtual", "virtual": "true"}},
                                    "spec": {"drivers": [{"name": "qemu", "type": QEMU}]}})
                 # Every label of the board: any lease asked for it matches this set's Exporters.
                 make_set(custom, namespace, name="covers", board="capture", virtualTargetClassName="pods",
@@ -248,7 +253,8 @@ def test_a_lease_for_a_lab_board_is_not_the_demand_of_a_set_that_copied_its_labe
 
     found = wait_for(told, timeout=20, message="capture: SelectorOverlap/LeasesForUnownedExporters")
     assert found["status"] == "True"
-    assert "Lease theirs (board=capture): Exporter bench-capture, which no set controls" in found["message"]
+    assert ("Lease theirs (board in (capture,capture-virtual)): Exporter bench-capture, which no set controls"
+            in found["message"])
     assert (get_set(custom, namespace, "capture").get("status") or {}).get("replicas", 0) == 0
     exporters = standin.exporters(f"{constants.LABEL_EXPORTER_SET}=capture")
     assert all(constants.ANNOTATION_DORMANT in (e["metadata"].get("annotations") or {})

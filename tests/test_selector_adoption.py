@@ -28,14 +28,16 @@ BOARD = "adopt-board"
 EXPORTERS = ("jumpstarter.dev", "v1alpha1")
 
 
-# What a board or another controller's Exporter has that the set's template
-# lacks: a set carrying every label of an Exporter outside it is refused
-# (TemplateLabelConflict, tests/test_hostile_set_policy.py).
-APART = {"lab": "bench"}
+# The labels of a board or another controller's Exporter: none of the set's
+# template (a set sharing a label with an Exporter no set controls is refused,
+# TemplateLabelConflict, tests/test_hostile_label_overlap.py), though the
+# set's selector (WIDE) selects them.
+APART = {"board": "adopt-bench", "lab": "bench"}
+WIDE = {"matchExpressions": [{"key": "board", "operator": "Exists"}]}
 
 
 def make_exporter(custom, namespace, name, annotations=None, owner=None, labels=None):
-    metadata = {"name": name, "labels": {"board": BOARD, "virtual": "true", **(labels or {})},
+    metadata = {"name": name, "labels": labels or {"board": BOARD, "virtual": "true"},
                 "annotations": annotations or {}}
     if owner:
         metadata["ownerReferences"] = [owner]
@@ -65,7 +67,7 @@ def test_an_orphan_is_adopted_others_are_never_taken_and_overlaps_show_on_both(a
         "apiVersion": "v1", "kind": "ConfigMap", "name": "holder", "uid": holder.metadata.uid,
         "controller": True}, labels=APART)
     make_class(custom, namespace)
-    make_set(custom, namespace, board=BOARD, minAvailableReplicas=1, maxReplicas=3)
+    make_set(custom, namespace, board=BOARD, minAvailableReplicas=1, maxReplicas=3, selector=WIDE)
     operator()
 
     pool = wait_for(lambda: (controller_of(custom, namespace, "stray-0") or {}).get("name") == "pool"

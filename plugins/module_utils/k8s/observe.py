@@ -84,8 +84,9 @@ def observe(exporter_set, namespace_objects, now):
     # is never demand for it, or the set it copied would never serve it.
     sets = namespace_objects["ExporterSet"]
     groups = selectors.exporter_groups(exporters)
-    serving = [s for s in sets
-               if not selectors.template_label_conflicts(s, sets, constants.LABEL_EXPORTER_SET, groups)]
+    consented = _consented_labels(namespace_objects["VirtualTargetClass"])
+    serving = [s for s in sets if not selectors.template_label_conflicts(
+        s, sets, constants.LABEL_EXPORTER_SET, groups, consented(s))]
     demand, withheld = attribute_leases(serving, leases, exporters, now)
     pending_names = set(demand.get(name, []))
     # The set over its class without credential redirects: what every
@@ -101,7 +102,8 @@ def observe(exporter_set, namespace_objects, now):
         lab = baremetal_pool.LabView(exporter_set, vclass, owned, placed, now,
                                      parameters=resolved["parameters"])
     # Why its template labels are refused (another set's, or reserved).
-    label_conflicts = selectors.template_label_conflicts(exporter_set, sets, constants.LABEL_EXPORTER_SET, groups)
+    label_conflicts = selectors.template_label_conflicts(exporter_set, sets, constants.LABEL_EXPORTER_SET, groups,
+                                                         consented(exporter_set))
     # The Exporters it adopts now and those its selector matches that it may
     # not take (pool/adoption.py); a refused set adopts nothing.
     adopt, not_adopted = [], []
@@ -366,6 +368,21 @@ def paused(observed):
     """Whether the set's ExporterSetPolicy pauses it: no backend is made,
     reset, removed or probed, and its plan acts on nothing."""
     return bool((observed.get("policy") or {}).get("paused"))
+
+
+def _consented_labels(classes):
+    """``set -> (key, value) labels`` its class lets it share with Exporters no
+    set controls (set_overrides.shared_labels), each class read once."""
+    by_name = {c["metadata"]["name"]: c for c in classes or ()}
+    read = {}
+
+    def consented(exporter_set):
+        name = (exporter_set.get("spec") or {}).get("virtualTargetClassName", "")
+        if name not in read:
+            read[name] = set_overrides.shared_labels(by_name.get(name))
+        return read[name]
+
+    return consented
 
 
 def held(observed):

@@ -228,24 +228,55 @@ def _outside(exporter_set, ref, pool_made, named, created_first):
     return owner_key is None or owner_key < _created_first_key(exporter_set)
 
 
-def covered_exporters(exporter_set, exporter_sets, groups):
-    """``[(name, board labels)]``: the first Exporter of each group
-    (``exporter_groups``) outside ``exporter_set`` whose board labels its
-    template labels all carry. Every lease asked for such an Exporter by its
-    labels is satisfied by the set's Exporters too, so the controller could
-    hand it to the set."""
+def _set_controlled(ref):
+    return ref is not None and ref.get("kind") == constants.EXPORTER_SET.kind
+
+
+def foreign_label_overlaps(exporter_set, exporter_sets, groups, consented=frozenset()):
+    """``[(name, board labels, shared)]``: the first Exporter of each group
+    (``exporter_groups``) outside ``exporter_set`` that a lease could ask for
+    by labels the set's Exporters carry too, with those labels (``shared``).
+
+    Exporters no set controls (a lab's physical board, another controller's,
+    one detached from another set) have no selector that says how they are
+    asked for: each of their board labels may be, so sharing any one of them
+    (key and value) is an overlap; a lease naming it (``board=rpi4``) matches
+    both. Those of a set created before this one are asked for by that set's
+    selector (``template_label_conflicts`` compares the two); they overlap
+    when the template carries every one of their board labels, so that even
+    the narrowest lease for them matches this set's Exporters. ``consented``:
+    the ``(key, value)`` labels the set's class lets it share with Exporters
+    no set controls (its ``shared-labels`` entry, pool/set_overrides.py)."""
     mine = _template_labels(exporter_set)
     if not mine:
         return []
     namespace = exporter_set["metadata"].get("namespace")
     created_first = {(s.get("metadata") or {}).get("name"): _created_first_key(s) for s in exporter_sets or ()
                      if (s.get("metadata") or {}).get("namespace") == namespace}
-    return [(name, board) for board, ref, pool_made, named, where, name in groups or ()
-            if where in (None, namespace) and all(mine.get(key) == value for key, value in board.items())
-            and _outside(exporter_set, ref, pool_made, named, created_first)]
+    found = []
+    for board, ref, pool_made, named, where, name in groups or ():
+        if where not in (None, namespace) or not _outside(exporter_set, ref, pool_made, named, created_first):
+            continue
+        foreign = not _set_controlled(ref)
+        shared = {key: value for key, value in board.items()
+                  if mine.get(key) == value and not (foreign and (key, value) in consented)}
+        if shared and (len(shared) == len(board) or foreign):
+            found.append((name, board, shared))
+    return found
 
 
-def template_label_conflicts(exporter_set, exporter_sets, set_label, groups=()):
+def _overlap_message(name, board, shared):
+    shown = selector_to_string({"matchLabels": board})
+    if len(shared) == len(board):
+        return (f"{TEMPLATE_LABELS_FIELD}: the set's Exporters would carry every label of Exporter {name} "
+                f"({shown}), which is not the set's; leases asked for it could be given this set's Exporters")
+    asked = selector_to_string({"matchLabels": shared})
+    return (f"{TEMPLATE_LABELS_FIELD}: the set's Exporters would carry {asked} of Exporter {name} ({shown}), "
+            f"which no set controls; a lease asking for {asked} matches both, and the controller could "
+            "give it this set's Exporters")
+
+
+def template_label_conflicts(exporter_set, exporter_sets, set_label, groups=(), consented=frozenset()):
     """Why ``exporter_set``'s template labels may not be used, each message
     naming the field; empty when they may.
 
@@ -259,12 +290,13 @@ def template_label_conflicts(exporter_set, exporter_sets, set_label, groups=()):
     empty selector selects nothing a lease can ask for (the controller
     refuses an empty lease selector) and collides with nothing.
 
-    Refused too: template labels that carry every board label of an
-    Exporter outside the set (``covered_exporters`` over ``groups``, the
-    namespace's ``exporter_groups``): a lab's physical board, another
-    controller's Exporter, one detached from another set or of a set
-    created before this one. Any lease asked for it could be given this
-    set's Exporters instead.
+    Refused too: template labels a lease could ask for an Exporter outside
+    the set by (``foreign_label_overlaps`` over ``groups``, the namespace's
+    ``exporter_groups``): any board label of one no set controls (a lab's
+    physical board, another controller's Exporter, one detached from another
+    set) unless the class consents (``consented``), every board label of one
+    of a set created before this one. Such a lease could be given this set's
+    Exporters instead.
     """
     meta = exporter_set["metadata"]
     errors = [
@@ -278,12 +310,8 @@ def template_label_conflicts(exporter_set, exporter_sets, set_label, groups=()):
         "Exporter's identity from some of them)"
         for key in sorted(_template_metadata(exporter_set, "annotations")) if reserved_label(key)
     ]
-    errors += [
-        f"{TEMPLATE_LABELS_FIELD}: the set's Exporters would carry every label of Exporter {name} "
-        f"({selector_to_string({'matchLabels': board})}), which is not the set's; leases asked for "
-        "it could be given this set's Exporters"
-        for name, board in covered_exporters(exporter_set, exporter_sets, groups)
-    ]
+    errors += [_overlap_message(*found)
+               for found in foreign_label_overlaps(exporter_set, exporter_sets, groups, consented)]
     mine = exporter_labels(exporter_set, set_label)
     my_selector = (exporter_set.get("spec") or {}).get("selector") or {}
     my_key = _created_first_key(exporter_set)

@@ -60,7 +60,8 @@ The class says more in its annotation ``constants.ANNOTATION_SET_OVERRIDABLE``
       parameters.disk.path=/srv/images/a.qcow2|/srv/images/b.qcow2;
       drivers=jumpstarter_driver_qemu.driver.Qemu|jumpstarter_driver_network.driver.TcpNetwork;
       max.resources.memory=8Gi; max.resources.cpu=4; max.slots=4;
-      reach=ci.lab.example:22|10.0.0.5:8080; image-hosts=images.lab.example
+      reach=ci.lab.example:22|10.0.0.5:8080; image-hosts=images.lab.example;
+      shared-labels=board=rpi4
 
 Entries are separated by ``;`` or new lines, values by ``|``. A
 ``parameters.*`` or ``images.*`` entry lists values a set may give besides
@@ -110,6 +111,10 @@ DRIVERS_FIELD = "drivers"
 # read_allowlist takes both for every provisioner.
 REACH_FIELD = "reach"
 IMAGE_HOSTS_FIELD = "image-hosts"
+# The labels (``key=value``) a set's template may share with Exporters no set
+# controls, a lab's boards (pool/selectors.py foreign_label_overlaps): the
+# class's consent that leases asking for them may land on its sets'.
+SHARED_LABELS_FIELD = "shared-labels"
 _REACH_WHY = ("the exporter connects to it from where the instance runs, the Pod's or the lab "
               "host's network")
 _IMAGE_HOSTS_WHY = "the image is fetched from where the instance runs, by the operator's fetch"
@@ -150,7 +155,7 @@ def read_allowlist(virtual_target_class):
     class_meta = (virtual_target_class or {}).get("metadata") or {}
     provisioner = ((virtual_target_class or {}).get("spec") or {}).get("provisioner")
     text = (class_meta.get("annotations") or {}).get(constants.ANNOTATION_SET_OVERRIDABLE) or ""
-    known = allowable_fields(provisioner) + [REACH_FIELD, IMAGE_HOSTS_FIELD]
+    known = allowable_fields(provisioner) + [REACH_FIELD, IMAGE_HOSTS_FIELD, SHARED_LABELS_FIELD]
     where = f"VirtualTargetClass annotation {constants.ANNOTATION_SET_OVERRIDABLE}"
     allowed, warnings = {}, []
     for entry in text.replace("\n", ";").split(";"):
@@ -172,6 +177,14 @@ def read_allowlist(virtual_target_class):
             continue
         allowed.setdefault(field, set()).update(values)
     return allowed, warnings
+
+
+def shared_labels(virtual_target_class):
+    """The ``(key, value)`` labels the class's ``shared-labels`` entry lets
+    its sets' templates share with Exporters no set controls."""
+    allowed, _ = read_allowlist(virtual_target_class)
+    pairs = (entry.partition("=") for entry in allowed.get(SHARED_LABELS_FIELD, ()))
+    return frozenset((key.strip(), value.strip()) for key, sep, value in pairs if sep)
 
 
 def driver_types(virtual_target_class, allowed=None):

@@ -8,15 +8,24 @@ import copy
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants as c
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import observe as k8s_observe
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import adoption, selectors
-from pool_builders import NOW, exporter, exporter_set, lease, target_class
+from pool_builders import NOW, TEMPLATE_LABELS, exporter, exporter_set, lease, target_class
 
 
 def apart(obj):
-    """``obj`` with a label the set's template lacks, as a board or another
-    controller's Exporter has: a set whose template carries every label of
-    an Exporter outside it is refused (test_label_capture.py)."""
-    obj["metadata"]["labels"] = {**obj["metadata"].get("labels", {}), "lab": "bench"}
+    """``obj`` labelled as a board or another controller's Exporter is: with
+    no label of the set's template (a set sharing a label with an Exporter
+    no set controls is refused, test_label_overlap.py), but selected by a
+    ``wide`` set's selector."""
+    labels = obj["metadata"].get("labels", {})
+    obj["metadata"]["labels"] = {**{k: v for k, v in labels.items() if k not in TEMPLATE_LABELS},
+                                 "board": "bench-rpi4", "lab": "bench"}
     return obj
+
+
+def wide(the_set):
+    """``the_set`` selecting every Exporter with a ``board`` label."""
+    the_set["spec"]["selector"] = {"matchExpressions": [{"key": "board", "operator": "Exists"}]}
+    return the_set
 
 
 def orphan(name, **changes):
@@ -73,7 +82,7 @@ def _not_adopted(the_set, exporters, **kwargs):
 def test_one_with_a_controller_owner_is_never_taken():
     other = apart(copy.deepcopy(orphan("theirs-0")))
     other["metadata"]["ownerReferences"] = [{"kind": "Thing", "name": "t", "uid": "u", "controller": True}]
-    adopt, refused = _not_adopted(exporter_set(), [other])
+    adopt, refused = _not_adopted(wide(exporter_set()), [other])
     assert adopt == [] and refused == ["theirs-0: controlled by Thing t"]
     # Another set's Exporter is not listed: the overlap of the two sets says so.
     owned = orphan("pool-0")
@@ -86,7 +95,7 @@ def test_only_of_its_namespace_of_its_provisioner_and_not_named_for_another_set(
     physical = apart(orphan("board-1", annotations={}))
     corellium = orphan("c-0", annotations={c.ANNOTATION_PROVISIONER: c.PROVISIONER_CORELLIUM})
     detached = apart(orphan("old-0", labels={"board": "rpi4", c.LABEL_EXPORTER_SET: "older"}))
-    adopt, refused = _not_adopted(exporter_set(), [elsewhere, physical, corellium, detached])
+    adopt, refused = _not_adopted(wide(exporter_set()), [elsewhere, physical, corellium, detached])
     assert adopt == []
     assert refused == [
         "a: in namespace other",
@@ -169,7 +178,7 @@ def test_a_set_without_overlaps_gets_no_condition():
 
 def test_exporters_it_will_not_take_make_the_condition_true_naming_them():
     physical = apart(orphan("board-1", annotations={}))
-    _, result = plan(exporter_set(), [physical])
+    _, result = plan(wide(exporter_set()), [physical])
     overlap = next(x for x in result["status"]["conditions"] if x["type"] == adoption.CONDITION_SELECTOR_OVERLAP)
     assert (overlap["status"], overlap["reason"]) == ("True", adoption.REASON_NOT_ADOPTED)
     assert "board-1: not made by a pool" in overlap["message"]

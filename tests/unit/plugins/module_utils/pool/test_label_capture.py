@@ -1,5 +1,6 @@
 """A set may not carry every board label of an Exporter outside it
-(``selectors.covered_exporters`` through ``template_label_conflicts``):
+(``selectors.foreign_label_overlaps`` through ``template_label_conflicts``;
+sharing one label of an Exporter no set controls: test_label_overlap.py):
 every lease asked for that Exporter by its labels would be satisfied by the
 set's Exporters too, and the controller could hand it to the tenant. The
 set's own Exporters, and those it may adopt (made by a pool, controlled by
