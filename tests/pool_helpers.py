@@ -39,6 +39,22 @@ def make_owned_exporter(custom, namespace, the_set, name="pool-0", board="qemu-x
         "spec": {"enabled": True}})
 
 
+def give_credential(api_client, namespace, exporter, token="a-token", endpoint="grpc.example:443"):
+    """What the Jumpstarter controller gives a new Exporter: its credential
+    Secret (owned by it) and ``status.credential``; returns the Exporter."""
+    from kubernetes import client
+
+    name = exporter["metadata"]["name"]
+    client.CoreV1Api(api_client).create_namespaced_secret(namespace, {
+        "metadata": {"name": f"{name}-exporter", "ownerReferences": [{
+            "apiVersion": "jumpstarter.dev/v1alpha1", "kind": "Exporter", "name": name,
+            "uid": exporter["metadata"]["uid"], "controller": True}]},
+        "stringData": {"token": token}})
+    return client.CustomObjectsApi(api_client).patch_namespaced_custom_object_status(
+        "jumpstarter.dev", "v1alpha1", namespace, "exporters", name,
+        {"status": {"credential": {"name": f"{name}-exporter"}, "endpoint": endpoint}})
+
+
 def make_set(custom, namespace, name="pool", board="qemu-x86", **spec):
     body = {
         "apiVersion": "virtualtarget.jumpstarter.dev/v1alpha1",

@@ -13,7 +13,7 @@ import base64
 from ansible_play import run_tasks
 from kubernetes import client
 from kubernetes.client.rest import ApiException
-from pool_helpers import make_class, make_owned_exporter, make_set
+from pool_helpers import give_credential, make_class, make_owned_exporter, make_set
 
 FQCN = "jumpstarter.virtual_exporters.exporter_pods"
 EXPORTERS = ("jumpstarter.dev", "v1alpha1")
@@ -36,14 +36,7 @@ def test_check_mode_and_warnings_in_process_as_in_the_module(testbed, namespace,
         custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
         vclass = make_class(custom, namespace)
         the_set = make_set(custom, namespace)
-        exporter = make_owned_exporter(custom, namespace, the_set)
-        core.create_namespaced_secret(namespace, client.V1Secret(
-            metadata=client.V1ObjectMeta(name="pool-0-exporter", owner_references=[client.V1OwnerReference(
-                api_version="jumpstarter.dev/v1alpha1", kind="Exporter", name="pool-0",
-                uid=exporter["metadata"]["uid"], controller=True)]),
-            string_data={"token": "a-token"}))
-        exporter = custom.patch_namespaced_custom_object_status(*EXPORTERS, namespace, "exporters", "pool-0", {
-            "status": {"credential": {"name": "pool-0-exporter"}, "endpoint": "grpc.example:443"}})
+        exporter = give_credential(api, namespace, make_owned_exporter(custom, namespace, the_set))
 
         args = {"exporterset": the_set, "virtual_target_class": vclass, "owned_exporters": [exporter],
                 "exporters": ["pool-0"], "parameters": vclass["spec"]["parameters"], "controller_tls_ca": CA}

@@ -55,9 +55,11 @@ class TaskModule:
     task's result (``warn`` may be called from the work's threads), and
     ``exit_json``/``fail_json`` ending the work with a result."""
 
-    def __init__(self, params, check_mode):
+    def __init__(self, params, check_mode, diff=False):
         self.params = params
         self.check_mode = check_mode
+        # What AnsibleModule keeps of ``_ansible_diff`` (ansible_compat.diff_mode).
+        self._diff = diff
         self.warnings = []
 
     def warn(self, warning):
@@ -70,12 +72,12 @@ class TaskModule:
         raise Ended({**result, "failed": True, "msg": msg})
 
 
-def run_here(args, check_mode):
+def run_here(args, check_mode, diff=False):
     """The module's work on ``args`` (the task's arguments) in this process:
     ``(result, warnings)``, the result as the module would return it."""
     validation = ArgumentSpecValidator(ARGUMENT_SPEC).validate(ansible_compat.module_data(args))
     params = validation.validated_parameters
-    module = TaskModule(params, check_mode)
+    module = TaskModule(params, check_mode, diff)
     for warning in ansible_compat.alias_warnings(validation):
         module.warn(warning)
     if validation.error_messages:
@@ -112,7 +114,7 @@ class ActionModule(ActionBase):
             if not wrap_async:
                 self._remove_tmp_path(ansible_compat.remote_tmpdir(self._connection))
             return result
-        here, warnings = run_here(self._task.args, bool(self._task.check_mode))
+        here, warnings = run_here(self._task.args, bool(self._task.check_mode), bool(self._task.diff))
         # Said here, in the task's own thread: captured with its result, as
         # the warnings a module returns are.
         for warning in warnings:

@@ -28,6 +28,7 @@ description:
     be fetched, starts nothing; the instance is C(Failed) with reason C(ImageDigestMismatch),
     C(ImageUnavailable) or C(ImageInvalid) and a message naming the url (and the expected
     digest; what the url answered is kept in the instance directory's C(image-error.json) only).
+    A download stops past O(image_max_size) and its partial file is removed (C(ImageInvalid)).
   - Each instance's cached images are marked used before its fetch. After the run's fetches
     the cache is kept within O(image_cache_quota), least recently used first; never removed
     are a digest any instance directory on the host links to (whichever set's, running or
@@ -35,7 +36,7 @@ description:
 author:
   - Jumpstarter virtual exporters maintainers (@jumpstarter-dev)
 extends_documentation_fragment:
-  - jumpstarter.virtual_exporters.attributes
+  - jumpstarter.virtual_exporters.attributes.diff
   - jumpstarter.virtual_exporters.attributes.idempotent
   - jumpstarter.virtual_exporters.exporterset
 options:
@@ -115,6 +116,13 @@ options:
         returns it). Past it, unused digests go, least recently used first.
     type: int
     default: 68719476736
+  image_max_size:
+    description:
+      - Bytes an image fetched by url may have; the class's
+        C(virtualtarget.jumpstarter.dev/image-max-size) (C(baremetal_targets) returns it), as
+        for the node cache. A larger one is not kept and its instance starts nothing.
+    type: int
+    default: 17179869184
 requirements:
   - qemu.qmp
 """
@@ -175,6 +183,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants, exporterset_options
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.baremetal import hosts as baremetal
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.baremetal import logs as service_logs
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.module_diff import Changes, with_diff
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu import argv as qemu_argv
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu import images as image_fetch
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu import qmp as qemu_qmp
@@ -257,6 +266,8 @@ class HostInstances:
         self.supervisor = Identity(self.p["prefix"], module.run_command,
                                    systemd=os.path.isdir("/run/systemd/system"))
         self.changed = []
+        # Instance/<name> to what it was and what the run makes of it (--diff).
+        self.changes = Changes()
         self.downloaded = {}
         self.cache = os.path.join(self.p["work_dir"], image_fetch.CACHE_DIR_NAME)
         # Digests this run's instances fetched or found in the cache.
@@ -316,6 +327,16 @@ class HostInstances:
             return False
         uid, made_for = self.p["uids"].get(name, ""), owner.get("uid") or ""
         return not (uid and made_for and uid != made_for)
+
+    def was(self, name):
+        """The instance as a diff shows it before the run: absent, retained or present."""
+        directory = self.directory(name)
+        if not os.path.isdir(directory):
+            return {"state": "absent"}
+        return {"state": "retained" if os.path.exists(os.path.join(directory, "retained")) else "present"}
+
+    def _record(self, name, before, **after):
+        self.changes.record(f"Instance/{name}", before, after)
 
     # -- state ---------------------------------------------------------------
     def service_state(self, name, service):
@@ -437,35 +458,39 @@ class HostInstances:
             self.module.fail_json(msg=f"{name}: configs and tokens need an entry for it")
         config = dict(config, token=token)
         directory = self.directory(name)
+        before = self.was(name)
+        written = []
         uid = self.p["uids"].get(name, "")
         made_for = self._owner_uid(name)
         if (uid and made_for and made_for != uid) or (os.path.isdir(directory) and not self.claimed(name)):
             # Made for an earlier Exporter of this name, or without an identity
             # of its own: its VM and disk go with it.
             self.remove([(name, False)])
-        changed = False
         if not os.path.isdir(directory):
-            changed = True
             if self.module.check_mode:
                 self.changed.append(name)
+                self._record(name, before, state="present", written=["the instance, afresh"])
                 return
             os.makedirs(directory, mode=0o700)
             self.supervisor.claim(self.instance(name))
+            written.append("directory")
         owner = {"namespace": self.p["namespace"], "exporterset": self.p["exporterset"],
                  "exporter": name, "uid": uid}
-        changed |= self._write(os.path.join(directory, OWNER_FILE),
-                               json.dumps(owner, sort_keys=True), 0o600)
+        if self._write(os.path.join(directory, OWNER_FILE), json.dumps(owner, sort_keys=True), 0o600):
+            written.append(OWNER_FILE)
+        # What a diff names of the config is its file, never its content (the token).
         config_changed = self._write_config(os.path.join(directory, baremetal.EXPORTER_CONFIG_FILE),
                                             json.dumps(config, indent=2, sort_keys=True))
-        changed |= config_changed
-        scripts_changed = {}
+        if config_changed:
+            written.append(baremetal.EXPORTER_CONFIG_FILE)
         for service, script in self._run_scripts(name).items():
             service_dir = os.path.join(directory, service)
             if not self.module.check_mode and not os.path.isdir(service_dir):
                 os.mkdir(service_dir)
                 os.chmod(service_dir, INSTANCE_DIR_MODE)
-            scripts_changed[service] = self._write(os.path.join(service_dir, "run"), script, 0o750)
-            changed |= scripts_changed[service]
+            if self._write(os.path.join(service_dir, "run"), script, 0o750):
+                written.append(f"{service}/run")
+        changed = bool(written)
         disk = os.path.join(directory, qemu_argv.DISK_IMAGE)
         disk_missing = qemu_argv.has_disk(self.p["parameters"]) and not os.path.exists(disk)
         vars_missing = (qemu_argv.uefi_firmware(self.p["parameters"]) is not None
@@ -484,6 +509,7 @@ class HostInstances:
             if state == "running" and not restart:
                 continue
             changed = True
+            written.append(f"{service} service {'restarted' if state == 'running' else 'started'}")
             if self.module.check_mode:
                 continue
             if state == "running":
@@ -495,6 +521,8 @@ class HostInstances:
             self.supervisor.start(self.instance(name), service, baremetal.SERVICE_RESTART_DELAY[service])
         if changed and name not in self.changed:
             self.changed.append(name)
+        if changed:
+            self._record(name, before, state="present", written=written)
 
     def _fetch_images(self, name):
         """Images given by url, verified in the host cache and linked into the instance.
@@ -507,7 +535,7 @@ class HostInstances:
         # run that has not removed it yet finds it used.
         image_fetch.mark_used(self.cache, own)
         try:
-            downloaded = image_fetch.fetch_all(files, self.cache)
+            downloaded = image_fetch.fetch_all(files, self.cache, max_bytes=self.p["image_max_size"])
         except image_fetch.ImageError as error:
             self._write(os.path.join(self.directory(name), IMAGE_ERROR_FILE),
                         json.dumps(error.as_dict(), sort_keys=True), 0o600)
@@ -562,6 +590,7 @@ class HostInstances:
             if checked and not self._meant(name):
                 continue
             names.append(name)
+            self._record(name, self.was(name), state="absent")
         self.changed.extend(names)
         if self.module.check_mode or not names:
             return
@@ -582,6 +611,7 @@ class HostInstances:
             # Another Exporter's instance: left alone; its report shows whose it is.
             return
         self.changed.append(name)
+        self._record(name, self.was(name), state="present", written=["a fresh disk", "vm service restarted"])
         if self.module.check_mode:
             return
         self._stop(name, services=("vm",))
@@ -594,8 +624,10 @@ class HostInstances:
         if not os.path.isdir(directory) or not self._meant(name):
             return
         marker = os.path.join(directory, "retained")
+        before = self.was(name)
         if self._stop(name) or not os.path.exists(marker):
             self.changed.append(name)
+            self._record(name, before, state="retained")
             if not self.module.check_mode:
                 _replace(marker, "", 0o600)
 
@@ -668,6 +700,7 @@ def main():
             prefix=dict(type="path", default=baremetal.DEFAULT_PREFIX),
             lock_timeout=dict(type="float", default=300.0),
             image_cache_quota=dict(type="int", default=image_fetch.DEFAULT_CACHE_QUOTA_BYTES),
+            image_max_size=dict(type="int", default=image_fetch.DEFAULT_MAX_BYTES),
         ),
         supports_check_mode=True,
     )
@@ -693,8 +726,9 @@ def main():
         module.fail_json(msg=str(error), changed_instances=host.changed)
     instances = {name: host.state(name) for name in host.own_instances()}
     os.close(lock)
-    module.exit_json(changed=bool(host.changed or pruned), changed_instances=host.changed,
-                     instances=instances, images_downloaded=host.downloaded, images_pruned=pruned)
+    module.exit_json(**with_diff(module, dict(
+        changed=bool(host.changed or pruned), changed_instances=host.changed, instances=instances,
+        images_downloaded=host.downloaded, images_pruned=pruned), host.changes.before, host.changes.after))
 
 
 if __name__ == "__main__":

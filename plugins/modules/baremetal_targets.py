@@ -46,7 +46,7 @@ options:
     type: str
     default: ""
 extends_documentation_fragment:
-  - jumpstarter.virtual_exporters.attributes
+  - jumpstarter.virtual_exporters.attributes.diff
   - jumpstarter.virtual_exporters.exporterset.provisioner
   - jumpstarter.virtual_exporters.attributes.idempotent
   - jumpstarter.virtual_exporters.kubernetes
@@ -104,6 +104,13 @@ image_cache_quota:
       annotation C(virtualtarget.jumpstarter.dev/image-cache-quota), else 64 GiB.
   returned: always
   type: int
+image_max_size:
+  description:
+    - Bytes an image a lab host fetches by url may have
+      (O(jumpstarter.virtual_exporters.baremetal_instances#module:image_max_size)); the class's
+      annotation C(virtualtarget.jumpstarter.dev/image-max-size), else 16 GiB, as for the node cache.
+  returned: always
+  type: int
 """
 
 import base64
@@ -122,6 +129,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.
     ClusterModule,
     k8s_module,
 )
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.module_diff import Changes, with_diff
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu import images as image_fetch
 
 
@@ -131,6 +139,7 @@ class Targets(ClusterModule):
         self.api = self.api_client
         self.namespace = self.p["exporterset"]["metadata"]["namespace"]
         self.changed = False
+        self.changes = Changes()
 
     def _secret(self, name):
         from kubernetes.client.rest import ApiException
@@ -187,13 +196,13 @@ class Targets(ClusterModule):
             host = placed.get(exporter["metadata"]["name"])
             if host is None:
                 continue
+            body = {"metadata": {"labels": {constants.LABEL_HOST: host}}}
+            self.changes.patch(f"{constants.EXPORTER.kind}/{exporter['metadata']['name']}", exporter, body)
             exporter["metadata"].setdefault("labels", {})[constants.LABEL_HOST] = host
             self.changed = True
             if not self.module.check_mode:
                 self.custom.patch_namespaced_custom_object(
-                    *constants.EXPORTER.at(self.namespace),
-                    exporter["metadata"]["name"],
-                    {"metadata": {"labels": {constants.LABEL_HOST: host}}})
+                    *constants.EXPORTER.at(self.namespace), exporter["metadata"]["name"], body)
         return placed, (f"no free slot for {', '.join(limited)}: {lab.capacity()['message']}"
                         if limited else "")
 
@@ -247,6 +256,7 @@ def main():
     p = module.params
     try:
         cache_quota = image_fetch.class_cache_quota(p["virtual_target_class"])
+        max_size = image_fetch.class_max_bytes(p["virtual_target_class"])
     except ValueError as error:
         module.fail_json(msg=str(error))
     if p["action"] in ("remove", "reset"):
@@ -268,8 +278,10 @@ def main():
         for entry in entries:
             targets.configs(entry, by_name, waiting)
             tokens[entry["name"]] = entry.pop("tokens")
-    module.exit_json(changed=targets.changed, hosts=entries, tokens=tokens, ssh=ssh, placed=placed,
-                     waiting=sorted(waiting), limited=limited, image_cache_quota=cache_quota)
+    module.exit_json(**with_diff(module, dict(
+        changed=targets.changed, hosts=entries, tokens=tokens, ssh=ssh, placed=placed, waiting=sorted(waiting),
+        limited=limited, image_cache_quota=cache_quota, image_max_size=max_size), targets.changes.before,
+        targets.changes.after))
 
 
 if __name__ == "__main__":

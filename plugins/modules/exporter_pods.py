@@ -97,7 +97,7 @@ options:
     choices: [present, absent, synced, reset]
     default: present
 extends_documentation_fragment:
-  - jumpstarter.virtual_exporters.attributes
+  - jumpstarter.virtual_exporters.attributes.diff
   - jumpstarter.virtual_exporters.exporterset.provisioner
   - jumpstarter.virtual_exporters.attributes.idempotent
   - jumpstarter.virtual_exporters.kubernetes

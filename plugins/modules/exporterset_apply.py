@@ -133,7 +133,7 @@ options:
     type: bool
     default: false
 extends_documentation_fragment:
-  - jumpstarter.virtual_exporters.attributes
+  - jumpstarter.virtual_exporters.attributes.diff
   - jumpstarter.virtual_exporters.kubernetes
   - jumpstarter.virtual_exporters.exporterset.records
   - jumpstarter.virtual_exporters.exporterset.denied
@@ -234,14 +234,15 @@ policies_changed:
 
 import functools
 
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import exporterset_options
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import reconcile_pass
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants, exporterset_options
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import lifecycle, reconcile_pass
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import status as k8s_status
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.apply import ApplyError
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.client import (
     k8s_module,
     module_api_client,
 )
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.module_diff import Changes, with_diff
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import permissions
 
 try:
@@ -254,14 +255,43 @@ def record_outcome(module, api_client, exporter_set):
     """What the run records once everything else ran (``outcome``): the
     core's ``finish`` (k8s/reconcile_pass.py), by who records (``records``)."""
     failed = module.params["outcome"] == "Failure"
+    error = (module.params["failure_message"] or "the reconcile failed") if failed else None
     result = reconcile_pass.finish(
-        api_client, exporter_set, records=module.params["records"],
-        error=(module.params["failure_message"] or "the reconcile failed") if failed else None,
+        api_client, exporter_set, records=module.params["records"], error=error,
         write_condition=module.params["write_outcome"], add_class_finalizer=module.params["add_class_finalizer"],
         check_mode=module.check_mode)
     result["policies_changed"] = result.pop("policies")
     result["class_changed"] = bool((result.pop("class") or {}).get("changed"))
-    return result
+    changes = Changes()
+    if result["outcome_changed"]:
+        outcome = lifecycle.outcome(exporter_set, error)
+        changes.record(_set_key(exporter_set), {"status": {"outcome": _outcome_conditions(exporter_set)}},
+                       {"status": {"outcome": [outcome]}})
+    return with_diff(module, result, changes.before, changes.after)
+
+
+def _set_key(exporter_set):
+    return f"{constants.EXPORTER_SET.kind}/{(exporter_set.get('metadata') or {}).get('name')}"
+
+
+def _outcome_conditions(exporter_set):
+    return [c for c in (exporter_set.get("status") or {}).get("conditions") or []
+            if c.get("type") in k8s_status.OUTCOME_CONDITIONS]
+
+
+def _record_finalizer(applier, exporter_set, finalizer, changed, adding):
+    """The finalizer change (``changed``) among the applier's changes."""
+    if not changed:
+        return changed
+    finalizers = list((exporter_set.get("metadata") or {}).get("finalizers") or [])
+    after = [*finalizers, finalizer] if adding else [f for f in finalizers if f != finalizer]
+    applier.changes.record(_set_key(exporter_set), {"metadata": {"finalizers": finalizers}},
+                           {"metadata": {"finalizers": after}})
+    return changed
+
+
+def _exit(module, applier, **result):
+    module.exit_json(**with_diff(module, result, applier.changes.before, applier.changes.after))
 
 
 def _permissions(module):
@@ -304,19 +334,20 @@ def main():
     applier = reconcile_pass.pool_applier(
         api_client, exporterset, write_outcome=module.params["write_outcome"], check_mode=module.check_mode,
         permissions=_permissions(module))
+    applier.seen.update({(e.get("metadata") or {}).get("name"): e for e in module.params["owned_exporters"]})
     try:
         if module.params["confirm_only"] and module.params["teardown"] != "none":
             releasable = applier.confirm_teardown(module.params["teardown"], module.params["owned_exporters"])
             if not module.check_mode and applier.held_why:
                 k8s_status.emit_events(applier.api_client, module.params["exporterset"],
                                        applier.held_events())
-            module.exit_json(changed=bool(applier.result["patched"]), releasable=releasable, **applier.result)
+            _exit(module, applier, changed=bool(applier.result["patched"]), releasable=releasable, **applier.result)
         if module.params["confirm_only"]:
             confirmed = applier.confirm(module.params["plan"])
             if not module.check_mode and applier.held_why:
                 k8s_status.emit_events(applier.api_client, module.params["exporterset"],
                                        applier.held_events())
-            module.exit_json(changed=False, plan=confirmed, **applier.result)
+            _exit(module, applier, changed=False, plan=confirmed, **applier.result)
         finalizer_changed = False
         if module.params["teardown"] != "none":
             applier.teardown(module.params["teardown"], module.params["owned_exporters"],
@@ -324,16 +355,18 @@ def main():
             finalizer_changed = _finalizers(functools.partial(reconcile_pass.release_finalizer,
                                                               left=applier.result["held"]),
                                             api_client, exporterset, finalizer, module.check_mode)
+            _record_finalizer(applier, exporterset, finalizer, finalizer_changed, adding=False)
         else:
             if finalizer:
                 # exporterset_info names the finalizer only for a set whose class exists or that has it.
                 finalizer_changed = _finalizers(reconcile_pass.keep_finalizer, api_client, exporterset, finalizer,
                                                 module.check_mode)
+                _record_finalizer(applier, exporterset, finalizer, finalizer_changed, adding=True)
             reconcile_pass.apply_pool(applier, module.params["plan"], module.params["provisioner"])
     except ApplyError as exc:
         module.fail_json(msg=str(exc), **applier.result)
-    module.exit_json(changed=applier.changed() or finalizer_changed, finalizer_changed=finalizer_changed,
-                     **applier.result)
+    _exit(module, applier, changed=applier.changed() or finalizer_changed, finalizer_changed=finalizer_changed,
+          **applier.result)
 
 
 def _finalizers(change, api_client, exporterset, finalizer, check_mode):

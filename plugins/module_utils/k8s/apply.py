@@ -36,6 +36,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import objects as k8s_objects
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import pod as k8s_pod
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import status as k8s_status
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.module_diff import Changes
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import adoption, lease_safety
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import permissions as pool_permissions
 
@@ -144,6 +145,10 @@ class PlanApplier:
         self.leased = {}
         # Exporters the plan meant to adopt and this pass did not (adopt).
         self.not_adopted = set()
+        # What was (or, in check mode, would be) written, for --diff; ``seen``
+        # the Exporters as last read (a caller may add its own copies).
+        self.changes = Changes()
+        self.seen = {}
 
     def _patched(self, name, written):
         """Keep the resourceVersion an Exporter write left (``versions``)."""
@@ -158,11 +163,13 @@ class PlanApplier:
         from kubernetes.client.rest import ApiException
 
         try:
-            return self.custom.get_namespaced_custom_object(*constants.EXPORTER.at(self.namespace), name)
+            current = self.custom.get_namespaced_custom_object(*constants.EXPORTER.at(self.namespace), name)
         except ApiException as exc:
             if exc.status != 404:
                 self._fail(f"reading Exporter {self.namespace}/{name}", exc)
             return None
+        self.seen[name] = current
+        return current
 
     def _active_leases(self):
         """The Leases that may hold an Exporter, read now (ended ones carry a label)."""
@@ -254,9 +261,14 @@ class PlanApplier:
                 if exc.status == 404:
                     return False
                 self._fail(f"disabling Exporter {self.namespace}/{name}", exc)
+        self._record_patch(name, current, body)
         if name not in self.result["patched"]:
             self.result["patched"].append(name)
         return True
+
+    def _record_patch(self, name, current, body):
+        body = {**body, "metadata": {k: v for k, v in (body.get("metadata") or {}).items() if k != "resourceVersion"}}
+        self.changes.patch(f"{constants.EXPORTER.kind}/{name}", current, {k: v for k, v in body.items() if v})
 
     def _owned_objects(self, exporter, provisioner):
         """The Pod, config Secret and credential Secret that belong to this very Exporter.
@@ -338,6 +350,9 @@ class PlanApplier:
                     self._fail(f"deleting Exporter {self.namespace}/{name}", exc)
             for kind, obj in owned:
                 self._delete_owned(kind, obj)
+        for kind, obj in [(constants.EXPORTER.kind, current), *owned]:
+            self.changes.record(f"{kind}/{obj['metadata']['name']}", {"metadata": {"uid": obj["metadata"].get("uid")}},
+                                None)
         self.result["deleted"].append(name)
         return True
 
@@ -352,6 +367,7 @@ class PlanApplier:
                 if exc.status == 404:
                     return
                 self._fail(f"patching Exporter {self.namespace}/{name}", exc)
+        self._record_patch(name, self.seen.get(name), body)
         if name not in self.result["patched"]:
             self.result["patched"].append(name)
 
@@ -383,6 +399,7 @@ class PlanApplier:
                 # AlreadyExists: the name was taken since the plan was made (a
                 # stale read); the next plan sees it and picks another name.
                 return False
+        self.changes.record(f"{constants.EXPORTER.kind}/{name}", None, manifest)
         self.result["created"].append(name)
         return True
 
@@ -406,15 +423,17 @@ class PlanApplier:
         if why is not None:
             self.not_adopted.add(name)
             return False
+        body = adoption.adoption_patch(self.set, current)
         if not self.check:
             try:
                 self._patched(name, self.custom.patch_namespaced_custom_object(
-                    *constants.EXPORTER.at(self.namespace), name, adoption.adoption_patch(self.set, current)))
+                    *constants.EXPORTER.at(self.namespace), name, body))
             except ApiException as exc:
                 if exc.status in (404, 409):
                     self.not_adopted.add(name)
                     return False
                 self._fail(f"adopting Exporter {self.namespace}/{name}", exc)
+        self._record_patch(name, current, body)
         if name not in self.result["patched"]:
             self.result["patched"].append(name)
         return True
@@ -492,9 +511,12 @@ class PlanApplier:
                 desired = k8s_status.desired_status(status, self.set.get("status"), outcome, state)
                 self.result["status_changed"] = k8s_status.status_differs(self.set.get("status"), desired)
             else:
-                self.result["status_changed"], _ = k8s_status.write_status(
+                self.result["status_changed"], desired = k8s_status.write_status(
                     self.api_client, self.namespace, meta["name"], status, outcome=outcome, state=state
                 )
+            if self.result["status_changed"]:
+                self.changes.record(f"{constants.EXPORTER_SET.kind}/{meta['name']}",
+                                    {"status": self.set.get("status")}, {"status": desired})
         elif state:
             self.result["status_changed"] = k8s_status.write_state(
                 self.api_client, self.namespace, meta["name"], state, check_mode=self.check)

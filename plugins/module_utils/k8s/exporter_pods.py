@@ -25,6 +25,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import pod as k8s_pod
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.client import ClusterModule
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.core import delete_options
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.module_diff import Changes, with_diff
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import permissions
 
 # Instances made or removed at once in one run (each is a few API calls).
@@ -42,6 +43,20 @@ def _secret_text(secret):
         return None
 
 
+def _config_parts(secret):
+    """What a diff shows of a config Secret: the digest of its inputs; its
+    content holds the exporter's token and is never returned."""
+    if secret is None:
+        return None
+    digest = ((secret.get("metadata") or {}).get("annotations") or {}).get(config_sync.ANNOTATION_CONFIG_INPUTS)
+    return {"metadata": {"annotations": {config_sync.ANNOTATION_CONFIG_INPUTS: digest}}}
+
+
+def _gone(obj):
+    """What a diff shows of an object a run deletes, before."""
+    return {"metadata": {"uid": obj["metadata"].get("uid")}}
+
+
 class InstanceError(Exception):
     """An instance that could not be made or removed; the message names it."""
 
@@ -53,6 +68,7 @@ class PodManager(ClusterModule):
         self.provisioner = (self.p["virtual_target_class"].get("spec") or {}).get("provisioner", "")
         self.by_name = {e["metadata"]["name"]: e for e in self.p["owned_exporters"]}
         self.result = {"created": [], "deleted": [], "waiting": [], "resynced": [], "noted": [], "reset": []}
+        self.changes = Changes()
         try:
             self.granted = permissions.Permissions.from_denied(self.p["denied_permissions"])
         except ValueError as exc:
@@ -120,6 +136,8 @@ class PodManager(ClusterModule):
         if self._someone_elses(existing, name):
             return
         self.result["created"].append(name)
+        self.changes.record(f"Secret/{secret['metadata']['name']}", _config_parts(existing), _config_parts(secret))
+        self.changes.record(f"Pod/{name}", None, pod)
         if self.module.check_mode:
             return
         try:
@@ -178,6 +196,10 @@ class PodManager(ClusterModule):
         except k8s_apply.ApplyError as exc:
             raise InstanceError(str(exc)) from exc
         self.result["waiting" if why else "resynced"].append(name)
+        if not why:
+            self.changes.record(f"Secret/{secret['metadata']['name']}", _config_parts(existing),
+                                _config_parts(secret))
+            self.changes.record(f"Pod/{name}", _gone(pod), None)
 
     def _note_inputs(self, name, existing, secret):
         """An equal config Secret noting an older digest gets the new one (its
@@ -188,6 +210,7 @@ class PodManager(ClusterModule):
         if config_sync.recorded_digest(existing) == digest:
             return
         self.result["noted"].append(name)
+        self.changes.record(f"Secret/{existing['metadata']['name']}", _config_parts(existing), _config_parts(secret))
         if self.module.check_mode:
             return
         # The Secret as read (its resourceVersion the precondition), the digest added.
@@ -219,6 +242,7 @@ class PodManager(ClusterModule):
 
         meta = pod["metadata"]
         self.result["deleted"].append(meta["name"])
+        self.changes.record(f"Pod/{meta['name']}", _gone(pod), None)
         if self.module.check_mode:
             return
         try:
@@ -252,17 +276,21 @@ class PodManager(ClusterModule):
                 self.result["waiting"].append(name)
                 return
             if self.module.check_mode:
-                self.result["reset"].append(name)
+                self._reset_done(name)
                 return
             container, command = in_pod
             code, output = self.core.exec(self.namespace, name, container, command, RESET_EXEC_SECONDS)
             if code == 0:
-                self.result["reset"].append(name)
+                self._reset_done(name)
                 return
             said = " ".join(output.split())[-300:] or "no output"
             why = f"its reset in the Pod failed (exit code {code}: {said})"
         self.module.warn(f"{self.namespace}/{name}: not reset in its running Pod, {why}; a fresh Pod replaces it")
         self.absent(name)
+
+    def _reset_done(self, name):
+        self.result["reset"].append(name)
+        self.changes.record(f"Pod/{name}", {"instance": "as it ran"}, {"instance": "reset in place"})
 
     def absent(self, name):
         from kubernetes.client.rest import ApiException
@@ -285,6 +313,7 @@ class PodManager(ClusterModule):
             if found is None or not self._made_for_namesake(found, name):
                 continue
             removed = True
+            self.changes.record(f"{kind}/{object_name}", _gone(found), None)
             if self.module.check_mode:
                 continue
             try:
@@ -328,6 +357,7 @@ def run(module):
     finally:
         manager.api_client.close()
     result = {key: sorted(value) for key, value in manager.result.items()}
-    module.exit_json(changed=bool(result["created"] or result["deleted"] or result["resynced"] or result["noted"]
-                                  or result["reset"]),
-                     **result)
+    module.exit_json(**with_diff(module, dict(
+        changed=bool(result["created"] or result["deleted"] or result["resynced"] or result["noted"]
+                     or result["reset"]),
+        **result), manager.changes.before, manager.changes.after))

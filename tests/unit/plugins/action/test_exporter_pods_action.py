@@ -18,7 +18,9 @@ import yaml
 from ansible.module_utils.datatag import deprecate_value
 from ansible.template import trust_as_template
 from ansible_collections.jumpstarter.virtual_exporters.plugins.action import exporter_pods as action
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import ansible_compat
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.ansible_compat import module_data
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.module_diff import with_diff
 
 ROOT = Path(__file__).resolve().parents[4]
 FQCN = "jumpstarter.virtual_exporters.exporter_pods"
@@ -162,3 +164,12 @@ def test_a_local_task_runs_in_process_and_a_task_with_environment_as_the_module(
         assert SECRET not in json.dumps(result)
     assert results["here"]["msg"] == results["module"]["msg"]
     assert SECRET not in completed.stdout
+
+
+
+@pytest.mark.parametrize("diff", [True, False])
+def test_the_work_in_process_sees_the_tasks_diff_as_a_module_does(diff):
+    module = action.TaskModule({}, check_mode=True, diff=diff)
+    assert ansible_compat.diff_mode(module) is diff
+    result = with_diff(module, {"changed": True}, {"Pod/pool-0": None}, {"Pod/pool-0": {"spec": {}}})
+    assert ("diff" in result) is diff

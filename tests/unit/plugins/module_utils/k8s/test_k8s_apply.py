@@ -7,6 +7,7 @@ import pytest
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants as c
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import apply as k8s_apply
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import core as k8s_core
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.module_diff import projection
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
@@ -531,3 +532,50 @@ def test_teardown_deletes_once_the_lease_ended(api):
     applier.teardown("delete", owned, c.PROVISIONER_QEMU)
     assert ("Exporter", "rpi4-0") not in api.objects and applier.result["held"] == []
     assert _waiting(api)["status"] == "False"
+
+
+def test_check_mode_changes_are_what_a_run_writes(api):
+    """The parts ``--check --diff`` shows after are what the same plan leaves
+    when it runs; before, what was there."""
+    gone = exporter(api, "rpi4-0", enabled=False)
+    api.put("Secret", "rpi4-0-exporter", metadata=owned_by(gone["metadata"]["uid"]))
+    exporter(api, "rpi4-1")
+    exporter(api, "rpi4-2", enabled=False)
+    exporter(api, "rpi4-3", annotations={c.ANNOTATION_REUSED_AFTER: "x"})
+    plan = {"delete": [{"name": "rpi4-0", "reason": "ScaleDown"}], "disable": ["rpi4-1"], "enable": ["rpi4-2"],
+            "create": [create_entry("rpi4-4")],
+            "exporter_annotations": {"rpi4-1": {c.ANNOTATION_SCALE_DOWN: "now"},
+                                     "rpi4-3": {c.ANNOTATION_REUSED_AFTER: None}}}
+    before = copy.deepcopy(api.objects)
+    checked = k8s_apply.PlanApplier(FakeApiClient(), THE_SET, check_mode=True)
+    # As exporterset_apply gives it the owned Exporters it was handed.
+    checked.seen.update({name: copy.deepcopy(obj) for (kind, name), obj in before.items() if kind == "Exporter"})
+    checked.apply_plan(copy.deepcopy(plan), c.PROVISIONER_QEMU)
+    assert api.objects == before
+    ran = k8s_apply.PlanApplier(FakeApiClient(), THE_SET)
+    ran.apply_plan(copy.deepcopy(plan), c.PROVISIONER_QEMU)
+    changes = checked.changes
+    assert sorted(changes.after) == ["Exporter/rpi4-0", "Exporter/rpi4-1", "Exporter/rpi4-2", "Exporter/rpi4-3",
+                                     "Exporter/rpi4-4", "Secret/rpi4-0-exporter"]
+    # The same, but for the Lease list each read (the run's own writes moved it on).
+    assert without_lease_list(changes.after) == without_lease_list(ran.changes.after)
+    for key, after in changes.after.items():
+        kind, name = key.split("/")
+        if after is None:
+            assert (kind, name) not in api.objects and (kind, name) in before
+            assert changes.before[key] == {"metadata": {"uid": before[(kind, name)]["metadata"]["uid"]}}
+        elif changes.before[key] is None:
+            assert api.objects[(kind, name)]["spec"] == after["spec"]
+        else:
+            # A merge patch: its nulls are keys gone (None in the projection too).
+            assert projection(api.objects[(kind, name)], after) == ran.changes.after[key]
+            assert changes.before[key] == projection(before[(kind, name)], after)
+    assert changes.before["Exporter/rpi4-1"]["spec"] == {"enabled": True}
+    assert changes.after["Exporter/rpi4-1"]["spec"] == {"enabled": False}
+
+
+def without_lease_list(afters):
+    return {key: after if after is None else {**after, "metadata": {
+        "annotations": {k: v for k, v in (after.get("metadata") or {}).get("annotations", {}).items()
+                        if k != c.ANNOTATION_LEASES_CHECKED_AT}}} for key, after in afters.items()}
+
