@@ -71,8 +71,8 @@ EXPECTING = 0.5
 # Earlier cycles are read this much wider on each side, for arrivals that
 # come a little earlier or later than they did.
 SLACK = 600.0
-# The planner's scale-down cooldown when a set gives none
-# (phases/wanted.py DEFAULT_SCALE_DOWN_COOLDOWN, which imports this module's importers).
+# The planner's scale-down cooldown when a set gives none: phases/wanted.py's
+# DEFAULT_SCALE_DOWN_COOLDOWN (an import of it here would be circular).
 DEFAULT_COOLDOWN = "5m"
 # Seconds between two decisions of a sized set with nothing else to do.
 RESIZE = 60.0
