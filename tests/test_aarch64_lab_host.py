@@ -32,9 +32,9 @@ def sa8295_parameters(lab_hosts):
     }
 
 
-def serial_log(lab_hosts, namespace, name):
+def serial_log(lab_hosts, namespace, name, host=HOST):
     try:
-        return (lab_hosts.instance_dir(HOST, namespace, name) / "serial.log").read_text(errors="replace")
+        return (lab_hosts.instance_dir(host, namespace, name) / "serial.log").read_text(errors="replace")
     except OSError:
         return ""
 

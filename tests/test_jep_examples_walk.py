@@ -12,9 +12,9 @@ With the qemu operator and the Jumpstarter stand-in running (kwok's Pods):
   loads it;
 - ``pixel7-emulator``, whose class the JEP does not give, says ClassNotFound.
 
-The lab set (``qcom-sa8295-hifi``) is accepted here; its pool needs the
-JEP's lab hosts, so its drivers and parameters are checked without a bed
-(tests/unit/plugins/module_utils/pool/test_jep_examples.py).
+The lab set (``qcom-sa8295-hifi``) is accepted here; its pool runs on lab
+hosts in tests/test_jep_examples_lab.py, and its drivers and parameters are
+checked without a bed (tests/unit/plugins/module_utils/pool/test_jep_examples.py).
 """
 
 from __future__ import annotations

@@ -14,6 +14,9 @@ description:
     QEMU sockets, serial log, disk and ExporterConfig, and two supervised services, C(vm)
     (QEMU, never restarted) and C(exporter) (C(jmp run), restarted when it exits). They run
     as systemd units when systemd runs, otherwise under C(jumpstarter-supervise).
+  - QEMU makes its sockets, and the exporter reaches the instance, through a short link to
+    the directory, C(<work_dir>/links/<16 hex digits>): a UNIX socket's path holds at most
+    107 bytes, fewer than a namespace and an Exporter name may take.
   - Each instance runs as an identity of its own (a user and group of the host's pool that
     lab_bootstrap makes), through the root-owned C(<prefix>/bin/jumpstarter-instance) the
     service user runs with C(sudo -n). The instance directory is reachable by the service
@@ -277,6 +280,34 @@ class HostInstances:
     def directory(self, name):
         return baremetal.instance_dir(self.p["work_dir"], self.p["namespace"], name)
 
+    def link(self, name):
+        """The instance directory's short path, which QEMU and the exporter are
+        given (``baremetal.instance_link``)."""
+        return baremetal.instance_link(self.p["work_dir"], self.p["namespace"], name)
+
+    def _make_link(self, name):
+        """The link to the instance directory, made (or pointed back) in the
+        service user's links directory, which the identities may only cross."""
+        links = os.path.join(self.p["work_dir"], baremetal.LINKS_DIR)
+        os.makedirs(links, mode=0o711, exist_ok=True)
+        link, directory = self.link(name), self.directory(name)
+        if os.path.islink(link) and os.readlink(link) == directory:
+            return
+        made = os.path.join(links, f".new-{os.getpid()}-{os.path.basename(link)}")
+        os.symlink(directory, made)
+        os.replace(made, link)
+
+    def qmp_socket(self, name):
+        """QMP's socket, through the instance's link (an instance made before
+        links were: in its directory)."""
+        link = self.link(name)
+        return os.path.join(link if os.path.islink(link) else self.directory(name), qemu_argv.QMP_SOCKET)
+
+    def _remove_link(self, name):
+        link = self.link(name)
+        if os.path.islink(link) and os.readlink(link) == self.directory(name):
+            os.unlink(link)
+
     def unit(self, service, name):
         return f"jumpstarter-{service}@{self.instance(name)}.service"
 
@@ -362,8 +393,7 @@ class HostInstances:
         exporter_service = self.service_state(name, "exporter")
         status = None
         if vm_service == "running":
-            status = qemu_qmp.vm_status(os.path.join(directory, qemu_argv.QMP_SOCKET),
-                                        timeout=QMP_TIMEOUT)
+            status = qemu_qmp.vm_status(self.qmp_socket(name), timeout=QMP_TIMEOUT)
             result["vm"] = status["status"] if status else "absent"
         if vm_service != "running":
             exit_status = _read(os.path.join(directory, "vm", "exit-status"))
@@ -411,8 +441,10 @@ class HostInstances:
 
     def _run_scripts(self, name):
         directory = self.directory(name)
+        if not self.module.check_mode:
+            self._make_link(name)
         vm_argv = qemu_argv.qemu_argv(self.p["parameters"], run_dir=directory, name=name,
-                                      accel=self._accel(directory))
+                                      accel=self._accel(directory), socket_dir=self.link(name))
         jmp = os.path.join(self.p["prefix"], "venv", "bin", "jmp")
         config = os.path.join(directory, baremetal.EXPORTER_CONFIG_FILE)
         # The guest's serial log and each service's output stay bounded (baremetal/logs.py).
@@ -556,7 +588,6 @@ class HostInstances:
         return image_fetch.prune_cache(self.cache, self.p["image_cache_quota"], keep=keep)
 
     def _stop(self, name, services=("exporter", "vm")):
-        directory = self.directory(name)
         stopped = False
         for service in services:
             if self.service_state(name, service) != "running":
@@ -568,8 +599,7 @@ class HostInstances:
                 # A clean quit lets QEMU flush the disk before the process goes;
                 # whatever goes wrong with it, stopping the service below ends QEMU.
                 try:
-                    qemu_qmp.control_vm(os.path.join(directory, qemu_argv.QMP_SOCKET), "quit",
-                                        timeout=QMP_TIMEOUT)
+                    qemu_qmp.control_vm(self.qmp_socket(name), "quit", timeout=QMP_TIMEOUT)
                 except Exception:  # noqa: BLE001
                     pass
             self.supervisor.stop(self.instance(name), service)
@@ -602,6 +632,7 @@ class HostInstances:
     def _stop_and_delete(self, name):
         self._stop(name)
         self.supervisor.release(self.instance(name))
+        self._remove_link(name)
 
     def reset(self, name):
         directory = self.directory(name)

@@ -227,7 +227,8 @@ class Targets(ClusterModule):
             if token is None:
                 waiting.append(name)
                 continue
-            run_dir = baremetal.instance_dir(work_dir, self.namespace, name)
+            # The exporter reaches the instance's sockets through its short link.
+            run_dir = baremetal.instance_link(work_dir, self.namespace, name)
             config = exporter_config.render_exporter_config(
                 name, self.namespace, drivers,
                 endpoint=(exporter.get("status") or {}).get("endpoint", ""), token=None,

@@ -15,6 +15,8 @@ DEFAULT_PREFIX = "/opt/jumpstarter-exporter"
 DEFAULT_SSH_USER = "jumpstarter"
 DEFAULT_SSH_PORT = 22
 INSTANCES_DIR = "instances"
+# Short names of the instance directories (``instance_link``).
+LINKS_DIR = "links"
 # Keys of the class's credentialsSecretRef Secret.
 SECRET_PRIVATE_KEY = "ssh-privatekey"
 SECRET_KNOWN_HOSTS = "known_hosts"
@@ -36,13 +38,30 @@ def instance_dir(work_dir, namespace, exporter):
     return f"{work_dir.rstrip('/')}/{INSTANCES_DIR}/{instance_id(namespace, exporter)}"
 
 
+def instance_link(work_dir, namespace, exporter):
+    """A short path to the instance directory, a link the service user makes:
+    QEMU's and the exporter's UNIX sockets are reached through it, since a
+    socket's path holds at most 107 bytes and ``<namespace>.<exporter>``
+    alone may take 317."""
+    digest = hashlib.sha256(instance_id(namespace, exporter).encode()).hexdigest()[:LINK_DIGITS]
+    return f"{work_dir.rstrip('/')}/{LINKS_DIR}/{digest}"
+
+
+# Hex digits of a link's name: 64 bits, no two instances of a host share one.
+LINK_DIGITS = 16
+
+
 def host_of(exporter):
     return (exporter["metadata"].get("labels") or {}).get(constants.LABEL_HOST)
 
 
 def driver_overrides(drivers, parameters, run_dir):
-    """The QEMU drivers of the template drive the VM the host runs in ``run_dir``."""
-    return qemu_common.qemu_driver_overrides(drivers, run_dir)
+    """The QEMU drivers of the template drive the VM the host runs in
+    ``run_dir``; a TcpNetwork without a host is left out (the guest has no
+    NIC to forward to; the set names it under FieldsIgnored)."""
+    overrides = qemu_common.qemu_driver_overrides(drivers, run_dir)
+    overrides.update({name: None for _, name in qemu_common.hostless_tcp_networks(drivers)})
+    return overrides
 
 
 def credential_digest(private_key, known_hosts):

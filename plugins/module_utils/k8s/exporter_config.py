@@ -60,7 +60,8 @@ def render_exporter_config(
     entry of another ``type`` than the template's, or an entry for a name the
     template lacks, replaces or adds it whole; an entry of the same type (or
     a ``config`` alone) is deep-merged over the template's entry (the
-    provisioner wins; a null value drops a key). ``tls_ca`` is the base64 CA
+    provisioner wins; a null value drops a key); a null entry leaves the
+    template's entry out. ``tls_ca`` is the base64 CA
     bundle of the controller endpoint. ``exit_on_lease_end`` (when given) is
     written as ``exitOnLeaseEnd``; exporters that do not know the field
     ignore it. ``hooks`` (when given) is the config's ``hooks`` map, e.g.
@@ -82,6 +83,9 @@ def render_exporter_config(
 
     for export_name, override in (driver_overrides or {}).items():
         where = f"driver_overrides[{export_name!r}]"
+        if override is None:
+            export.pop(export_name, None)
+            continue
         current = export.get(export_name)
         override_type = (override or {}).get("type")
         if (current is None or "ref" in current or "ref" in (override or {})

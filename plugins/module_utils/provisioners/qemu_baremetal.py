@@ -80,6 +80,15 @@ class QemuBaremetal(qemu_common.QemuProvisioner):
     schema = Field("object", "qemu-baremetal.jumpstarter.dev parameters.", properties=PROPERTIES)
     cross_field_rules = qemu_common.QEMU_RULES + (_host_names_unique,)
 
+    def template_parameters(self, drivers):
+        parameters, warnings, errors = super().template_parameters(drivers)
+        # baremetal.driver_overrides leaves these out of the exporter's config.
+        warnings += [f"spec.template.spec.drivers[{index}]: a TcpNetwork without config.host is left out of "
+                     "the exporter: it reaches the guest through QEMU's forward, and a lab-host guest has no "
+                     "NIC (give config.host to reach another machine)"
+                     for index, _ in qemu_common.hostless_tcp_networks(drivers)]
+        return parameters, warnings, errors
+
     runs_on_lab_hosts = True
     probe_playbook = "playbooks/baremetal_probe.yml"
 

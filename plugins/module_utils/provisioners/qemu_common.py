@@ -386,6 +386,15 @@ class QemuProvisioner(Provisioner):
         return template_parameters(drivers, self.served_qemu_config)
 
 
+def hostless_tcp_networks(drivers):
+    """``(index, name)`` of each TcpNetwork entry of the template that names
+    no host: upstream's provisioner reads its ``port`` as the host side of
+    QEMU's forward to the guest."""
+    return [(index, driver["name"]) for index, driver in enumerate(named_drivers(drivers))
+            if isinstance(driver, dict) and driver.get("type") == TCP_NETWORK_DRIVER_TYPE
+            and isinstance(driver.get("config") or {}, dict) and not (driver.get("config") or {}).get("host")]
+
+
 def companion_host_name(drivers):
     """The name of the virtual QEMU driver the JEP's companions (power,
     serial) are children of: the template's first QEMU driver's, or, in a

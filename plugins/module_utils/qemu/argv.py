@@ -375,8 +375,12 @@ def network_argv(port_forwards):
     return ["-netdev", netdev, "-device", f"virtio-net-pci,netdev={NETDEV_ID},romfile="]
 
 
-def qemu_argv(parameters, *, run_dir, name, accel=None, port_forwards=None):
+def qemu_argv(parameters, *, run_dir, name, accel=None, port_forwards=None, socket_dir=None):
     """Complete QEMU command line (a list; element 0 is the binary).
+
+    ``socket_dir``: where QEMU makes its UNIX sockets, when not in
+    ``run_dir`` itself (a shorter path to it: a socket's path holds at most
+    107 bytes); every file stays named in ``run_dir``.
 
     ``accel`` is what the caller knows about the host: ``"kvm"`` when KVM has
     been seen working there, anything else (or None) when not.
@@ -386,6 +390,8 @@ def qemu_argv(parameters, *, run_dir, name, accel=None, port_forwards=None):
     instances side by side, where a fixed local port would clash.
     """
     check_values(parameters, run_dir=run_dir, name=name)
+    if socket_dir is not None and (problem := path_problem(socket_dir)):
+        raise ValueError(f"socket_dir: {problem}")
     arch = arch_of(parameters)
     profile = _ARCH[arch]
     accel = effective_accel(parameters, accel)
@@ -393,8 +399,8 @@ def qemu_argv(parameters, *, run_dir, name, accel=None, port_forwards=None):
     machine = parameters.get("machineType") or profile["machine"]
     cpu_model = parameters.get("cpuModel") or (_KVM_CPU_MODEL if accel == ACCEL_KVM else profile["tcg_cpu"])
 
-    qmp_socket = _option_value(run_path(run_dir, QMP_SOCKET))
-    serial_socket = _option_value(run_path(run_dir, SERIAL_SOCKET))
+    qmp_socket = _option_value(run_path(socket_dir or run_dir, QMP_SOCKET))
+    serial_socket = _option_value(run_path(socket_dir or run_dir, SERIAL_SOCKET))
     serial_log = _option_value(run_path(run_dir, SERIAL_LOG))
     argv = [
         binary,

@@ -139,7 +139,10 @@ def test_every_jep_set_resolves_its_driver_types_to_the_virtual_qemu_driver(expo
         c["metadata"]["name"]: c for c in CLASSES}
     vclass = with_real_digests(classes[exporter_set["spec"]["virtualTargetClassName"]])
     resolved = resolve(vclass, exporter_set)
-    assert resolved["violations"] == [] and resolved["errors"] == [] and resolved["warnings"] == []
+    assert resolved["violations"] == [] and resolved["errors"] == []
+    # On lab hosts the guest has no NIC: the TcpNetwork entry is named (tests/unit/.../test_guest_network.py).
+    lab = vclass["spec"]["provisioner"] == "qemu-baremetal.jumpstarter.dev"
+    assert [w.split(":", 1)[0] for w in resolved["warnings"]] == (["spec.template.spec.drivers[1]"] if lab else [])
     assert validate_parameters(vclass["spec"]["provisioner"], resolved["parameters"])["errors"] == []
     drivers = exporter_set["spec"]["template"]["spec"]["drivers"]
     overrides = qemu_driver_overrides(drivers, "/run/jve")
