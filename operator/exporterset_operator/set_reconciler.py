@@ -16,6 +16,7 @@ backoff. The body of a run (``backend_pass``) raises as a reconcile does
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from datetime import UTC, datetime
@@ -33,6 +34,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import status as k8s_status
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import (
     class_status,
+    decision,
     permissions,
     pool_index,
 )
@@ -99,8 +101,8 @@ class SetReconciler:
         if watch is not None:
             self.playbook = watch.runnable()
         self.finalizer = watch.finalizer.name if watch is not None and watch.finalizer else (
-            None if watch is not None else FINALIZER)
-        self.manage_status = watch.manage_status if watch is not None else True
+            None if watch is not None else decision.Options.finalizer)
+        self.manage_status = watch.manage_status if watch is not None else decision.Options.manage_status
         # The backend lane (backends.BackendRuns), whose threads run
         # ``backend_pass``; the controller gives the reconciler its own. A
         # reconciler used on its own has one that is never started: what it
@@ -116,6 +118,12 @@ class SetReconciler:
         self._woken_by_events = hasattr(exporters, "handlers")
         if self._woken_by_events:
             exporters.handlers.append(self._exporter_event)
+
+    @property
+    def options(self) -> decision.Options:
+        """How the pool pass acts (pool/decision.py)."""
+        return decision.Options(finalizer=self.finalizer, manage_status=self.manage_status,
+                                may_write_finalizer=self.permissions.on("set-finalizer"))
 
     @property
     def _backend_failure(self) -> dict[SetKey, str]:
@@ -183,17 +191,35 @@ class SetReconciler:
             # From now on a change of an instance's token or CA brings the set back.
             self.config_inputs.watch(namespace)
         self._report_permissions(exporter_set)
-        if self.permissions.on("set-finalizer"):
-            reconcile_pass.keep_finalizer(self.api_client, exporter_set, self.finalizer,
-                                          has_class=vclass is not None)
 
         # A terminating Exporter counts as gone: the plan skips it, and an
         # orphaning delete keeps it until the garbage collector is done.
         owned_names = {e["metadata"]["name"] for e in observed["owned"] if not e["metadata"].get("deletionTimestamp")}
         versions = {e["metadata"]["name"]: e["metadata"].get("resourceVersion") for e in observed["owned"]}
-        if not self.expectations.satisfied(key, owned_names, set(observed["taken_names"]), versions):
-            return Result(requeue_after=1.0, path="waiting")
+        seen = self.expectations.satisfied(key, owned_names, set(observed["taken_names"]), versions)
+        observation = decision.Observation(exporter_set, has_class=vclass is not None, expectations_met=seen)
+        if seen:
+            observation = self._observe_pass(key, exporter_set, observed, observation)
+        decided = decision.decide(observation, self.options)
+        applied = decision.execute(decided, _PassWriter(self, exporter_set, observation.plan, provisioner),
+                                   _SetBackends(self.backends, key))
+        if applied is not None:
+            self._count_actions(key, decided.pool_writes.plan)
+            # A pass that starts before the cache shows these writes would
+            # plan them again (a disable twice, its Event twice): it waits.
+            written = applied.get("versions") or {}
+            patched = {name: (versions[name], written[name]) for name in applied.get("patched") or ()
+                       if name in versions and written.get(name) not in (None, versions[name])}
+            if applied["created"] or applied["deleted"] or patched:
+                self.expectations.expect(key, applied["created"], applied["deleted"], patched)
+        return Result(requeue_after=decided.requeue_after, path=decided.path)
 
+    def _observe_pass(self, key, exporter_set, observed, observation):
+        """The rest of a pass's observation: the plan (its metrics counted),
+        its pool part and the backend lane's state for the set."""
+        namespace, name = key
+        vclass = observed["class"]
+        provisioner = k8s_observe.provisioner_of(observed)
         # The controller CA is a GET by name, made only when backends are to be
         # made; an unavailable one requeues the set (the config inputs'
         # caches, config_inputs.py, serve the re-sync only).
@@ -207,41 +233,9 @@ class SetReconciler:
         busy = self.backends.busy(key)
         work = reconcile_pass.backend_work(plan, exporter_set, observed, provisioner,
                                            self.backends.acting(key) if busy else ())
-        pool_plan, needs_backends = work.pool_plan, work.needed
-        requeue = plan.get("requeue_after")
-        # A re-sync held back for a moment (k8s/observe.py): looked at again then.
-        sync_wait = k8s_observe.config_sync_wait(observed)
-        if sync_wait:
-            requeue = min(requeue or sync_wait, sync_wait)
-        if needs_backends and not busy:
-            # Held while a failed run's backoff lasts: the lane runs it then.
-            self.backends.submit(key)
-        elif not needs_backends and not busy:
-            self.backends.clear_failure(key)
-        # The outcome (the SDK's Successful) is written once nothing is left
-        # to do for the set's backends; a failed run's Failure stays until then.
-        settled = not (needs_backends or busy or self.backends.failed(key))
-        outcome_due = reconcile_pass.outcome_due(exporter_set, plan, settled, self.manage_status)
-        if pool_plan["changed"] or outcome_due:
-            # Creating, enabling or disabling Exporters touches no backend (a
-            # new Exporter gets its backend once its credential exists), so it
-            # is applied here, in milliseconds, with the module's own code.
-            try:
-                applied = self._apply_in_process(exporter_set, pool_plan, provisioner,
-                                                 write_outcome=self.manage_status and settled)
-            except (k8s_apply.ApplyError, ApiException) as exc:
-                self._report_failure(exporter_set, plan, str(exc))
-                raise ReconcileError(str(exc), path="inprocess") from exc
-            self._count_actions(key, pool_plan)
-            # A pass that starts before the cache shows these writes would
-            # plan them again (a disable twice, its Event twice): it waits.
-            written = applied.get("versions") or {}
-            patched = {name: (versions[name], written[name]) for name in applied.get("patched") or ()
-                       if name in versions and written.get(name) not in (None, versions[name])}
-            if applied["created"] or applied["deleted"] or patched:
-                self.expectations.expect(key, applied["created"], applied["deleted"], patched)
-            return Result(requeue_after=requeue, path="inprocess")
-        return Result(requeue_after=requeue, path="fastpath")
+        return dataclasses.replace(
+            observation, plan=plan, pool_plan=work.pool_plan, backends_needed=work.needed, busy=busy,
+            failed=self.backends.failed(key), sync_wait=k8s_observe.config_sync_wait(observed))
 
     # -- the backend lane ---------------------------------------------------------
     def run_backends(self, key) -> None:
@@ -438,6 +432,41 @@ class SetReconciler:
         deleted = ((result.applied or {}).get("deleted") if result.applied is not None
                    else [e["metadata"]["name"] for e in remaining])
         self.expectations.expect(key, [], deleted)
+
+
+class _PassWriter:
+    """The writes of a pool pass (pool/decision.py ``execute``), in process."""
+
+    def __init__(self, reconciler, exporter_set, plan, provisioner):
+        self.reconciler, self.exporter_set, self.plan, self.provisioner = reconciler, exporter_set, plan, provisioner
+
+    def add_finalizer(self, finalizer):
+        reconcile_pass.keep_finalizer(self.reconciler.api_client, self.exporter_set, finalizer)
+
+    def write_pool(self, pool_plan, write_outcome):
+        # Creating, enabling or disabling Exporters touches no backend (a new
+        # Exporter gets its backend once its credential exists), so it is
+        # applied here, in milliseconds, with the module's own code.
+        try:
+            return self.reconciler._apply_in_process(self.exporter_set, pool_plan, self.provisioner,
+                                                     write_outcome=write_outcome)
+        except (k8s_apply.ApplyError, ApiException) as exc:
+            self.reconciler._report_failure(self.exporter_set, self.plan, str(exc))
+            raise ReconcileError(str(exc), path="inprocess") from exc
+
+
+class _SetBackends:
+    """The backend lane, for one set (pool/decision.py ``execute``)."""
+
+    def __init__(self, lane, key):
+        self.lane, self.key = lane, key
+
+    def submit(self):
+        # Held while a failed run's backoff lasts: the lane runs it then.
+        self.lane.submit(self.key)
+
+    def clear_failure(self):
+        self.lane.clear_failure(self.key)
 
 
 def _awaiting_credentials(observed: dict) -> bool:

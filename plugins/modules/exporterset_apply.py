@@ -243,7 +243,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.
     module_api_client,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.module_diff import Changes, with_diff
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import permissions
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import decision, permissions
 
 try:
     from kubernetes.client.rest import ApiException
@@ -357,16 +357,34 @@ def main():
                                             api_client, exporterset, finalizer, module.check_mode)
             _record_finalizer(applier, exporterset, finalizer, finalizer_changed, adding=False)
         else:
-            if finalizer:
-                # exporterset_info names the finalizer only for a set whose class exists or that has it.
-                finalizer_changed = _finalizers(reconcile_pass.keep_finalizer, api_client, exporterset, finalizer,
-                                                module.check_mode)
-                _record_finalizer(applier, exporterset, finalizer, finalizer_changed, adding=True)
-            reconcile_pass.apply_pool(applier, module.params["plan"], module.params["provisioner"])
+            # The pool pass in its one order (pool/decision.py): the finalizer
+            # (exporterset_info names it only for a set whose class exists or
+            # that has it), then the plan's pool writes; the backends are the role's.
+            writer = _PoolPassWriter(module, api_client, exporterset, applier)
+            decision.execute(decision.Pass(finalizer=finalizer or None, pool_writes=decision.PoolWrites(
+                module.params["plan"], module.params["write_outcome"])), writer, backends=None)
+            finalizer_changed = writer.finalizer_changed
     except ApplyError as exc:
         module.fail_json(msg=str(exc), **applier.result)
     _exit(module, applier, changed=applier.changed() or finalizer_changed, finalizer_changed=finalizer_changed,
           **applier.result)
+
+
+class _PoolPassWriter:
+    """The writes of a pool pass (pool/decision.py ``execute``) from a playbook."""
+
+    def __init__(self, module, api_client, exporterset, applier):
+        self.module, self.api_client, self.exporterset, self.applier = module, api_client, exporterset, applier
+        self.finalizer_changed = False
+
+    def add_finalizer(self, finalizer):
+        self.finalizer_changed = _finalizers(reconcile_pass.keep_finalizer, self.api_client, self.exporterset,
+                                             finalizer, self.module.check_mode)
+        _record_finalizer(self.applier, self.exporterset, finalizer, self.finalizer_changed, adding=True)
+
+    def write_pool(self, plan, write_outcome):
+        # The applier was made with the task's write_outcome.
+        return reconcile_pass.apply_pool(self.applier, plan, self.module.params["provisioner"])
 
 
 def _finalizers(change, api_client, exporterset, finalizer, check_mode):

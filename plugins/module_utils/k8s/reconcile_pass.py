@@ -21,6 +21,12 @@ paths write the same things, in the same order, with the same code:
 6. ``policy_pass`` / ``sync_policies``: the status of the
    ExporterSetPolicies naming the set.
 
+The order of a pool pass is ``pool/decision.py``'s ``execute``: the
+finalizer, the backend lane's request, then the pool writes with the
+outcome. The operator decides its pass there (``decide``) and executes it;
+``exporterset_apply`` executes its finalizer and pool writes through the
+same ``execute``, the backends being the role's.
+
 Who records steps 4 to 6 of a run of the reconcile role is data the caller
 passes (``RECORDERS``, the ``records`` option of ``exporterset_apply``): the
 run itself (``run``, the default: by hand or from AWX), or the operator that
