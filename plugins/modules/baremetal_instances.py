@@ -15,7 +15,7 @@ description:
     (QEMU, never restarted) and C(exporter) (C(jmp run), restarted when it exits). They run
     as systemd units when systemd runs, otherwise under C(jumpstarter-supervise).
   - QEMU makes its sockets, and the exporter reaches the instance, through a short link to
-    the directory, C(<work_dir>/links/<16 hex digits>): a UNIX socket's path holds at most
+    the directory, C(<work_dir>/links/<16 hex digits>); a UNIX socket's path holds at most
     107 bytes, fewer than a namespace and an Exporter name may take.
   - Each instance runs as an identity of its own (a user and group of the host's pool that
     lab_bootstrap makes), through the root-owned C(<prefix>/bin/jumpstarter-instance) the
