@@ -21,9 +21,7 @@ before). The buffer is therefore one more than the percentile of that
 count: the larger of Poisson of the mean, over arrivals, of the leases an
 arrival found in the ``W`` before it, and those counts' own percentile
 (bursts are not Poisson).
-``W = 0``: a cold start meets the target, no buffer. A set reset in place
-gets each instance back when its lease ends and holds it through the
-scale-down cooldown: the count less those returned instances (``Returns``).
+``W = 0``: a cold start meets the target, no buffer.
 
 Which arrivals: those of the earlier cycles around the time to come, from
 now to the cold start at the target's percentile and one window ahead
@@ -38,7 +36,6 @@ the scale-down cooldown stay the planner's.
 """
 
 import bisect
-import heapq
 import math
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -71,9 +68,6 @@ EXPECTING = 0.5
 # Earlier cycles are read this much wider on each side, for arrivals that
 # come a little earlier or later than they did.
 SLACK = 600.0
-# The planner's scale-down cooldown when a set gives none: phases/wanted.py's
-# DEFAULT_SCALE_DOWN_COOLDOWN (an import of it here would be circular).
-DEFAULT_COOLDOWN = "5m"
 # Seconds between two decisions of a sized set with nothing else to do.
 RESIZE = 60.0
 # Arrivals a set's status records, and the longest text that may hold them.
@@ -116,7 +110,7 @@ class Decision:
                 f"{self.pressure:.2f} leases in the {self.window:.0f}s before an arrival "
                 f"({self.source}), model {self.model_buffer}")
 
-    def to_dict(self, arrivals=(), since=None, cold_starts=(), ends=()):
+    def to_dict(self, arrivals=(), since=None, cold_starts=()):
         return {
             "buffer": self.buffer,
             "reason": self.reason,
@@ -127,7 +121,6 @@ class Decision:
             "forecast": self.source,
             "arrivals": encode_arrivals(arrivals),
             "coldStarts": encode_cold_starts(cold_starts),
-            "ends": encode_arrivals(ends),
             "since": format_time(datetime.fromtimestamp(since, UTC)) if since is not None else None,
         }
 
@@ -207,63 +200,21 @@ class Demand:
         return max(poisson_quantile(mean * self.factor, percentile), own), mean * self.factor
 
 
-@dataclass(frozen=True)
-class Returns:
-    """Instances that come back to the pool by themselves: a set reset in
-    place gets each instance back when its lease ends (``ends``, sorted),
-    and keeps it through the scale-down ``cooldown`` unless a lease takes it."""
-
-    ends: tuple = ()
-    cooldown: float = 0.0
-
-    def surplus(self, arrivals):
-        """``(times, levels)``: the returned instances the pool holds beyond
-        its buffer after each event of the history. A return adds one, an
-        arrival takes one (a cold start where there is none), and a surplus
-        that lasts a whole cooldown is scaled down."""
-        if not self.ends or self.cooldown <= 0:
-            return (), ()
-        times, levels = [], []
-        level, since = 0, None
-        for at, step in heapq.merge(((e, 1) for e in self.ends), ((a, -1) for a in arrivals)):
-            if since is not None and at - since >= self.cooldown:
-                level, since = 0, None
-            level = max(level + step, 0)
-            since = (since if since is not None else at) if level else None
-            times.append(at)
-            levels.append(level)
-        return times, levels
+def _counts(arrivals, points, window):
+    return tuple(_count(arrivals, a - window, a) for a in points)
 
 
-NO_RETURNS = Returns()
-
-
-def _counts(arrivals, points, window, surplus=((), (), ())):
-    """Per arrival, the leases of the ``window`` before it that neither the
-    surplus held then nor the instances returned since served: each one a
-    replacement still under way."""
-    times, levels, ends = surplus
-
-    def held(at):
-        index = bisect.bisect_left(times, at) - 1
-        return levels[index] if index >= 0 else 0
-
-    return tuple(max(_count(arrivals, a - window, a) - held(a - window) - _count(ends, a - window, a), 0)
-                 for a in points)
-
-
-def demand(arrivals, since, now, horizon, window, returns=NO_RETURNS):
+def demand(arrivals, since, now, horizon, window):
     """The lease pressures expected within ``horizon`` seconds of ``now``:
     the seasonal one where history allows, and the recent one.
 
     ``arrivals``: sorted lease creation times (seconds), none after ``now``;
-    ``since``: where the history starts; ``returns``: what comes back by itself."""
-    surplus = (*returns.surplus(arrivals), returns.ends)
-    return [d for d in (_seasonal_demand(arrivals, since, now, horizon, window, surplus),
-                        _recent_demand(arrivals, since, now, window, surplus)) if d is not None]
+    ``since``: where the history starts."""
+    return [d for d in (_seasonal_demand(arrivals, since, now, horizon, window),
+                        _recent_demand(arrivals, since, now, window)) if d is not None]
 
 
-def _seasonal_demand(arrivals, since, now, horizon, window, surplus=((), (), ())):
+def _seasonal_demand(arrivals, since, now, horizon, window):
     low, high = CORRECTION_RANGE
     for period, cycles, name in ((WEEK, WEEKLY_CYCLES, "weekly"), (DAY, DAILY_CYCLES, "daily")):
         shifts = [k * period for k in range(1, cycles + 1) if now - k * period - SLACK >= since]
@@ -275,7 +226,7 @@ def _seasonal_demand(arrivals, since, now, horizon, window, surplus=((), (), ())
         same_hours = sum(_count(arrivals, now - shift - HOUR, now - shift) for shift in shifts) / len(shifts)
         factor = min(max((_count(arrivals, now - HOUR, now) + 1.0) / (same_hours + 1.0), low), high)
         rate = len(points) / (len(spans) * (horizon + 2 * SLACK))
-        return Demand(_counts(arrivals, points, window, surplus), rate * factor, f"{name} x{len(shifts)}", factor)
+        return Demand(_counts(arrivals, points, window), rate * factor, f"{name} x{len(shifts)}", factor)
     return None
 
 
@@ -294,20 +245,18 @@ def expecting(arrivals, since, now, horizon):
     return best
 
 
-def _recent_demand(arrivals, since, now, window, surplus=((), (), ())):
+def _recent_demand(arrivals, since, now, window):
     known = min(RECENT, now - since)
     if known <= 0:
         return None
     points = arrivals[bisect.bisect_left(arrivals, now - known):]
-    return Demand(_counts(arrivals, points, window, surplus), len(points) / known, "recent")
+    return Demand(_counts(arrivals, points, window), len(points) / known, "recent")
 
 
-def decide(target, arrivals, cold_starts, now, since, floor=0, returns=NO_RETURNS):
+def decide(target, arrivals, cold_starts, now, since, floor=0):
     """The warm buffer for ``target`` at ``now`` (seconds); see the module
-    docstring. ``cold_starts``: seconds from creation to first ready;
-    ``returns``: the lease ends of a set reset in place (``Returns``)."""
+    docstring. ``cold_starts``: seconds from creation to first ready."""
     arrivals = sorted(a for a in arrivals if a <= now)
-    returns = replace(returns, ends=tuple(sorted(e for e in returns.ends if e <= now)))
     samples = sorted(cold_starts) or [DEFAULT_COLD_START]
     cold = quantile(samples, target.percentile)
     # The mean time a replacement takes beyond the target: the mean of the
@@ -317,7 +266,7 @@ def decide(target, arrivals, cold_starts, now, since, floor=0, returns=NO_RETURN
         return _bounded(target, floor, Decision(0, REASON_COLD_START_MEETS_TARGET, cold, 0.0, 0.0, 0, "none"))
     # The busier of what the season and the last hours say: a quiet season
     # must not hide a trickle that goes on, nor a quiet morning a usual burst.
-    forecast = demand(arrivals, since, now, cold + window, window, returns)
+    forecast = demand(arrivals, since, now, cold + window, window)
     seen = [(d.pressure(target.percentile), d) for d in forecast if d.rate * (cold + window) >= QUIET]
     if not seen:
         share, source = expecting(arrivals, since, now, cold + window)
@@ -372,35 +321,6 @@ def history(exporter_set, leases, exporters):
     if since is None:
         since = min(arrivals) if arrivals else _seconds(exporter_set["metadata"].get("creationTimestamp"))
     return arrivals, sorted(cold_starts)[-MAX_COLD_STARTS:], since or 0.0
-
-
-def ends_history(exporter_set, leases, exporters):
-    """The lease ends of a set's Exporters, in seconds since the epoch: those
-    its status records (``status.sizing.ends``) and the ended Leases since."""
-    recorded = decode_arrivals(((exporter_set.get("status") or {}).get("sizing") or {}).get("ends"))
-    last = recorded[-1] if recorded else None
-    names = {(e.get("metadata") or {}).get("name") for e in exporters}
-    for lease in leases:
-        status = lease.get("status") or {}
-        ended = _seconds(status.get("endTime")) if status.get("ended") else None
-        if ended is not None and (last is None or ended > last) \
-                and ((status.get("exporterRef") or {}).get("name")) in names:
-            recorded.append(ended)
-    return sorted(recorded)
-
-
-def returns_of(exporter_set, leases, exporters):
-    """``Returns`` of a set reset in place (none for one whose instances
-    are made afresh after a lease), and its lease ends to record."""
-    spec = exporter_set.get("spec") or {}
-    ends = ends_history(exporter_set, leases, exporters)
-    if spec.get("recycleStrategy") != c.RECYCLE_IN_PLACE_REUSE:
-        return NO_RETURNS, ends
-    try:
-        cooldown = parse_duration(spec.get("scaleDownCooldown") or DEFAULT_COOLDOWN)
-    except ValueError:
-        cooldown = 0.0
-    return Returns(tuple(ends), cooldown), ends
 
 
 def encode_cold_starts(pairs):
@@ -472,10 +392,8 @@ def for_plan(exporter_set, virtual_target_class, exporters, leases, floor, polic
     if target is None or error or binding == c.BINDING_WAIT_FOR_FIRST_CONSUMER:
         return None
     arrivals, cold_starts, since = history(exporter_set, leases, exporters)
-    returns, ends = returns_of(exporter_set, leases, exporters)
-    decision = decide(target, arrivals, [seconds for _, seconds in cold_starts], now.timestamp(), since, floor,
-                      returns)
+    decision = decide(target, arrivals, [seconds for _, seconds in cold_starts], now.timestamp(), since, floor)
     if ((exporter_set.get("status") or {}).get("sizing") or {}).get("buffer") != decision.buffer:
         draft.event("Normal", "WarmBufferSized", decision.message())
     draft.requeue_at(RESIZE)
-    return decision, decision.to_dict(arrivals, since, cold_starts, ends)
+    return decision, decision.to_dict(arrivals, since, cold_starts)
