@@ -67,6 +67,22 @@ def testbed_factory(request, testbed):
     factory.close()
 
 
+# Session fixtures whose tests scripts/test keeps in one process
+# (tests/split.py), so that each is set up once.
+SHARED_FIXTURES = ("pod_real_node",)
+
+
+@pytest.fixture(scope="session")
+def pod_real_node(testbed, tmp_path_factory):
+    """The session's real node for Pods of the project's images
+    (tests/operator_pod.py's ``pod_node``): containerd, the kubelet and the
+    image imports are paid once for every file that uses it."""
+    from operator_pod import pod_node
+
+    with pod_node(testbed, tmp_path_factory.mktemp("pod-node"), "pod-node", session_wide=True) as node:
+        yield node
+
+
 @pytest.fixture
 def namespace(testbed, request):
     """A fresh namespace, deleted (without waiting) after the test."""
@@ -188,7 +204,9 @@ def pytest_collection_modifyitems(config, items):
             kind = "labhosts"
         kinds.setdefault(item.path.name, []).append(kind)
     durations = {**split.estimate(kinds), **split.measured_durations()}
-    joined = split.beside_lab_hosts(set(kinds), lab_files, durations)
+    together = [{item.path.name for item in items if name in getattr(item, "fixturenames", ())}
+                for name in SHARED_FIXTURES]
+    joined = split.beside_lab_hosts(set(kinds), lab_files, durations, together=together)
     for item in items:
         if item.path.name in joined:
             item.add_marker(pytest.mark.second_process)

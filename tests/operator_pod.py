@@ -35,7 +35,7 @@ OPERATOR_IMAGE = "jve.local/operator:local"
 
 
 @contextlib.contextmanager
-def pod_node(bed, workdir: Path, name: str):
+def pod_node(bed, workdir: Path, name: str, *, session_wide: bool = False):
     """A real node of ``bed`` holding the project's images under the names
     the Pods and the operator's overlay give them, with the node's image
     cache made as docs/install.md tells a node's admin (a hostPath the
@@ -45,6 +45,9 @@ def pod_node(bed, workdir: Path, name: str):
                     aliases={"exporter": k8s_pod.DEFAULT_IMAGES["exporter"]["image"],
                              "qemu-runtime": k8s_pod.DEFAULT_IMAGES["runtime"]["image"],
                              "operator": OPERATOR_IMAGE})
+    # tests/conftest.py's fixture-setup hook is not called for a session
+    # fixture (its node is the session): its node's processes outlive tests.
+    node.session_wide = session_wide
     node.up()
     print(f"real node {node.name} ready in {node.startup_seconds:.1f} s")
     cache = Path(k8s_pod.NODE_IMAGE_CACHE)

@@ -41,26 +41,43 @@ def estimate(kinds: dict[str, list[str]]) -> dict[str, float]:
     return {name: sum(ESTIMATE_SECONDS[kind] for kind in tests) for name, tests in kinds.items()}
 
 
-def beside_lab_hosts(files, lab_files, durations) -> set[str]:
+def beside_lab_hosts(files, lab_files, durations, together=()) -> set[str]:
     """The files, other than ``lab_files``, that join the lab hosts' process.
 
     Greedy by measured time, longest first (ties by name, so both processes
     compute the same answer): each file goes to whichever process has less
     measured time so far; the lab hosts' process starts with its lab files.
+    The files of each set in ``together`` (those sharing a session fixture)
+    go as one, to the lab hosts' process if one of them is a lab file.
     """
-    lab_files = set(lab_files)
-    first = sum(durations.get(name, 0.0) for name in lab_files)
-    second = 0.0
-    chosen = set()
-    others = sorted((name for name in set(files) - lab_files if name in durations),
-                    key=lambda name: (-durations[name], name))
-    for name in others:
+    files, lab_files = set(files), set(lab_files)
+    units: list[set[str]] = []
+    for group in together:
+        group = set(group) & files
+        for unit in [unit for unit in units if unit & group]:
+            units.remove(unit)
+            group |= unit
+        if group:
+            units.append(group)
+    grouped = set().union(*units)
+    units += [{name} for name in files - grouped]
+    first, second = 0.0, 0.0
+    chosen, others = set(), []
+    for unit in units:
+        if unit & lab_files:
+            chosen |= unit
+            first += sum(durations.get(name, 0.0) for name in unit)
+        elif any(name in durations for name in unit):
+            others.append(unit)
+    others.sort(key=lambda unit: (-sum(durations.get(name, 0.0) for name in unit), min(unit)))
+    for unit in others:
+        seconds = sum(durations.get(name, 0.0) for name in unit)
         if first < second:
-            chosen.add(name)
-            first += durations[name]
+            chosen |= unit
+            first += seconds
         else:
-            second += durations[name]
-    return chosen
+            second += seconds
+    return chosen - lab_files
 
 
 def merge(old: dict[str, float], *runs: dict[str, float]) -> dict[str, float]:

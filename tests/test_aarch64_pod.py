@@ -5,8 +5,8 @@ the virt machine under TCG, in the runtime image's qemu-system-aarch64. A
 lessee, under a real ``jmp shell`` that leases by label, powers it off,
 flashes an image onto its disk through the exporter's flasher, powers it on,
 waits for its banner on the console and has the guest read the image back
-(the lessee program of test_incluster_pool.py, whose node and operator
-fixtures this file reuses: one node, one instance).
+(the lessee program and operator fixture of test_incluster_pool.py, on the
+session's real node that file also uses: one instance).
 
 Select with ``-m realnode`` (root; ``scripts/realnode build`` installs what
 it needs).
@@ -20,7 +20,7 @@ import pytest
 from jumpstarter_standin import wait_for
 from pool_helpers import make_class, make_set
 from qemu_vm import AARCH64_GUEST_DIR
-from test_incluster_pool import BOARD, MARK, make_client, pool, real_node, run_lessee  # noqa: F401 (fixtures)
+from test_incluster_pool import BOARD, MARK, make_client, pool, run_lessee  # noqa: F401 (fixtures)
 from testbed.node import NODE_LABEL, TAINT_KEY
 
 pytestmark = [pytest.mark.realnode, pytest.mark.testbed, pytest.mark.slow]

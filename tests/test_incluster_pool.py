@@ -38,7 +38,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s 
 from jumpstarter_standin import condition_true, wait_for
 from jumpstarter_standin.pytest_plugin import serve_namespace
 from kubernetes import client
-from operator_pod import OperatorPod, pod_node
+from operator_pod import OperatorPod
 from pool_helpers import GROUP, SET_LABEL, make_class, make_set
 from qemu_vm import GUEST_BANNER, GUEST_DIR, guest_parameters
 from testbed import namespace_name
@@ -137,19 +137,11 @@ class Pool:
         return result.stdout + result.stderr
 
 
-@pytest.fixture(scope="module")
-def real_node(testbed, tmp_path_factory):
-    """The module's real node, with the project's images under the
-    provisioner's default names, and a server of the guest's files on the
-    node's address."""
-    with pod_node(testbed, tmp_path_factory.mktemp("incluster"), "incluster-node") as node:
-        yield node
-
-
 @pytest.fixture
-def pool(testbed, real_node, request, tmp_path):
+def pool(testbed, pod_real_node, request, tmp_path):
     """A namespace of the test's own, served by a controller stand-in on the
-    node's address and by the operator."""
+    node's address and by the operator, on the session's real node."""
+    real_node = pod_real_node
     namespace = namespace_name(request.node.name)
     with testbed.api_client() as api_client, \
             serve_namespace(testbed.kubeconfig, namespace, grpc_host=real_node.ip, pod_exporters=False) as standin:

@@ -32,7 +32,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool
 from jumpstarter_standin import condition_true, wait_for
 from jumpstarter_standin.pytest_plugin import serve_namespace
 from kubernetes import client
-from operator_pod import OPERATOR_IMAGE, pod_node
+from operator_pod import OPERATOR_IMAGE
 from pool_helpers import GROUP, SET_LABEL, condition, get_set, make_set
 from test_incluster_pool import BOARD, guest_class
 from test_operator_rbac import SELF_REVIEWS, _written_after, audited
@@ -83,13 +83,13 @@ def bed_placement(deployment: dict, apiserver_port: int) -> dict:
     return deployment
 
 
-@pytest.fixture(scope="module")
-def slot_bed(testbed_factory, tmp_path_factory):
-    """A bed with its audit log on, a real node holding the project's images,
-    and a server of the guest's files on the node's address."""
-    bed = testbed_factory("upstream-slot", audit=True)
-    with pod_node(bed, tmp_path_factory.mktemp("slot"), "slot-node") as node:
-        yield bed, node
+@pytest.fixture
+def slot_bed(testbed, pod_real_node):
+    """The session's bed, whose audit log keeps the slot account's requests
+    and those in its namespace (tests/testbed's SHARED_AUDIT_USERS), and its
+    real node holding the project's images; the namespace goes afterwards."""
+    yield testbed, pod_real_node
+    testbed.kubectl("delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait=false", check=False)
 
 
 class View:
@@ -162,7 +162,13 @@ def check_audit(bed, account):
     """Not one request of ``account`` outside the Role: each feature that
     needs more was turned off at start-up, not found out by a 403."""
     stopped = datetime.now(UTC)
-    wait_for(lambda: _written_after(bed.audit_log, stopped), timeout=30, message="the audit log flushed")
+
+    def flushed():
+        # A request of the test's own in the namespace, audited after the
+        # operator's last: once it is in the log, so is everything before it.
+        bed.kubectl("get", "configmaps", "-n", NAMESPACE, check=False)
+        return _written_after(bed.audit_log, stopped)
+    wait_for(flushed, timeout=30, message="the audit log flushed")
     used, refused = audited(bed.audit_log, f"system:serviceaccount:{NAMESPACE}:{account}")
     assert refused == [], refused
     assert used - granted() - SELF_REVIEWS == set(), sorted(used - granted())
@@ -190,6 +196,8 @@ def test_a_pool_under_exactly_the_slots_role(slot_bed):
     account = objects["ServiceAccount"]["metadata"]["name"]
     assert account == f"{JUMPSTARTER}-exporterset-{slot_name(PROVISIONER)}" == (
         "jumpstarter-exporterset-qemu-jumpstarter-dev")
+    assert f"system:serviceaccount:{NAMESPACE}:{account}" in bed.config.audit_users
+    assert NAMESPACE in bed.config.audit_namespaces
     deployment = bed_placement(objects["Deployment"], bed.config.apiserver_port)
     started = time.monotonic()
     with bed.api_client() as api, serve_namespace(bed.kubeconfig, NAMESPACE, grpc_host=node.ip,

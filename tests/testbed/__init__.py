@@ -111,6 +111,13 @@ def _sweep_orphans(current: Path) -> None:
             continue
 
 
+# What the run's bed audits besides (tests/testbed/bed.py's audit_policy):
+# the account of upstream's exporter-set slot and its namespace
+# (tests/test_upstream_slot.py).
+SHARED_AUDIT_NAMESPACES = ("jumpstarter-lab",)
+SHARED_AUDIT_USERS = ("system:serviceaccount:jumpstarter-lab:jumpstarter-exporterset-qemu-jumpstarter-dev",)
+
+
 @contextmanager
 def shared_bed(run_id: str) -> Iterator[TestBed]:
     """The run's bed: started by the first process that asks, reused by the
@@ -121,7 +128,8 @@ def shared_bed(run_id: str) -> Iterator[TestBed]:
     _sweep_orphans(run_dir)
     # JVE_TESTBED_AUDIT=1 makes the run's bed write an API audit log, for
     # benchmarks that count requests by verb.
-    bed = TestBed(run_dir / "shared", audit=os.environ.get("JVE_TESTBED_AUDIT") == "1")
+    bed = TestBed(run_dir / "shared", audit=os.environ.get("JVE_TESTBED_AUDIT") == "1",
+                  audit_users=SHARED_AUDIT_USERS, audit_namespaces=SHARED_AUDIT_NAMESPACES)
     bed.session_wide = True
     with _locked(run_dir / "lock"):
         bed.up()

@@ -28,6 +28,31 @@ def test_the_split_is_never_worse_than_the_longest_file(durations, data):
         assert not joined
 
 
+@given(st.dictionaries(names, st.floats(min_value=0, max_value=1000), min_size=2, max_size=30), st.data())
+def test_files_sharing_a_session_fixture_run_in_one_process(durations, data):
+    files = sorted(durations)
+    lab = set(data.draw(st.lists(st.sampled_from(files), max_size=3)))
+    together = data.draw(st.lists(st.sets(st.sampled_from(files), min_size=2, max_size=4), max_size=3))
+    joined = split.beside_lab_hosts(files, lab, durations, together=together)
+    assert not joined & lab
+    first = lab | joined
+    for group in together:
+        # Overlapping groups go as one: all of a group on one side.
+        assert group <= first or not group & first, (group, first)
+    units = [set(group) for group in together]
+    assert split.beside_lab_hosts(list(reversed(files)), lab, durations, together=list(reversed(units))) == joined
+
+
+def test_a_shared_fixture_keeps_its_files_together():
+    durations = {"test_lab.py": 400, "test_a.py": 600, "test_b.py": 100, "test_c.py": 150}
+    assert split.beside_lab_hosts(durations, {"test_lab.py"}, durations) == {"test_b.py", "test_c.py"}
+    assert split.beside_lab_hosts(durations, {"test_lab.py"}, durations,
+                                  together=[{"test_a.py", "test_b.py"}]) == {"test_c.py"}
+    # With a lab file, the group runs in the lab hosts' process.
+    assert split.beside_lab_hosts(durations, {"test_lab.py"}, durations,
+                                  together=[{"test_lab.py", "test_a.py"}]) == {"test_a.py"}
+
+
 def test_a_run_that_measures_the_lab_hosts_long_sends_the_rest_to_the_other_process():
     durations = {"test_lab.py": 600, "test_a.py": 300, "test_b.py": 200, "test_c.py": 150, "test_d.py": 10}
     joined = split.beside_lab_hosts(durations, {"test_lab.py"}, durations)
