@@ -321,12 +321,12 @@ class World:
         }
 
 
-def replay(name, seed, quick):
+def replay(name, seed, quick, adaptive_only=False):
     arrivals, lengths, measure_from = TRACES[name](random.Random(seed))
     peak = peak_concurrency(arrivals, lengths)
     target_wait = sizing.parse_target(TARGET)[0].wait
     rows = []
-    for buffer in [None, *range(peak + 1)]:
+    for buffer in [None] if adaptive_only else [None, *range(peak + 1)]:
         started = time.process_time()
         world = World(arrivals, lengths, measure_from, buffer, seed + 1)
         figures = world.run().figures()
@@ -365,11 +365,14 @@ def main():
     parser.add_argument("--seed", type=int, default=14)
     parser.add_argument("--quick", action="store_true",
                         help="stop the fixed buffers at the second that meets the target")
+    parser.add_argument("--adaptive-only", action="store_true",
+                        help="the adaptive run alone (the fixed buffers do not read the model)")
     parser.add_argument("--json")
     args = parser.parse_args()
     print(f"target: p{TARGET['percentile']} lease wait <= {TARGET['target']}", flush=True)
     results = {"target": TARGET, "seed": args.seed,
-               "traces": [replay(name, args.seed, args.quick) for name in args.traces.split(",")]}
+               "traces": [replay(name, args.seed, args.quick, args.adaptive_only)
+                          for name in args.traces.split(",")]}
     if args.json:
         with open(args.json, "w") as out:
             json.dump(results, out, indent=1)
