@@ -223,7 +223,10 @@ def make_plan(exporter_set, virtual_target_class, exporters, pending_leases, now
                              parameters=wanted.parameters, images=wanted.images,
                              warnings=wanted.warnings, backoff=backoff,
                              sizing=sized[1] if sized else None,
-                             service=service_level.for_plan(exporter_set, exporters, leases, counters, now))
+                             service=service_level.for_plan(
+                                 exporter_set, exporters, leases, counters, now,
+                                 first_ready={note.name: draft.now_text for note in survey.notes
+                                              if note.key == c.ANNOTATION_FIRST_READY and note.at_now}))
 
 
 def _unusable_plan(exporter_set, virtual_target_class, survey, pending, ceiling, unusable, now):

@@ -195,11 +195,23 @@ def _stamp(seconds):
     return format_time(datetime.fromtimestamp(seconds, UTC))
 
 
-def for_plan(exporter_set, exporters, leases, counters, now):
+def for_plan(exporter_set, exporters, leases, counters, now, first_ready=None):
     """``status.serviceLevel`` of the plan at ``now`` (a datetime), from the
-    set's ``exporters`` (its dormant one left out) and the namespace's ``leases``."""
-    owned = [e for e in exporters if c.ANNOTATION_DORMANT not in
-             ((e.get("metadata") or {}).get("annotations") or {})]
+    set's ``exporters`` (its dormant one left out) and the namespace's
+    ``leases``. ``first_ready``: ``{name: stamp}`` of the first-ready
+    annotations the plan writes, counted as the next pass reads them, so
+    that the status it writes is the one that pass computes."""
+    owned = []
+    for exporter in exporters:
+        metadata = exporter.get("metadata") or {}
+        annotations = metadata.get("annotations") or {}
+        if c.ANNOTATION_DORMANT in annotations:
+            continue
+        stamp = (first_ready or {}).get(metadata.get("name"))
+        if stamp is not None and c.ANNOTATION_FIRST_READY not in annotations:
+            exporter = {**exporter, "metadata": {**metadata, "annotations": {
+                **annotations, c.ANNOTATION_FIRST_READY: stamp}}}
+        owned.append(exporter)
     return summary(exporter_set, counters, lease_waits(leases, owned), cold_starts(owned), now.timestamp())
 
 

@@ -97,6 +97,21 @@ def test_a_steady_pool_writes_no_new_status_and_idle_time_accrues_when_the_count
     assert service["leases"] == 1 and service["servedWarmRatio"] == 1.0
 
 
+def test_the_pass_that_marks_exporters_first_ready_writes_the_status_the_next_pass_computes():
+    # Ready, not yet marked: this pass writes their first-ready stamps and
+    # counts their cold starts as the next pass will read them.
+    exporters = [exporter("e-0", first_ready=False, created=-100), exporter("e-1", first_ready=False, created=-70)]
+    first = planned(exporter_set(min_available=2), exporters, [], NOW)
+    assert first["exporter_annotations"] == {"e-0": {c.ANNOTATION_FIRST_READY: NOW},
+                                             "e-1": {c.ANNOTATION_FIRST_READY: NOW}}
+    service = first["status"]["serviceLevel"]
+    assert (service["coldStartP50Seconds"], service["coldStartP95Seconds"]) == (70.0, 100.0)
+    for obj in exporters:
+        obj["metadata"]["annotations"].update(first["exporter_annotations"][obj["metadata"]["name"]])
+    again = planned(exporter_set(min_available=2, status=first["status"]), exporters, [], at(5))
+    assert not status_differs(first["status"], again["status"]), (first["status"], again["status"])
+
+
 def test_the_idle_figure_rolls_over_one_day_and_a_forged_one_starts_afresh():
     rolled, since = sl.accrue(0.0, T0, T0, 3, T0 + 2 * sl.WINDOW)
     assert since == T0 + sl.WINDOW and rolled == 3 * sl.WINDOW
