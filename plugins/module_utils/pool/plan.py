@@ -43,6 +43,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool
     rollout,
     service_level,
     sizing,
+    timings,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.phases import (
     conditions,
@@ -154,8 +155,12 @@ def make_plan(exporter_set, virtual_target_class, exporters, pending_leases, now
         draft.annotate(note.name, note.key, draft.now_text if note.at_now else note.value)
     wanted = Wanted(exporter_set, virtual_target_class, options)
     draft.template_hash = wanted.template_hash
+    # What the status reads of the Exporters, it reads as this pass leaves
+    # them (its first-ready stamps in), so the next pass computes the same.
+    as_planned = timings.as_planned(exporters, {note.name: draft.now_text for note in survey.notes
+                                                if note.key == c.ANNOTATION_FIRST_READY and note.at_now})
     # A lease-wait target sizes the warm buffer, minAvailableReplicas its floor.
-    sized = sizing.for_plan(exporter_set, virtual_target_class, exporters, leases, wanted.warm_buffer,
+    sized = sizing.for_plan(exporter_set, virtual_target_class, as_planned, leases, wanted.warm_buffer,
                             options.get("policy"), now, draft)
     if sized is not None:
         wanted.warm_buffer = sized[0].buffer
@@ -223,10 +228,7 @@ def make_plan(exporter_set, virtual_target_class, exporters, pending_leases, now
                              parameters=wanted.parameters, images=wanted.images,
                              warnings=wanted.warnings, backoff=backoff,
                              sizing=sized[1] if sized else None,
-                             service=service_level.for_plan(
-                                 exporter_set, exporters, leases, counters, now,
-                                 first_ready={note.name: draft.now_text for note in survey.notes
-                                              if note.key == c.ANNOTATION_FIRST_READY and note.at_now}))
+                             service=service_level.for_plan(exporter_set, as_planned, leases, counters, now))
 
 
 def _unusable_plan(exporter_set, virtual_target_class, survey, pending, ceiling, unusable, now):

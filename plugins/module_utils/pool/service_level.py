@@ -22,7 +22,6 @@ same figures as each happens. Untrusted objects: a time that does not parse,
 or comes before what it follows, counts for nothing.
 """
 
-import functools
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -30,11 +29,14 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils impo
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.lease_safety import (
     assigned_exporter,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.sizing import quantile
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.timeutil import (
-    format_time,
-    parse_time,
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.timings import (
+    cold_starts,
+    object_key,
+    quantile,
+    ready_at,
+    seconds_of,
 )
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.timeutil import format_time
 
 WARM = "warm"
 COLD = "cold"
@@ -58,37 +60,6 @@ class Wait:
         return self.begun - self.started
 
 
-@dataclass(frozen=True)
-class ColdStart:
-    key: str
-    created: float
-    seconds: float
-
-
-def seconds_of(text):
-    """Seconds since the epoch of an RFC 3339 time, None for anything else."""
-    return _parsed(text) if isinstance(text, str) else None
-
-
-@functools.lru_cache(maxsize=16384)
-def _parsed(text):
-    # Every pass reads the same Leases' times again: each string is parsed once.
-    try:
-        return parse_time(text).timestamp() if text else None
-    except (ValueError, TypeError, OverflowError):
-        return None
-
-
-def _key(metadata):
-    return str(metadata.get("uid") or metadata.get("name") or "")
-
-
-def ready_at(exporter):
-    """When an Exporter first became ready (its first-ready annotation), or None."""
-    metadata = exporter.get("metadata") or {}
-    return seconds_of((metadata.get("annotations") or {}).get(c.ANNOTATION_FIRST_READY))
-
-
 def lease_waits(leases, exporters):
     """The ``Wait`` of every Lease that has begun on one of ``exporters``,
     oldest begin first."""
@@ -109,19 +80,8 @@ def lease_waits(leases, exporters):
         if warm_since is None:
             warm_since = seconds_of((holder.get("metadata") or {}).get("creationTimestamp"))
         served = WARM if warm_since is not None and warm_since <= started else COLD
-        waits.append(Wait(_key(metadata), started, begun, served))
+        waits.append(Wait(object_key(metadata), started, begun, served))
     return sorted(waits, key=lambda w: (w.begun, w.key))
-
-
-def cold_starts(exporters):
-    """The ``ColdStart`` of every Exporter that has become ready, oldest first."""
-    found = []
-    for exporter in exporters:
-        metadata = exporter.get("metadata") or {}
-        created, ready = seconds_of(metadata.get("creationTimestamp")), ready_at(exporter)
-        if created is not None and ready is not None and ready >= created:
-            found.append(ColdStart(_key(metadata), created, ready - created))
-    return sorted(found, key=lambda s: (s.created, s.key))
 
 
 def idle_count(status):
@@ -195,23 +155,12 @@ def _stamp(seconds):
     return format_time(datetime.fromtimestamp(seconds, UTC))
 
 
-def for_plan(exporter_set, exporters, leases, counters, now, first_ready=None):
+def for_plan(exporter_set, exporters, leases, counters, now):
     """``status.serviceLevel`` of the plan at ``now`` (a datetime), from the
-    set's ``exporters`` (its dormant one left out) and the namespace's
-    ``leases``. ``first_ready``: ``{name: stamp}`` of the first-ready
-    annotations the plan writes, counted as the next pass reads them, so
-    that the status it writes is the one that pass computes."""
-    owned = []
-    for exporter in exporters:
-        metadata = exporter.get("metadata") or {}
-        annotations = metadata.get("annotations") or {}
-        if c.ANNOTATION_DORMANT in annotations:
-            continue
-        stamp = (first_ready or {}).get(metadata.get("name"))
-        if stamp is not None and c.ANNOTATION_FIRST_READY not in annotations:
-            exporter = {**exporter, "metadata": {**metadata, "annotations": {
-                **annotations, c.ANNOTATION_FIRST_READY: stamp}}}
-        owned.append(exporter)
+    set's ``exporters`` as planned (``timings.as_planned``; its dormant one
+    left out) and the namespace's ``leases``."""
+    owned = [e for e in exporters if c.ANNOTATION_DORMANT not in
+             ((e.get("metadata") or {}).get("annotations") or {})]
     return summary(exporter_set, counters, lease_waits(leases, owned), cold_starts(owned), now.timestamp())
 
 

@@ -41,11 +41,14 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants as c
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import selectors
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import selectors, timings
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.timings import (
+    quantile,
+    seconds_of,
+)
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.timeutil import (
     format_time,
     parse_duration,
-    parse_time,
 )
 
 HOUR = 3600.0
@@ -148,15 +151,6 @@ def parse_target(spec, field="spec.leaseWait"):
                                    or not 0 <= max_buffer <= MAX_BUFFER):
         return None, f"{field}.maxBuffer: {max_buffer!r} is not an integer from 0 to {MAX_BUFFER}"
     return Target(float(percentile), wait, max_buffer), None
-
-
-def quantile(samples, percentile):
-    """The ``percentile`` of ``samples`` (nearest rank), None when empty."""
-    ordered = sorted(samples)
-    if not ordered:
-        return None
-    rank = max(math.ceil(percentile / 100.0 * len(ordered)), 1)
-    return ordered[rank - 1]
 
 
 def poisson_quantile(mean, percentile):
@@ -303,7 +297,7 @@ def history(exporter_set, leases, exporters):
     labels = selectors.exporter_labels(exporter_set, c.LABEL_EXPORTER_SET)
     for lease in leases:
         selector = (lease.get("spec") or {}).get("selector") or {}
-        created = _seconds(lease["metadata"].get("creationTimestamp"))
+        created = seconds_of(lease["metadata"].get("creationTimestamp"))
         if created is not None and (last is None or created > last) \
                 and not selectors.selector_is_empty(selector) and selectors.selector_matches(selector, labels):
             arrivals.append(created)
@@ -311,15 +305,10 @@ def history(exporter_set, leases, exporters):
     # Cold starts by (creation second, seconds): the recorded ones and those of
     # the Exporters now, which the record may already hold.
     cold_starts = set(decode_cold_starts(recorded.get("coldStarts")))
-    for exporter in exporters:
-        metadata = exporter["metadata"]
-        ready = _seconds((metadata.get("annotations") or {}).get(c.ANNOTATION_FIRST_READY))
-        created = _seconds(metadata.get("creationTimestamp"))
-        if ready is not None and created is not None and ready >= created:
-            cold_starts.add((int(created), int(ready - created)))
-    since = _seconds(recorded.get("since"))
+    cold_starts.update((int(s.created), int(s.seconds)) for s in timings.cold_starts(exporters))
+    since = seconds_of(recorded.get("since"))
     if since is None:
-        since = min(arrivals) if arrivals else _seconds(exporter_set["metadata"].get("creationTimestamp"))
+        since = min(arrivals) if arrivals else seconds_of(exporter_set["metadata"].get("creationTimestamp"))
     return arrivals, sorted(cold_starts)[-MAX_COLD_STARTS:], since or 0.0
 
 
@@ -373,13 +362,6 @@ def _base36(number):
         text = digits[rest] + text
         if not number:
             return text
-
-
-def _seconds(text):
-    try:
-        return parse_time(text).timestamp() if text else None
-    except ValueError:
-        return None
 
 
 def for_plan(exporter_set, virtual_target_class, exporters, leases, floor, policy, now, draft):

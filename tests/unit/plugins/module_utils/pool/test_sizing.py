@@ -250,3 +250,27 @@ def test_one_instance_is_warm_ahead_of_the_days_first_lease_and_none_at_night():
     assert (morning.buffer, morning.reason) == (1, sizing.REASON_FIRST_ARRIVAL)
     night = sizing.decide(TARGET, history, COLD, 14 * sizing.DAY + 3 * sizing.HOUR, 0.0)
     assert (night.buffer, night.reason) == (0, sizing.REASON_QUIET)
+
+
+def test_the_pass_that_marks_exporters_first_ready_sizes_as_the_next_pass_does():
+    from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import policy
+    from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.plan import scale_plan
+    from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.status_compare import (
+        status_differs,
+    )
+    from pool_builders import NOW, at, exporter, exporter_set, target_class
+
+    options = {"policy": policy.normalize({"exporterSetName": "rpi4", "leaseWait": {"target": "5s"}})}
+    # Ready, not yet marked: this pass stamps them, and its model reads the
+    # cold starts those stamps make (100 s and 70 s), as the next pass will.
+    exporters = [exporter("e-0", first_ready=False, created=-100),
+                 exporter("e-1", first_ready=False, created=-70)]
+    first = scale_plan(exporter_set(), target_class(), exporters, [], NOW, leases=busy_hour(180),
+                       options=options)
+    assert set(first["exporter_annotations"]) == {"e-0", "e-1"}
+    assert first["status"]["sizing"]["windowSeconds"] == (95 + 65) / 2
+    for obj in exporters:
+        obj["metadata"]["annotations"].update(first["exporter_annotations"][obj["metadata"]["name"]])
+    again = scale_plan(exporter_set(status=first["status"]), target_class(), exporters, [], at(5),
+                       leases=busy_hour(180), options=options)
+    assert not status_differs(first["status"], again["status"]), (first["status"], again["status"])
