@@ -27,9 +27,18 @@ The server ends when the operator's end of its pipe closes (the operator
 ended, SIGKILL included; standard input when it runs as ``python -m``), and
 kills the runs still going; no client holds it from reading the pipe for
 longer than ``REQUEST_TIMEOUT``. A run is killed whole (its process group and
-the task workers that left it, by the mark in their environment) when its
-client goes away first, or when a signal ended it before it could stop
-its workers.
+the processes that left it, by the mark in their environment) when its
+client goes away first, and whatever is left of it when it ends: a task
+worker killed (the out-of-memory killer) leaves its module running, which
+would go on writing after the run was reported.
+
+No process of a run outlives the server either, SIGKILL included: every
+process forked from the server without an exec (a run, its task workers)
+is killed by the kernel when the process that forked it ends
+(``PR_SET_PDEATHSIG``), and a reaper, forked from the server and holding
+the one end of a pipe no other process holds, kills every process carrying
+the server's mark (the modules and commands the workers exec) once that
+pipe closes, that is once the server has ended however it ended.
 """
 
 from __future__ import annotations
@@ -94,6 +103,9 @@ REQUEST_TIMEOUT = 5.0
 # Every process of a run carries it in its environment (Ansible's task
 # workers leave the run's process group for sessions of their own).
 RUN_MARK = "JVE_FORK_RUN"
+# And the server's pid: what its reaper kills once the server has ended.
+SERVER_MARK = "JVE_FORK_SERVED_BY"
+PR_SET_PDEATHSIG = 1
 
 
 class Refused(Exception):
@@ -227,14 +239,79 @@ def config_key(names: list[str], request: dict) -> dict:
     return key
 
 
+def _libc():
+    import ctypes
+
+    return ctypes.CDLL(None, use_errno=True)
+
+
 def set_name(name: bytes) -> None:
     """The process's name as ``ps`` and /proc/PID/comm show it."""
     try:
-        import ctypes
-
-        ctypes.CDLL(None).prctl(15, name, 0, 0, 0)  # PR_SET_NAME
+        _libc().prctl(15, name, 0, 0, 0)  # PR_SET_NAME
     except (OSError, AttributeError):
         pass
+
+
+def die_with_forking_parent() -> None:
+    """Register, in this process, that every process it or a process
+    forked from it forks without an exec is SIGKILLed by the kernel when
+    its parent ends. The setting survives an exec but not a fork, hence at
+    every fork; a parent gone before the setting took is checked for."""
+    prctl = _libc().prctl
+    parent = [0]
+
+    def before() -> None:
+        parent[0] = os.getpid()
+
+    def in_child() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent[0]:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    os.register_at_fork(before=before, after_in_child=in_child)
+
+
+def _ssh_master(pid: str) -> bool:
+    """An OpenSSH ControlMaster (``ssh: <path> [mux]``) a run left for the
+    next runs to the same host (``ControlPersist``): it does no work of
+    the run and ends by itself when idle."""
+    try:
+        with open(f"/proc/{pid}/comm", "rb") as comm:
+            if comm.read().strip() != b"ssh":
+                return False
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            line = cmdline.read().rstrip(b"\0")
+    except OSError:
+        return False
+    return line.startswith(b"ssh: ") and line.endswith(b" [mux]")
+
+
+def kill_marked(name: str, value: int) -> int:
+    """SIGKILL every process whose environment has ``name=value`` (but
+    ``_ssh_master``), until a pass over /proc finds none: a process may
+    fork while we look, and its child carries the mark. How many were
+    killed."""
+    mark = f"{name}={value}".encode()
+    me = str(os.getpid())
+    killed = 0
+    for _ in range(100):
+        found = 0
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit() or entry.name == me:
+                continue
+            try:
+                with open(f"/proc/{entry.name}/environ", "rb") as environ:
+                    if mark not in environ.read().split(b"\0") or _ssh_master(entry.name):
+                        continue
+                os.kill(int(entry.name), signal.SIGKILL)
+                found += 1
+            except (OSError, ValueError):
+                continue
+        killed += found
+        if not found:
+            break
+    return killed
 
 
 def kill_run(pid: int) -> None:
@@ -244,17 +321,38 @@ def kill_run(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
-    mark = f"{RUN_MARK}={pid}".encode() + b"\0"
-    for _ in range(2):  # a process may have forked while we looked
-        for entry in os.scandir("/proc"):
-            if not entry.name.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry.name}/environ", "rb") as environ:
-                    if mark in environ.read() + b"\0":
-                        os.kill(int(entry.name), signal.SIGKILL)
-            except (OSError, ValueError):
-                continue
+    kill_marked(RUN_MARK, pid)
+
+
+def start_reaper(server: int) -> tuple[int, int]:
+    """Fork the reaper of the server ``server`` (this process): it waits
+    for the pipe whose write end it returns to close, which happens only
+    when the server ends (no other process holds that end: a run closes
+    it, and it is closed on exec), then kills every process marked as the
+    server's. Returns (the reaper's pid, the write end)."""
+    read, write = os.pipe()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            _libc().prctl(PR_SET_PDEATHSIG, 0, 0, 0, 0)  # it must outlive the server
+            os.setpgid(0, 0)
+            set_name(b"jve-reaper")
+            # Nothing but SIGKILL ends it (SIGHUP comes with its group
+            # orphaned by the server's end while it is stopped).
+            for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+                signal.signal(signum, signal.SIG_IGN)
+            # Every descriptor of the server but its standard streams.
+            os.closerange(3, read)
+            os.closerange(read + 1, 1 << 20)
+            while os.read(read, 4096):
+                pass
+            kill_marked(SERVER_MARK, server)
+        finally:
+            os._exit(0)
+    os.close(read)
+    return pid, write
 
 
 def reply(conn: socket.socket, **message) -> None:
@@ -280,6 +378,20 @@ class Server:
         self.key: dict | None = None
         # pid → (connection, pidfd) of each run still going.
         self.runs: dict[int, tuple[socket.socket, int]] = {}
+        self.pid = os.getpid()
+        self.reaper, self.lifeline, self.reaper_fd = 0, -1, -1
+        self.start_reaper()
+        die_with_forking_parent()
+
+    def start_reaper(self) -> None:
+        if self.reaper_fd >= 0:
+            self.selector.unregister(self.reaper_fd)
+            os.close(self.reaper_fd)
+            os.close(self.lifeline)
+            os.waitpid(self.reaper, 0)
+        self.reaper, self.lifeline = start_reaper(self.pid)
+        self.reaper_fd = os.pidfd_open(self.reaper)
+        self.selector.register(self.reaper_fd, selectors.EVENT_READ, "reaper")
 
     def load(self, request: dict) -> None:
         """Import Ansible under the first request's environment."""
@@ -304,6 +416,8 @@ class Server:
             for key, _ in self.selector.select():
                 if key.data == "accept":
                     self.accept()
+                elif key.data == "reaper":  # killed: another one
+                    self.start_reaper()
                 elif key.data == "parent":
                     if not os.read(self.parent_fd, 4096):
                         self.stop()
@@ -386,6 +500,9 @@ class Server:
             for other_conn, pidfd in self.runs.values():
                 other_conn.close()
                 os.close(pidfd)
+            # The reaper must see the pipe close when the server ends.
+            os.close(self.lifeline)
+            os.close(self.reaper_fd)
             # The run's output goes to the client's terminal; its input is
             # empty. The terminal is the client's, not ours to control, and
             # a run reads nothing (a pause task then only waits, as it does
@@ -404,6 +521,7 @@ class Server:
             os.environ.clear()
             os.environ.update(request["env"])
             os.environ[RUN_MARK] = str(os.getpid())
+            os.environ[SERVER_MARK] = str(self.pid)
             os.chdir(request["cwd"])
             sys.argv = list(request["argv"])
             import warnings
@@ -444,9 +562,9 @@ class Server:
             self.selector.unregister(conn)
         os.close(pidfd)
         _, status = os.waitpid(pid, 0)
-        if os.WIFSIGNALED(status):
-            # Killed before it could stop its task workers.
-            kill_run(pid)
+        # Killed before it could stop its task workers, or a worker was
+        # killed and its module goes on: nothing of it outlives its end.
+        kill_run(pid)
         reply(conn, rc=128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status))
         conn.close()
 
