@@ -52,6 +52,7 @@ from pool_builders import SET_NAME, apply_annotation_patches, exporter, exporter
 EPOCH = datetime(2026, 11, 2, tzinfo=UTC)
 MINUTE = 60.0
 TARGET = {"percentile": 95, "target": "5s"}
+TARGET_WAIT = 5.0
 # The operator's resync of a set with nothing to do, in seconds.
 RESYNC = 60.0
 # Seconds a guest reset in place takes to be back.
@@ -156,6 +157,8 @@ class World:
         self.now = 0.0
         self.waits, self.warm = [], 0
         self.idle_seconds, self.last_idle_at = 0.0, 0.0
+        # By hour of day: idle instance-seconds, leases measured, leases late.
+        self.by_hour = [[0.0, 0, 0] for _ in range(24)]
         self.decisions = {}
         self.plans = 0
         self.requeue_at = None
@@ -190,6 +193,7 @@ class World:
                        if not e["status"].get("leaseRef") and not e["metadata"]["annotations"].get(
                            c.ANNOTATION_DORMANT))
             self.idle_seconds += idle * (at - start)
+            self.by_hour[int(start % sizing.DAY // sizing.HOUR)][0] += idle * (at - start)
         self.now = at
 
     # -- events
@@ -241,6 +245,9 @@ class World:
                 wait = self.now - arrived
                 self.waits.append(wait)
                 self.warm += wait < 1.0
+                hour = self.by_hour[int(arrived % sizing.DAY // sizing.HOUR)]
+                hour[1] += 1
+                hour[2] += wait > TARGET_WAIT
             self.schedule(self.now + self.lengths[index], "end", obj)
 
     # -- the operator
@@ -318,15 +325,18 @@ class World:
             "idle_instance_hours": round(self.idle_seconds / sizing.HOUR, 1),
             "leases": len(waits),
             "plans": self.plans,
+            "by_hour": [{"idle_h": round(idle / sizing.HOUR, 2), "leases": leases, "late": late}
+                        for idle, leases, late in self.by_hour],
         }
 
 
-def replay(name, seed, quick, adaptive_only=False):
+def replay(name, seed, quick, adaptive_only=False, buffers=None, by_hour=False):
     arrivals, lengths, measure_from = TRACES[name](random.Random(seed))
     peak = peak_concurrency(arrivals, lengths)
     target_wait = sizing.parse_target(TARGET)[0].wait
     rows = []
-    for buffer in [None] if adaptive_only else [None, *range(peak + 1)]:
+    runs = [None] if adaptive_only else [None, *(range(peak + 1) if buffers is None else buffers)]
+    for buffer in runs:
         started = time.process_time()
         world = World(arrivals, lengths, measure_from, buffer, seed + 1)
         figures = world.run().figures()
@@ -338,6 +348,10 @@ def replay(name, seed, quick, adaptive_only=False):
         print(f"  {name:7s} buffer {figures['buffer']!s:>8}: p95 wait {figures['p95_wait_s']:6.1f} s, "
               f"warm {figures['served_warm']}, idle {figures['idle_instance_hours']:7.1f} instance-h "
               f"({figures['plans']} plans, {figures['cpu_s']} s)", flush=True)
+        if by_hour:
+            print("    idle instance-h / leases / late, by hour of day: " + ", ".join(
+                f"{hour}: {h['idle_h']:.1f}/{h['leases']}/{h['late']}"
+                for hour, h in enumerate(figures["by_hour"])), flush=True)
         if quick and buffer is not None and sum(r["p95_wait_s"] <= target_wait for r in rows[1:]) > 1:
             break
     adaptive, fixed = rows[0], rows[1:]
@@ -367,11 +381,16 @@ def main():
                         help="stop the fixed buffers at the second that meets the target")
     parser.add_argument("--adaptive-only", action="store_true",
                         help="the adaptive run alone (the fixed buffers do not read the model)")
+    parser.add_argument("--buffers", help="the fixed buffers to run, e.g. 0,1 (default: 0 to the peak)")
+    parser.add_argument("--by-hour", action="store_true",
+                        help="print idle instance-hours, leases and late leases by hour of day")
     parser.add_argument("--json")
     args = parser.parse_args()
     print(f"target: p{TARGET['percentile']} lease wait <= {TARGET['target']}", flush=True)
     results = {"target": TARGET, "seed": args.seed,
-               "traces": [replay(name, args.seed, args.quick, args.adaptive_only)
+               "traces": [replay(name, args.seed, args.quick, args.adaptive_only,
+                                 [int(b) for b in args.buffers.split(",")] if args.buffers else None,
+                                 args.by_hour)
                           for name in args.traces.split(",")]}
     if args.json:
         with open(args.json, "w") as out:

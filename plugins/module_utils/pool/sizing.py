@@ -18,9 +18,10 @@ arrivals their number is Poisson of mean ``rate * W``, ``W`` the mean of
 ``max(cold start - T, 0)`` (each replacement as an M/G/infinity server;
 for one cold start ``L``, ``W = L - T``, the leases arrived in the ``W``
 before). The buffer is therefore one more than the percentile of that
-count: the larger of Poisson of the mean, over arrivals, of the leases an
-arrival found in the ``W`` before it, and those counts' own percentile
-(bursts are not Poisson).
+count: Poisson of the mean, over arrivals, of the leases an arrival found
+in the ``W`` before it; where those counts vary well over their mean
+(bursts are not Poisson), at least the percentile of the counts in the
+window of the slow cold start (the one at the percentile, less ``T``).
 ``W = 0``: a cold start meets the target, no buffer.
 
 Which arrivals: those of the earlier cycles around the time to come, from
@@ -28,14 +29,19 @@ now to the cold start at the target's percentile and one window ahead
 (what is created now is ready only then): up to four weeks back once a
 week of history is known, else up to seven days, scaled by how the last
 hour compares with the same hour of those cycles; and those of the last
-three hours, whichever asks for more. Where almost no lease is expected,
+15 minutes (three hours while no day is known), whichever asks for more:
+the season tells when a busy day ends, the last minutes what it does not
+know. Where almost no lease is expected,
 no buffer, unless most earlier cycles had one around the time to come (the
-day's first lease after a quiet night): one. The floor (minAvailableReplicas) and the ceiling
-(``maxBuffer``, the cost ceiling) bound the result; min/max replicas and
-the scale-down cooldown stay the planner's.
+day's first lease after a quiet night): one. The cost ceiling
+(``maxBuffer``) and the room the replica ceiling leaves beside the leased
+and pending (``spec.maxReplicas``, what ``/scale`` writes) cap the
+result, the floor (minAvailableReplicas) bounds it below whatever they
+say; minReplicas and the scale-down cooldown stay the planner's.
 """
 
 import bisect
+import functools
 import math
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -58,10 +64,15 @@ WEEKLY_CYCLES = 4
 DAILY_CYCLES = 7
 # Without a day of history, the rate of this many seconds before now.
 RECENT = 3 * HOUR
+# With one, this many: long enough to see a trickle the season does not
+# know, short enough not to hold the day's pool into a quiet evening.
+RECENT_IN_SEASON = 15 * 60.0
 # How far the last hour may move the seasonal forecast, either way.
 CORRECTION_RANGE = (0.5, 4.0)
 # The cold start assumed until an Exporter of the set has become ready.
 DEFAULT_COLD_START = 60.0
+# Counts whose variance is over this many times their mean come in bursts.
+BURSTY = 1.5
 # Expected arrivals within one cold start below which no buffer is kept:
 # nights and weekends cost nothing when nobody comes.
 QUIET = 0.05
@@ -87,6 +98,7 @@ REASON_FIRST_ARRIVAL = "FirstArrivalExpected"
 REASON_FORECAST = "ForecastArrivals"
 REASON_FLOOR = "Floor"
 REASON_CEILING = "CostCeiling"
+REASON_REPLICA_CEILING = "ReplicaCeiling"
 
 
 @dataclass(frozen=True)
@@ -176,39 +188,51 @@ def _count(arrivals, start, end):
 @dataclass(frozen=True)
 class Demand:
     """What the history says of the leases to come near ``now``: the counts
-    of leases each arrival found in the window before it, and the rate."""
+    of leases each arrival found in the window before it (the mean window,
+    and the window of the cold start at the percentile), and the rate."""
 
     counts: tuple
     rate: float      # arrivals per second
     source: str
     factor: float = 1.0
+    burst_counts: tuple = ()
 
     def pressure(self, percentile):
         """The percentile of the count an arrival finds before it, and the
-        mean count: the larger of Poisson of the mean and the counts' own
-        percentile (bursts are not Poisson)."""
+        mean count: Poisson of the mean, or where arrivals come in bursts
+        (the counts' variance well over their mean) the larger of that and
+        the counts' own percentile. A burst's late leases are those whose
+        replacements are slow, so its counts span the slow cold start."""
         if not self.counts:
             return 0, 0.0
         mean = sum(self.counts) / len(self.counts)
-        own = math.ceil(quantile(self.counts, percentile) * self.factor - 1e-9)
-        return max(poisson_quantile(mean * self.factor, percentile), own), mean * self.factor
+        level = poisson_quantile(mean * self.factor, percentile)
+        variance = sum((n - mean) ** 2 for n in self.counts) / len(self.counts)
+        if variance > BURSTY * mean:
+            counts = self.burst_counts or self.counts
+            level = max(level, math.ceil(quantile(counts, percentile) * self.factor - 1e-9))
+        return level, mean * self.factor
 
 
 def _counts(arrivals, points, window):
     return tuple(_count(arrivals, a - window, a) for a in points)
 
 
-def demand(arrivals, since, now, horizon, window):
+def demand(arrivals, since, now, horizon, window, burst_window=None):
     """The lease pressures expected within ``horizon`` seconds of ``now``:
     the seasonal one where history allows, and the recent one.
 
     ``arrivals``: sorted lease creation times (seconds), none after ``now``;
-    ``since``: where the history starts."""
-    return [d for d in (_seasonal_demand(arrivals, since, now, horizon, window),
-                        _recent_demand(arrivals, since, now, window)) if d is not None]
+    ``since``: where the history starts; ``burst_window``: the window of a
+    slow cold start (``window`` when None)."""
+    burst_window = window if burst_window is None else burst_window
+    seasonal = _seasonal_demand(arrivals, since, now, horizon, window, burst_window)
+    recent = _recent_demand(arrivals, since, now, window, burst_window,
+                            RECENT if seasonal is None else RECENT_IN_SEASON)
+    return [d for d in (seasonal, recent) if d is not None]
 
 
-def _seasonal_demand(arrivals, since, now, horizon, window):
+def _seasonal_demand(arrivals, since, now, horizon, window, burst_window):
     low, high = CORRECTION_RANGE
     for period, cycles, name in ((WEEK, WEEKLY_CYCLES, "weekly"), (DAY, DAILY_CYCLES, "daily")):
         shifts = [k * period for k in range(1, cycles + 1) if now - k * period - SLACK >= since]
@@ -220,7 +244,8 @@ def _seasonal_demand(arrivals, since, now, horizon, window):
         same_hours = sum(_count(arrivals, now - shift - HOUR, now - shift) for shift in shifts) / len(shifts)
         factor = min(max((_count(arrivals, now - HOUR, now) + 1.0) / (same_hours + 1.0), low), high)
         rate = len(points) / (len(spans) * (horizon + 2 * SLACK))
-        return Demand(_counts(arrivals, points, window), rate * factor, f"{name} x{len(shifts)}", factor)
+        return Demand(_counts(arrivals, points, window), rate * factor, f"{name} x{len(shifts)}", factor,
+                      _counts(arrivals, points, burst_window))
     return None
 
 
@@ -239,17 +264,21 @@ def expecting(arrivals, since, now, horizon):
     return best
 
 
-def _recent_demand(arrivals, since, now, window):
-    known = min(RECENT, now - since)
+def _recent_demand(arrivals, since, now, window, burst_window, span):
+    known = min(span, now - since)
     if known <= 0:
         return None
     points = arrivals[bisect.bisect_left(arrivals, now - known):]
-    return Demand(_counts(arrivals, points, window), len(points) / known, "recent")
+    return Demand(_counts(arrivals, points, window), len(points) / known, "recent", 1.0,
+                  _counts(arrivals, points, burst_window))
 
 
-def decide(target, arrivals, cold_starts, now, since, floor=0):
+def decide(target, arrivals, cold_starts, now, since, floor=0, room=None):
     """The warm buffer for ``target`` at ``now`` (seconds); see the module
-    docstring. ``cold_starts``: seconds from creation to first ready."""
+    docstring. ``cold_starts``: seconds from creation to first ready;
+    ``room``: what the replica ceiling leaves beside the leased and pending
+    (None: no ceiling)."""
+    bounded = functools.partial(_bounded, target, floor, room)
     arrivals = sorted(a for a in arrivals if a <= now)
     samples = sorted(cold_starts) or [DEFAULT_COLD_START]
     cold = quantile(samples, target.percentile)
@@ -257,25 +286,29 @@ def decide(target, arrivals, cold_starts, now, since, floor=0):
     # replacements still under way, the target's wait later, per arrival.
     window = sum(max(sample - target.wait, 0.0) for sample in samples) / len(samples)
     if window <= 0:
-        return _bounded(target, floor, Decision(0, REASON_COLD_START_MEETS_TARGET, cold, 0.0, 0.0, 0, "none"))
+        return bounded(Decision(0, REASON_COLD_START_MEETS_TARGET, cold, 0.0, 0.0, 0, "none"))
     # The busier of what the season and the last hours say: a quiet season
     # must not hide a trickle that goes on, nor a quiet morning a usual burst.
-    forecast = demand(arrivals, since, now, cold + window, window)
+    forecast = demand(arrivals, since, now, cold + window, window, max(cold - target.wait, window))
     seen = [(d.pressure(target.percentile), d) for d in forecast if d.rate * (cold + window) >= QUIET]
     if not seen:
         share, source = expecting(arrivals, since, now, cold + window)
         if share >= EXPECTING:
-            return _bounded(target, floor, Decision(1, REASON_FIRST_ARRIVAL, cold, window, 0.0, 1, source))
-        return _bounded(target, floor, Decision(0, REASON_QUIET, cold, window, 0.0, 0, "none"))
+            return bounded(Decision(1, REASON_FIRST_ARRIVAL, cold, window, 0.0, 1, source))
+        return bounded(Decision(0, REASON_QUIET, cold, window, 0.0, 0, "none"))
     (level, mean), busiest = max(seen, key=lambda entry: entry[0])
-    return _bounded(target, floor, Decision(level + 1, REASON_FORECAST, cold, window, mean, level + 1,
+    return bounded(Decision(level + 1, REASON_FORECAST, cold, window, mean, level + 1,
                                             busiest.source))
 
 
-def _bounded(target, floor, decision):
+def _bounded(target, floor, room, decision):
     buffer, reason = decision.buffer, decision.reason
     if target.max_buffer is not None and buffer > target.max_buffer:
         buffer, reason = target.max_buffer, REASON_CEILING
+    # The replica ceiling (an autoscaler's, through /scale) caps the model's
+    # buffer, so the idle beyond it is scaled down; never the floor.
+    if room is not None and buffer > max(room, 0):
+        buffer, reason = max(room, 0), REASON_REPLICA_CEILING
     if buffer < floor:
         buffer, reason = floor, REASON_FLOOR
     return replace(decision, buffer=buffer, reason=reason)
@@ -364,7 +397,7 @@ def _base36(number):
             return text
 
 
-def for_plan(exporter_set, virtual_target_class, exporters, leases, floor, policy, now, draft):
+def for_plan(exporter_set, virtual_target_class, exporters, leases, floor, policy, now, draft, room=None):
     """``(Decision, status.sizing)`` of a set whose ExporterSetPolicy gives
     a ``leaseWait``, or None (none either where the class binds on first consumer: no warm
     pool). Tells a change of buffer with an Event, and asks for the next
@@ -374,7 +407,8 @@ def for_plan(exporter_set, virtual_target_class, exporters, leases, floor, polic
     if target is None or error or binding == c.BINDING_WAIT_FOR_FIRST_CONSUMER:
         return None
     arrivals, cold_starts, since = history(exporter_set, leases, exporters)
-    decision = decide(target, arrivals, [seconds for _, seconds in cold_starts], now.timestamp(), since, floor)
+    decision = decide(target, arrivals, [seconds for _, seconds in cold_starts], now.timestamp(), since, floor,
+                      room)
     if ((exporter_set.get("status") or {}).get("sizing") or {}).get("buffer") != decision.buffer:
         draft.event("Normal", "WarmBufferSized", decision.message())
     draft.requeue_at(RESIZE)

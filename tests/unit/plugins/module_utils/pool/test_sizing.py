@@ -274,3 +274,56 @@ def test_the_pass_that_marks_exporters_first_ready_sizes_as_the_next_pass_does()
     again = scale_plan(exporter_set(status=first["status"]), target_class(), exporters, [], at(5),
                        leases=busy_hour(180), options=options)
     assert not status_differs(first["status"], again["status"]), (first["status"], again["status"])
+
+
+def test_a_replica_ceiling_below_leased_and_buffer_caps_the_buffer_and_never_the_floor():
+    from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import policy
+    from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.plan import scale_plan
+    from pool_builders import NOW, at, exporter, exporter_set, lease, target_class
+
+    options = {"policy": policy.normalize({"exporterSetName": "rpi4", "leaseWait": {"target": "5s"}})}
+    exporters = [exporter("rpi4-0", lease="l0"), exporter("rpi4-1", lease="l1")] + [
+        exporter(f"rpi4-{i}") for i in range(2, 7)]
+    leases = busy_hour(180) + [lease("l0", assigned="rpi4-0"), lease("l1", assigned="rpi4-1")]
+    # An autoscaler wrote 3 through /scale; the surplus has waited out its cooldown.
+    capped = exporter_set(max_replicas=3, min_available=1, state={"surplusSince": at(-3600)})
+    plan = scale_plan(capped, target_class(), exporters, [], NOW, leases=leases, options=options)
+    sized = plan["status"]["sizing"]
+    assert (sized["buffer"], sized["reason"], sized["modelBuffer"]) == (1, sizing.REASON_REPLICA_CEILING, 6)
+    # The idle beyond the ceiling goes; the leased stay, and so does the floor.
+    assert sorted(plan["disable"]) == ["rpi4-3", "rpi4-4", "rpi4-5", "rpi4-6"]
+    assert plan["create"] == []
+    # A ceiling the leased already fill: the floor still stands.
+    full = exporter_set(max_replicas=2, min_available=1, state={"surplusSince": at(-3600)})
+    plan = scale_plan(full, target_class(), exporters, [], NOW, leases=leases, options=options)
+    assert (plan["status"]["sizing"]["buffer"], plan["status"]["sizing"]["reason"]) == (1, sizing.REASON_FLOOR)
+    assert not {"rpi4-0", "rpi4-1"} & set(plan["disable"])
+
+
+def test_a_burst_is_prepared_for_its_slow_replacements():
+    # Each day at 9:00 ten leases 5 s apart, over a trickle every 2 min.
+    now = 2 * sizing.DAY + 9 * sizing.HOUR - 30.0
+    history = sorted([day * sizing.DAY + 9 * sizing.HOUR + 5.0 * i for day in range(2) for i in range(10)]
+                     + [day * sizing.DAY + 9 * sizing.HOUR - 600.0 + 120 * j + 7 for day in range(3)
+                        for j in range(10)])
+    history = [a for a in history if a <= now]
+    # Cold starts of 30 s: a lease waits past 5 s when 6 came in the 25 s before.
+    even = sizing.decide(TARGET, history, [30.0] * 10, now, 0.0)
+    assert (even.source, even.buffer) == ("daily x2", 7)
+    # One in ten takes 60 s: the burst's late leases are those it serves,
+    # so the counts span the 55 s of the slow one; the mean window is 28 s.
+    slow = sizing.decide(TARGET, history, [30.0] * 9 + [60.0], now, 0.0)
+    assert (slow.window, slow.buffer) == (28.0, 10)
+
+
+def test_the_busy_day_does_not_hold_the_pool_into_a_quiet_evening():
+    rng = random.Random(3)
+    days = sorted(day * sizing.DAY + 8 * sizing.HOUR + rng.uniform(0, 10 * sizing.HOUR)
+                  for day in range(3) for _ in range(200))
+    evening = 2 * sizing.DAY + 19 * sizing.HOUR + 1800
+    history = [a for a in days if a <= evening]
+    decision = sizing.decide(TARGET, history, COLD, evening, 0.0)
+    assert (decision.buffer, decision.reason) == (0, sizing.REASON_QUIET)
+    # Without a day of history the last three hours are all there is.
+    first_day = [a for a in history if a < sizing.DAY]
+    assert sizing.decide(TARGET, first_day, COLD, 19 * sizing.HOUR + 1800, 0.0).buffer > 0
