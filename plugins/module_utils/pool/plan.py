@@ -179,6 +179,8 @@ def make_plan(exporter_set, virtual_target_class, exporters, pending_leases, now
     refused = wanted.invalid or bool(label_conflicts)
     if refused:
         moves.recycling = []
+    if label_conflicts:
+        moves.parked = []  # none re-enabled, none deleted: the set is not to act
 
     # The target, and the parked members re-enabled or deleted to meet it.
     target_unclamped = survey.leased + pending + wanted.warm_buffer
@@ -193,6 +195,8 @@ def make_plan(exporter_set, virtual_target_class, exporters, pending_leases, now
     waiting_for_cooldown, victims = scale_down.disable_surplus(
         survey, moves.idle, moves.fresh_idle, -need, wanted.cooldown, wanted.warm_buffer, options,
         now, draft)
+    if label_conflicts:
+        _park_while_labels_refused(moves.idle, draft)
 
     # New Exporters under the ceilings, then the dormant Exporter.
     limits, backoff = creates.create(
@@ -230,6 +234,24 @@ def make_plan(exporter_set, virtual_target_class, exporters, pending_leases, now
                              warnings=wanted.warnings, backoff=backoff,
                              sizing=sized[1] if sized else None,
                              service=service_level.for_plan(exporter_set, as_planned, leases, counters, now))
+
+
+def _park_while_labels_refused(idle, draft):
+    """A set whose template labels are refused (an Exporter it does not
+    control came to carry them after the set was made, say a lab's board)
+    keeps none of its members enabled but the leased ones: a lease asking
+    for that Exporter by the label would land on them. Its ``idle``
+    members are parked as a scale-down parks them (re-enabled, or deleted,
+    once the set is fixed); parked ones stay parked meanwhile, and a leased
+    one waits disabled when its lease ends (``recycling`` is empty)."""
+    names = sorted(member.name for member in idle if member.name not in draft.disable)
+    for name in names:
+        draft.disable.append(name)
+        draft.annotate(name, c.ANNOTATION_SCALE_DOWN, draft.now_text)
+    if names:
+        draft.event("Normal", "ScalingDown",
+                    f"disabling {len(names)} idle exporter(s) while the template's labels are refused: "
+                    f"{', '.join(names)}")
 
 
 def _unusable_plan(exporter_set, virtual_target_class, survey, pending, ceiling, unusable, now):
