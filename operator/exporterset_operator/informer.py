@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import bounded_json
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.pool_index import Snapshot
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.timeutil import backoff_delay
 from kubernetes import client, watch
@@ -72,6 +73,15 @@ class _PlainWatch(watch.Watch):
 
     def get_return_type(self, func):
         return None
+
+    def unmarshal_event(self, data, return_type):
+        """Any depth the API server sends, kept to what the operator reads
+        (bounded_json): one deeply nested object must not stop the watch."""
+        bounded_json.allow_api_depth()
+        event = super().unmarshal_event(data, return_type)
+        if isinstance(event, dict) and isinstance(event.get("object"), (dict, list)):
+            bounded_json.clip(event["object"])
+        return event
 
 
 def _slim(obj: dict) -> dict:
@@ -183,7 +193,7 @@ class Informer:
     def _relist(self) -> str:
         func, kwargs = self._list_call()
         response = func(_preload_content=False, **kwargs)
-        body = json.loads(response.data)
+        body = bounded_json.loads(response.data)
         # A PartialObjectMetadataList of nothing has "items": null.
         fresh = {key_of(obj): self._kept(obj) for obj in body.get("items") or []}
         with self._lock:

@@ -122,7 +122,23 @@ def api_client(kubeconfig=None, **options):
     from kubernetes import client
 
     auth = resolve_auth(kubeconfig=kubeconfig, **options)
-    return client.ApiClient(_configuration(auth))
+    return _bounded(client.ApiClient)(_configuration(auth))
+
+
+def _bounded(api_client_class):
+    """``api_client_class`` reading custom objects (plain JSON, response type
+    ``object``) at any depth the API server sends, kept to what the
+    operator reads (bounded_json): one deeply nested set must not make the
+    namespace's list unreadable."""
+    from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import bounded_json
+
+    class Bounded(api_client_class):
+        def deserialize(self, response_text, response_type, content_type):
+            if response_type == "object" and response_text and "json" in (content_type or "application/json"):
+                return bounded_json.loads(response_text)
+            return super().deserialize(response_text, response_type, content_type)
+
+    return Bounded
 
 
 def describe_source(auth):
@@ -146,7 +162,7 @@ def connect(**options):
 
     auth = resolve_auth(**options)
     configuration = _configuration(auth)
-    api = client.ApiClient(configuration)
+    api = _bounded(client.ApiClient)(configuration)
     host = configuration.host
     try:
         client.VersionApi(api).get_code(_request_timeout=30)

@@ -82,7 +82,7 @@ import copy
 import ipaddress
 import re
 
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants, provisioners
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import bounded_json, constants, provisioners
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.merge import (
     deep_merge,
     merge_images,
@@ -260,6 +260,9 @@ def resolve(virtual_target_class, exporter_set):
         _slot_ceilings(class_parameters.get("hosts"), parameters, allowed, refusals)
     refusals.extend(_driver_violations(virtual_target_class, exporter_set, allowed))
     refusals.extend(reach_violations(exporter_set, allowed))
+    refusals.extend(f"spec{path}: nested deeper than {bounded_json.MAX_DEPTH} levels, which the "
+                    "operator does not read (what is deeper was dropped when the set was read)"
+                    for path in bounded_json.clipped_paths(set_spec))
     refusals.extend(_image_host_violations(class_parameters, set_parameters, parameters, allowed))
 
     reason = (constants.REASON_CREDENTIAL_REDIRECT if redirects
