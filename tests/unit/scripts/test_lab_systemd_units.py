@@ -9,12 +9,12 @@ helper refuses, before anything else, a name systemd would refuse."""
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
 import os
+import runpy
 import shutil
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -26,15 +26,8 @@ TEMPLATES = ("jumpstarter-vm@.service", "jumpstarter-exporter@.service")
 ANALYZE = shutil.which("systemd-analyze")
 
 
-def _helper():
-    loader = importlib.machinery.SourceFileLoader("jumpstarter_instance", str(HELPER))
-    spec = importlib.util.spec_from_loader(loader.name, loader)
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
-
-
-helper = _helper()
+# The helper's functions, read from its file (it is a script, not a module).
+helper = types.SimpleNamespace(**runpy.run_path(str(HELPER)))
 
 
 @pytest.fixture(scope="module")
