@@ -58,3 +58,48 @@ def test_a_set_sharing_a_boards_label_is_refused_and_its_lease_stays_the_boards(
     assert standin.exporter_of("theirs") is None and not (standin.lease("theirs").get("status") or {}).get("ended")
     board = custom.get_namespaced_custom_object(*EXPORTERS, namespace, "exporters", "bench-rpi4")
     assert board["metadata"].get("ownerReferences") is None and board["spec"]["enabled"] is True
+
+
+LATE_BOARD = {"board": "late-rpi4", "lab": "bench"}
+
+
+def test_a_board_registered_after_a_set_takes_its_labels_leaves_none_of_its_exporters_enabled(
+        api, namespace, standin, operator):
+    """The set is served first; then a board with one of its labels is
+    registered. From then on the set is refused, and its idle Exporters are
+    parked: a lease asking for the board by that label finds only the
+    board (offline: it waits), none of the set's."""
+    custom = client.CustomObjectsApi(api)
+    make_class(custom, namespace)
+    make_set(custom, namespace, name="early", board=LATE_BOARD["board"], minAvailableReplicas=1, maxReplicas=2)
+    operator()
+    selector = f"{c.LABEL_EXPORTER_SET}=early"
+    wait_for(lambda: [e for e in standin.exporters(selector) if e["spec"].get("enabled") is not False
+                      and c.ANNOTATION_DORMANT not in (e["metadata"].get("annotations") or {})
+                      and standin.online(e["metadata"]["name"])],
+             timeout=90, message="early: an enabled Exporter online")
+
+    custom.create_namespaced_custom_object(*EXPORTERS, namespace, "exporters", {
+        "apiVersion": "jumpstarter.dev/v1alpha1", "kind": "Exporter",
+        "metadata": {"name": "bench-late", "labels": LATE_BOARD}, "spec": {"enabled": True}})
+
+    def refused():
+        found = condition(get_set(custom, namespace, "early"), "Degraded") or {}
+        return found if found.get("reason") == "TemplateLabelConflict" else None
+
+    found = wait_for(refused, timeout=60, message="early: Degraded/TemplateLabelConflict")
+    assert "Exporter bench-late" in found["message"], found["message"]
+    wait_for(lambda: all(e["spec"].get("enabled") is False for e in standin.exporters(selector)),
+             timeout=60, message="early's Exporters disabled")
+    assert standin.exporters(selector), "early's Exporters were deleted, not parked"
+
+    standin.create_lease("for-the-board", {"board": LATE_BOARD["board"]})
+
+    def decided():
+        lease = standin.lease("for-the-board")
+        conditions = {x["type"]: x for x in (lease.get("status") or {}).get("conditions") or []}
+        return standin.exporter_of("for-the-board") or conditions.get("Pending")
+
+    verdict = wait_for(decided, timeout=60, message="the controller's verdict on the board's lease")
+    assert not isinstance(verdict, str), f"the board's lease landed on {verdict}"
+    assert verdict["reason"] == "Offline" and "bench-late" in verdict["message"], verdict
