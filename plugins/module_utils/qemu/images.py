@@ -425,6 +425,11 @@ class _Registry:
             # read a local file or send the request in the clear.
             raise ImageError(REASON_INVALID, f"{self.url}: the registry's token realm {realm!r} "
                                              "is not an https url", url=self.url)
+        if "@" in parts.netloc:
+            # What stands before the "@" is no part of the host urllib dials,
+            # and http.client then fails on it: neither is the registry's.
+            raise ImageError(REASON_INVALID, f"{self.url}: the registry's token realm {realm!r} "
+                                             "has a user part", url=self.url)
         if parts.hostname != self.hostname:
             # Nor may it send the request to any other address the node or host reaches.
             raise ImageError(REASON_INVALID, f"{self.url}: the registry's token realm {realm!r} "
