@@ -1,144 +1,19 @@
 # Copyright: Jumpstarter virtual exporters maintainers
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
-"""exporter_pods as every task runs it: on a local connection, its work in
-the task's worker process; anywhere else, the module.
+"""exporter_pods as every task runs it: on a local connection, its work
+(``module_utils/k8s/exporter_pods.py``) in the task's worker process;
+anywhere else, the module (``plugin_utils/module_work.py`` says when). The
+reconcile role runs it once for every backend run."""
 
-The module's work (``module_utils/k8s/exporter_pods.py``) is one function
-of its parameters that talks to the API server only. Started as a module on
-the controller it costs a Python interpreter, the AnsiballZ payload and
-the import of the kubernetes client for every run (0.3 to 0.5 CPU-s on a
-two-core machine), and the reconcile role runs it once for every backend
-run. Here it gets the same parameters as the module would: the task's
-arguments as JSON data, validated with the same argument spec, check mode
-from the task, the values of ``no_log`` options masked in the result, and
-its warnings returned with the task's result as a module's are.
-
-The module runs instead when the task is asynchronous, becomes another
-user, sets ``environment:`` (the module's process would see it; this one
-does not), runs on a connection other than ``local`` (a ``delegate_to``
-another host included), names a Python interpreter other than this one,
-or when this Python has no kubernetes client."""
-
-import os
-import sys
-
-from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
-from ansible.module_utils.common.parameters import remove_values
-from ansible.module_utils.errors import UnsupportedError
-from ansible.plugins.action import ActionBase
-from ansible.utils.display import Display
-from ansible.utils.vars import merge_hash
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import ansible_compat
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import exporter_pods
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.client import AUTH_ARG_SPEC
+from ansible_collections.jumpstarter.virtual_exporters.plugins.plugin_utils.module_work import (
+    ModuleWork,
+    ModuleWorkAction,
+)
 
-MODULE = "jumpstarter.virtual_exporters.exporter_pods"
-# The module's argument spec as k8s_module builds it: its own options and
-# the connection options.
-ARGUMENT_SPEC = {**exporter_pods.ARGUMENT_SPEC, **AUTH_ARG_SPEC}
-_AUTO_INTERPRETERS = ("auto", "auto_legacy", "auto_silent", "auto_legacy_silent")
-
-display = Display()
+WORK = ModuleWork("jumpstarter.virtual_exporters.exporter_pods", exporter_pods.ARGUMENT_SPEC, exporter_pods.run)
+run_here = WORK.run_here
 
 
-class Ended(BaseException):
-    """The end of the work, as a module process exits: its result."""
-
-    def __init__(self, result):
-        super().__init__(result.get("msg", ""))
-        self.result = result
-
-
-class TaskModule:
-    """What the module's work asks of an ``AnsibleModule``, for a run in
-    this process: validated parameters, check mode, warnings kept for the
-    task's result (``warn`` may be called from the work's threads), and
-    ``exit_json``/``fail_json`` ending the work with a result."""
-
-    def __init__(self, params, check_mode, diff=False):
-        self.params = params
-        self.check_mode = check_mode
-        # What AnsibleModule keeps of ``_ansible_diff`` (ansible_compat.diff_mode).
-        self._diff = diff
-        self.warnings = []
-
-    def warn(self, warning):
-        self.warnings.append(str(warning))
-
-    def exit_json(self, **result):
-        raise Ended(result)
-
-    def fail_json(self, msg, **result):
-        raise Ended({**result, "failed": True, "msg": msg})
-
-
-def run_here(args, check_mode, diff=False):
-    """The module's work on ``args`` (the task's arguments) in this process:
-    ``(result, warnings)``, the result as the module would return it."""
-    validation = ArgumentSpecValidator(ARGUMENT_SPEC).validate(ansible_compat.module_data(args))
-    params = validation.validated_parameters
-    module = TaskModule(params, check_mode, diff)
-    for warning in ansible_compat.alias_warnings(validation):
-        module.warn(warning)
-    if validation.error_messages:
-        msg = validation.errors.msg
-        if isinstance(validation.errors[0], UnsupportedError):
-            msg = f"Unsupported parameters for ({MODULE}) module: {msg}"
-        result = {"failed": True, "msg": msg}
-    else:
-        try:
-            exporter_pods.run(module)
-            result = {"failed": True, "msg": f"{MODULE} ended without a result"}
-        except Ended as ended:
-            result = ended.result
-        except Exception as exc:  # what a module process reports as its failure
-            result = {"failed": True, "msg": f"{MODULE} failed: {type(exc).__name__}: {exc}"}
-    result["invocation"] = {"module_args": params}
-    # As AnsibleModule returns it: no value of a no_log option anywhere.
-    return remove_values(result, ansible_compat.no_log_values(validation)), module.warnings
-
-
-class ActionModule(ActionBase):
-    _supports_check_mode = True
-    _supports_async = True
-
-    def run(self, tmp=None, task_vars=None):
-        result = super().run(tmp, task_vars)
-        task_vars = task_vars or {}
-        if not self._in_process(task_vars):
-            # As the normal action runs a module: asynchronously when asked,
-            # its remote temporary directory removed after a synchronous run.
-            wrap_async = self._task.async_val and not self._connection.has_native_async
-            result = merge_hash(result, self._execute_module(module_name=MODULE, module_args=self._task.args,
-                                                             task_vars=task_vars, wrap_async=wrap_async))
-            if not wrap_async:
-                self._remove_tmp_path(ansible_compat.remote_tmpdir(self._connection))
-            return result
-        here, warnings = run_here(self._task.args, bool(self._task.check_mode), bool(self._task.diff))
-        # Said here, in the task's own thread: captured with its result, as
-        # the warnings a module returns are.
-        for warning in warnings:
-            display.warning(warning)
-        return merge_hash(result, here)
-
-    def _in_process(self, task_vars):
-        if self._connection.transport != "local" or self._task.async_val or self._play_context.become:
-            return False
-        if any(self._task.environment or []):
-            return False
-        variables = task_vars
-        if self._task.delegate_to:
-            variables = (task_vars.get("ansible_delegated_vars") or {}).get(self._task.delegate_to) or {}
-        # The interpreter the module would run under (ansible_python_interpreter,
-        # else the configuration's interpreter_python): another one may have
-        # other packages.
-        interpreter = ansible_compat.interpreter_python(variables)
-        interpreter = str(self._templar.template(interpreter) or "").strip()
-        if interpreter and interpreter not in _AUTO_INTERPRETERS and \
-                os.path.realpath(os.path.expanduser(interpreter)) != os.path.realpath(sys.executable):
-            return False
-        try:
-            import kubernetes  # noqa: F401  (the module may find it under its own interpreter)
-        except ImportError:
-            return False
-        return True
+class ActionModule(ModuleWorkAction):
+    WORK = WORK

@@ -1,38 +1,32 @@
 # Copyright: Jumpstarter virtual exporters maintainers
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
-"""exporterset_apply as every task runs it: the module, except for a run
-that has nothing to record. The reconcile role runs the same tasks whoever
-calls it; the operator's backend runs pass ``records: operator`` (it
-records the outcome, the class's and the policies' status in process), and
-their outcome task is answered here, on the controller, without starting a
-module process for it (0.7 CPU-s a run on this machine)."""
+"""exporterset_apply as every task runs it: on a local connection, its
+work (the module's ``run``, which talks to the API server only) in the
+task's worker process; anywhere else, the module
+(``plugin_utils/module_work.py`` says when). The reconcile role runs the
+same tasks whoever calls it; the operator's backend runs pass ``records:
+operator`` (it records the outcome, the class's and the policies' status
+in process), and their outcome task is answered here, without the work."""
 
-from ansible.plugins.action import ActionBase
-from ansible.utils.vars import merge_hash
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import ansible_compat, exporterset_options
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import exporterset_options
+from ansible_collections.jumpstarter.virtual_exporters.plugins.modules import exporterset_apply
+from ansible_collections.jumpstarter.virtual_exporters.plugins.plugin_utils.module_work import (
+    ModuleWork,
+    ModuleWorkAction,
+)
 
-MODULE = "jumpstarter.virtual_exporters.exporterset_apply"
 
+class ActionModule(ModuleWorkAction):
+    WORK = ModuleWork("jumpstarter.virtual_exporters.exporterset_apply", exporterset_apply.ARGUMENT_SPEC,
+                      exporterset_apply.run)
 
-class ActionModule(ActionBase):
-    def run(self, tmp=None, task_vars=None):
-        result = super().run(tmp, task_vars)
+    def answer_here(self):
         args = self._task.args
         records = args.get("records", exporterset_options.RECORDS["records"]["default"])
         try:
-            here = args.get("outcome", "none") == "none" or exporterset_options.records_here(records)
+            if args.get("outcome", "none") == "none" or exporterset_options.records_here(records):
+                return None
         except ValueError as exc:
-            result.update(failed=True, msg=str(exc))
-            return result
-        if not here:
-            result.update(changed=False, outcome_changed=False, events=0, class_changed=False,
-                          policies_changed=[])
-            return result
-        # As the normal action runs a module: asynchronously when asked, its
-        # remote temporary directory removed after a synchronous run.
-        wrap_async = self._task.async_val and not self._connection.has_native_async
-        result = merge_hash(result, self._execute_module(module_name=MODULE, module_args=args, task_vars=task_vars,
-                                                         wrap_async=wrap_async))
-        if not wrap_async:
-            self._remove_tmp_path(ansible_compat.remote_tmpdir(self._connection))
-        return result
+            return {"failed": True, "msg": str(exc)}
+        return {"changed": False, "outcome_changed": False, "events": 0, "class_changed": False,
+                "policies_changed": []}

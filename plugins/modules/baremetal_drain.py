@@ -90,15 +90,14 @@ def _lists_host(parameters, host):
     return any(isinstance(h, dict) and h.get("name") == host for h in (parameters or {}).get("hosts") or ())
 
 
-def main():
-    module = k8s_module(
-        dict(
-            lab_host=dict(type="str", required=True),
-            namespace=dict(type="str", required=True),
-            virtual_target_class=dict(type="str", default=""),
-        ),
-        supports_check_mode=True,
-    )
+ARGUMENT_SPEC = dict(
+    lab_host=dict(type="str", required=True),
+    namespace=dict(type="str", required=True),
+    virtual_target_class=dict(type="str", default=""),
+)
+
+
+def run(module):
     from kubernetes import client
 
     p = module.params
@@ -193,6 +192,10 @@ def main():
             "leased": sorted(leased),
         })
     module.exit_json(**with_diff(module, dict(changed=changed, classes=sorted(by_class), sets=sets), before, after))
+
+
+def main():
+    run(k8s_module(ARGUMENT_SPEC, supports_check_mode=True))
 
 
 if __name__ == "__main__":

@@ -76,15 +76,13 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.module_diff import with_diff
 
+ARGUMENT_SPEC = dict(
+    **exporterset_options.SET_NAME,
+    results=dict(type="dict", required=True),
+)
 
-def main():
-    module = k8s_module(
-        dict(
-            **exporterset_options.SET_NAME,
-            results=dict(type="dict", required=True),
-        ),
-        supports_check_mode=True,
-    )
+
+def run(module):
     from kubernetes import client
     from kubernetes.client.rest import ApiException
 
@@ -110,6 +108,10 @@ def main():
                   written=not module.check_mode, report=report)
     key = f"ExporterSet/{p['exporterset']}"
     module.exit_json(**with_diff(module, result, {key: {"hostReport": previous}}, {key: {"hostReport": report}}))
+
+
+def main():
+    run(k8s_module(ARGUMENT_SPEC, supports_check_mode=True))
 
 
 if __name__ == "__main__":

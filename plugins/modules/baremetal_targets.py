@@ -243,16 +243,15 @@ class Targets(ClusterModule):
         host_entry.update(provision=ready, configs=configs, tokens=tokens, uids=uids)
 
 
-def main():
-    module = k8s_module(
-        dict(
-            **exporterset_options.PROVISIONER,
-            action=dict(type="str", required=True, choices=["provision", "remove", "reset", "retain", "probe"]),
-            ssh_dir=dict(type="path", default="~/.ansible/jumpstarter-baremetal"),
-            controller_tls_ca=dict(type="str", default=""),
-        ),
-        supports_check_mode=True,
-    )
+ARGUMENT_SPEC = dict(
+    **exporterset_options.PROVISIONER,
+    action=dict(type="str", required=True, choices=["provision", "remove", "reset", "retain", "probe"]),
+    ssh_dir=dict(type="path", default="~/.ansible/jumpstarter-baremetal"),
+    controller_tls_ca=dict(type="str", default=""),
+)
+
+
+def run(module):
     targets = Targets(module)
     p = module.params
     try:
@@ -283,6 +282,10 @@ def main():
         changed=targets.changed, hosts=entries, tokens=tokens, ssh=ssh, placed=placed, waiting=sorted(waiting),
         limited=limited, image_cache_quota=cache_quota, image_max_size=max_size), targets.changes.before,
         targets.changes.after))
+
+
+def main():
+    run(k8s_module(ARGUMENT_SPEC, supports_check_mode=True))
 
 
 if __name__ == "__main__":

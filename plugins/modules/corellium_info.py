@@ -96,14 +96,13 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.core
 INSTANCE_FIELDS = ("id", "name", "project", "flavor", "os", "state")
 
 
-def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            **corellium_steps.connection_argument_spec(),
-            "name_prefix": {"type": "str"},
-        },
-        supports_check_mode=True,
-    )
+ARGUMENT_SPEC = {
+    **corellium_steps.connection_argument_spec(),
+    "name_prefix": {"type": "str"},
+}
+
+
+def run(module) -> None:
     params = module.params
     try:
         client = corellium_steps.client_from_params(params)
@@ -131,6 +130,10 @@ def main() -> None:
         },
         instances=instances,
     )
+
+
+def main() -> None:
+    run(AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True))
 
 
 if __name__ == "__main__":

@@ -226,21 +226,20 @@ class InstanceManager:
                                  f"{instance.get(option)!r}, not {wanted!r}; it is left as it is")
 
 
-def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            **corellium_steps.connection_argument_spec(),
-            "name": {"type": "str", "required": True},
-            "flavor": {"type": "str"},
-            "os": {"type": "str"},
-            "osbuild": {"type": "str"},
-            "state": {"type": "str", "default": "present",
-                      "choices": ["present", "absent", "on", "off", "rebooted"]},
-            "wait": {"type": "bool", "default": True},
-            **corellium_steps.waiting_argument_spec(),
-        },
-        supports_check_mode=True,
-    )
+ARGUMENT_SPEC = {
+    **corellium_steps.connection_argument_spec(),
+    "name": {"type": "str", "required": True},
+    "flavor": {"type": "str"},
+    "os": {"type": "str"},
+    "osbuild": {"type": "str"},
+    "state": {"type": "str", "default": "present",
+              "choices": ["present", "absent", "on", "off", "rebooted"]},
+    "wait": {"type": "bool", "default": True},
+    **corellium_steps.waiting_argument_spec(),
+}
+
+
+def run(module) -> None:
     try:
         result = InstanceManager(module, corellium_steps.client_from_params(module.params)).run()
     except corellium_client.CorelliumError as error:
@@ -250,6 +249,10 @@ def main() -> None:
     if not diff_mode(module):
         result.pop("diff")
     module.exit_json(**result)
+
+
+def main() -> None:
+    run(AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True))
 
 
 if __name__ == "__main__":

@@ -349,24 +349,23 @@ class PoolInstances:
         return instance
 
 
-def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            **corellium_steps.connection_argument_spec(ca_data=True),
-            "names": {"type": "list", "elements": "str", "required": True},
-            "owned_exporters": {"type": "list", "elements": "dict"},
-            "flavor": {"type": "str"},
-            "os": {"type": "str"},
-            "osbuild": {"type": "str"},
-            "state": {"type": "str", "default": "present",
-                      "choices": ["present", "absent", "off", "recreated"]},
-            "wait": {"type": "bool", "default": False},
-            **corellium_steps.waiting_argument_spec(),
-            "exporterset": {"type": "dict"},
-            "virtual_target_class": {"type": "dict"},
-        },
-        supports_check_mode=True,
-    )
+ARGUMENT_SPEC = {
+    **corellium_steps.connection_argument_spec(ca_data=True),
+    "names": {"type": "list", "elements": "str", "required": True},
+    "owned_exporters": {"type": "list", "elements": "dict"},
+    "flavor": {"type": "str"},
+    "os": {"type": "str"},
+    "osbuild": {"type": "str"},
+    "state": {"type": "str", "default": "present",
+              "choices": ["present", "absent", "off", "recreated"]},
+    "wait": {"type": "bool", "default": False},
+    **corellium_steps.waiting_argument_spec(),
+    "exporterset": {"type": "dict"},
+    "virtual_target_class": {"type": "dict"},
+}
+
+
+def run(module) -> None:
     params = module.params
     try:
         client = None
@@ -379,6 +378,10 @@ def main() -> None:
     except (ValueError, OSError) as error:
         module.fail_json(msg=str(error))
     module.exit_json(**result)
+
+
+def main() -> None:
+    run(AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True))
 
 
 if __name__ == "__main__":

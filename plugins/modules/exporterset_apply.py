@@ -301,26 +301,25 @@ def _permissions(module):
         module.fail_json(msg=str(exc))
 
 
-def main():
-    module = k8s_module(
-        dict(
-            exporterset=dict(type="dict", required=True),
-            plan=dict(type="dict", required=True),
-            provisioner=dict(type="str", required=True),
-            teardown=dict(type="str", choices=["none", "delete", "detach"], default="none"),
-            owned_exporters=dict(type="list", elements="dict", default=[]),
-            write_outcome=dict(type="bool", default=True),
-            confirm_only=dict(type="bool", default=False),
-            teardown_only=dict(type="list", elements="str", default=None),
-            finalizer=dict(type="str", default=""),
-            outcome=dict(type="str", choices=["none", "Successful", "Failure"], default="none"),
-            failure_message=dict(type="str", default=""),
-            add_class_finalizer=dict(type="bool", default=False),
-            **exporterset_options.RECORDS,
-            **exporterset_options.DENIED,
-        ),
-        supports_check_mode=True,
-    )
+ARGUMENT_SPEC = dict(
+    exporterset=dict(type="dict", required=True),
+    plan=dict(type="dict", required=True),
+    provisioner=dict(type="str", required=True),
+    teardown=dict(type="str", choices=["none", "delete", "detach"], default="none"),
+    owned_exporters=dict(type="list", elements="dict", default=[]),
+    write_outcome=dict(type="bool", default=True),
+    confirm_only=dict(type="bool", default=False),
+    teardown_only=dict(type="list", elements="str", default=None),
+    finalizer=dict(type="str", default=""),
+    outcome=dict(type="str", choices=["none", "Successful", "Failure"], default="none"),
+    failure_message=dict(type="str", default=""),
+    add_class_finalizer=dict(type="bool", default=False),
+    **exporterset_options.RECORDS,
+    **exporterset_options.DENIED,
+)
+
+
+def run(module):
     exporterset = module.params["exporterset"]
     finalizer = module.params["finalizer"]
     api_client = module_api_client(module)
@@ -394,6 +393,10 @@ def _finalizers(change, api_client, exporterset, finalizer, check_mode):
         meta = exporterset.get("metadata") or {}
         raise ApplyError(f"finalizer {finalizer} of ExporterSet {meta.get('namespace')}/{meta.get('name')}: "
                          f"{exc.status} {exc.reason}") from exc
+
+
+def main():
+    run(k8s_module(ARGUMENT_SPEC, supports_check_mode=True))
 
 
 if __name__ == "__main__":

@@ -136,15 +136,14 @@ def read_policies(custom, namespace):
         raise
 
 
-def main():
-    module = k8s_module(
-        dict(
-            name=dict(type="str", required=True),
-            namespace=dict(type="str", required=True),
-            plan_options=dict(type="dict", default={}),
-        ),
-        supports_check_mode=True,
-    )
+ARGUMENT_SPEC = dict(
+    name=dict(type="str", required=True),
+    namespace=dict(type="str", required=True),
+    plan_options=dict(type="dict", default={}),
+)
+
+
+def run(module):
     name, namespace = module.params["name"], module.params["namespace"]
     try:
         options = lifecycle.plan_options(module.params["plan_options"], where="plan_options")
@@ -169,6 +168,10 @@ def main():
     variables = k8s_observe.playbook_variables(exporter_set, observed, plan, teardown=teardown)
     module.exit_json(changed=False, exists=True, variables=variables, deleting=lifecycle.deleting(exporter_set),
                      finalizer=lifecycle.FINALIZER if keeps else "")
+
+
+def main():
+    run(k8s_module(ARGUMENT_SPEC, supports_check_mode=True))
 
 
 if __name__ == "__main__":

@@ -94,16 +94,14 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.module_diff import with_diff
 
+ARGUMENT_SPEC = dict(
+    name=dict(type="str", required=True),
+    namespace=dict(type="str", required=True),
+    add_finalizer=dict(type="bool", default=True),
+)
 
-def main():
-    module = k8s_module(
-        dict(
-            name=dict(type="str", required=True),
-            namespace=dict(type="str", required=True),
-            add_finalizer=dict(type="bool", default=True),
-        ),
-        supports_check_mode=True,
-    )
+
+def run(module):
     name, namespace = module.params["name"], module.params["namespace"]
     api_client = module_api_client(module)
     before = _written_parts(_read_class(api_client, namespace, name)) if diff_mode(module) else None
@@ -136,6 +134,10 @@ def _written_parts(vclass):
         return None
     return {"metadata": {"finalizers": (vclass.get("metadata") or {}).get("finalizers") or []},
             "status": vclass.get("status") or {}}
+
+
+def main():
+    run(k8s_module(ARGUMENT_SPEC, supports_check_mode=True))
 
 
 if __name__ == "__main__":

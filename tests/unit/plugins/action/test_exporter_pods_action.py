@@ -21,6 +21,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.action import exp
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import ansible_compat
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.ansible_compat import module_data
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.module_diff import with_diff
+from ansible_collections.jumpstarter.virtual_exporters.plugins.plugin_utils.module_work import Ended, TaskModule
 
 ROOT = Path(__file__).resolve().parents[4]
 FQCN = "jumpstarter.virtual_exporters.exporter_pods"
@@ -123,14 +124,14 @@ def test_warnings_are_returned_from_validation_and_from_the_works_threads(listen
     _, warnings = action.run_here(task_args(listener, validate_certs=False, verify_ssl=False), check_mode=False)
     assert warnings == ["Both option validate_certs and its alias verify_ssl are set."]
 
-    module = action.TaskModule({}, check_mode=True)
+    module = TaskModule({}, check_mode=True)
     threads = [threading.Thread(target=module.warn, args=(f"w{i}",)) for i in range(4)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
     assert sorted(module.warnings) == ["w0", "w1", "w2", "w3"] and module.check_mode is True
-    with pytest.raises(action.Ended) as ended:
+    with pytest.raises(Ended) as ended:
         module.fail_json(msg="no", waiting=["pool-0"])
     assert ended.value.result == {"failed": True, "msg": "no", "waiting": ["pool-0"]}
 
@@ -169,7 +170,7 @@ def test_a_local_task_runs_in_process_and_a_task_with_environment_as_the_module(
 
 @pytest.mark.parametrize("diff", [True, False])
 def test_the_work_in_process_sees_the_tasks_diff_as_a_module_does(diff):
-    module = action.TaskModule({}, check_mode=True, diff=diff)
+    module = TaskModule({}, check_mode=True, diff=diff)
     assert ansible_compat.diff_mode(module) is diff
     result = with_diff(module, {"changed": True}, {"Pod/pool-0": None}, {"Pod/pool-0": {"spec": {}}})
     assert ("diff" in result) is diff
