@@ -108,8 +108,10 @@ def test_an_operator_whose_lease_is_taken_stops_writing_and_starting_backend_run
     wait_for(lambda: not [pid for pid in processes_with(run_env) if comm(pid) == "jve-forkserver"],
              timeout=10, interval=0.1, message="the operator's fork server ends")
     assert coordination.read_namespaced_lease("pool-operator", namespace).spec.holder_identity == "another-operator_1"
-    # A task worker of the held run (a session of its own) can outlive the
-    # fork server (docs/security.md); the release lets its module end.
+    # Nor any process of its held run: the run, its task worker (a session
+    # of its own) and the module waiting for the release file.
+    wait_for(lambda: not [pid for pid in processes_with(run_env) if comm(pid) != "ssh"],
+             timeout=10, interval=0.1, message="no process of the operator's runs left")
     release.touch()
 
 
