@@ -17,7 +17,7 @@ import pytest
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import set_overrides
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners import corellium, qemu_common
 from test_driver_reach import FIELD, refused
-from test_set_overrides import lab_class, qemu_class
+from test_set_overrides import lab_class, qemu_class, reaching, resolve
 
 # Fields of a default type's driver that name no connection: what each is.
 NOT_DIALED = {
@@ -82,3 +82,21 @@ def test_a_host_in_another_form_than_the_class_lists_is_refused(host):
 @pytest.mark.parametrize("port", ["022", "22 ", "22.0", "+22", "0x16", 22.0])
 def test_a_port_in_another_form_is_refused(port):
     assert refused(qemu_class("reach=10.0.0.5:22"), {"host": "10.0.0.5", "port": port}) == [f"{FIELD}.host"]
+
+
+def test_a_config_of_more_values_than_the_bound_is_refused_whole_and_not_walked():
+    """200,000 strings cost a second of every pass, GIL held; 5,000 hosts
+    made one message each."""
+    many = {"port": 22, "x": [{"host": f"10.1.{i // 256 % 256}.{i % 256}"} for i in range(5000)]}
+    (message,) = [v for v in resolve(qemu_class(), reaching(many))["violations"] if "drivers[1]" in v]
+    assert message.startswith(f"{FIELD}: holds more than {set_overrides.MAX_CONFIG_VALUES} values")
+    at_bound = {"x": ["a"] * (set_overrides.MAX_CONFIG_VALUES - 1)}
+    assert refused(qemu_class(), at_bound) == []
+
+
+def test_a_refusal_names_the_first_hosts_and_counts_the_rest():
+    hosts = {"port": 22, "x": [{"host": f"10.2.0.{i}"} for i in range(100)]}
+    messages = [v for v in resolve(qemu_class(), reaching(hosts))["violations"] if "drivers[1]" in v]
+    assert len(messages) == set_overrides.MAX_REACH_MESSAGES + 1
+    assert messages[0].startswith(f"{FIELD}.x[0].host: '10.2.0.0:22'")
+    assert messages[-1] == f"{FIELD}: and {100 - set_overrides.MAX_REACH_MESSAGES} more hosts the class does not list"
