@@ -53,6 +53,28 @@ SERVICE_CLUSTER_IP_RANGE = "10.96.0.0/16"
 POD_CIDR = "10.244.0.0/16"
 # How long a fake Node's Lease lasts; kwok renews it well before (as a kubelet does).
 NODE_LEASE_SECONDS = 40
+# The controller-manager's controllers the tests rely on, and no more (each
+# one runs its informers and resyncs for the bed's whole life): deleting a
+# namespace, the garbage collector (owner references), each namespace's
+# default account, the kube-root-ca.crt ConfigMap a Pod's projected token
+# mounts, the node lifecycle (a registering kubelet's not-ready taint taken
+# off once it is Ready), the Pods of a deleted Node, Deployments and their
+# ReplicaSets (the install tests), ResourceQuotas (a quota no controller
+# computed lets everything in), the aggregated admin/edit/view roles and the
+# Service CIDRs.
+CONTROLLERS = (
+    "namespace-controller",
+    "garbage-collector-controller",
+    "serviceaccount-controller",
+    "root-ca-certificate-publisher-controller",
+    "node-lifecycle-controller",
+    "pod-garbage-collector-controller",
+    "deployment-controller",
+    "replicaset-controller",
+    "resourcequota-controller",
+    "clusterrole-aggregation-controller",
+    "service-cidr-controller",
+)
 STARTUP_TIMEOUT = 90.0
 # (bed directory name, seconds) of every bed this process started, in order:
 # what the run's profile (tests/conftest.py) counts as bed start-up.
@@ -376,7 +398,7 @@ class TestBed(Components):
                 f"--service-account-private-key-file={pki / 'sa.key'}",
                 f"--root-ca-file={pki / 'ca.crt'}",
                 f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
-                "--controllers=*",
+                f"--controllers={','.join(CONTROLLERS)}",
                 "--concurrent-gc-syncs=5",
                 "--v=1",
             ],
