@@ -100,3 +100,15 @@ def test_a_refusal_names_the_first_hosts_and_counts_the_rest():
     assert len(messages) == set_overrides.MAX_REACH_MESSAGES + 1
     assert messages[0].startswith(f"{FIELD}.x[0].host: '10.2.0.0:22'")
     assert messages[-1] == f"{FIELD}: and {100 - set_overrides.MAX_REACH_MESSAGES} more hosts the class does not list"
+
+
+def test_parameters_of_more_values_than_the_bound_are_refused_and_not_carried():
+    """Unknown fields are only warned of, so 200,000 strings there were merged,
+    checked and echoed into the status (1.8 MB) in every pass."""
+    the_set = reaching({"port": 22})
+    the_set["spec"]["parameters"] = {"unknownThing": ["a"] * 5000, "cpuModel": "max"}
+    result = resolve(qemu_class(), the_set)
+    assert [v for v in result["violations"] if v.startswith("spec.parameters: holds more than")]
+    assert "unknownThing" not in result["parameters"] and result["parameters"].get("cpuModel") != "max"
+    the_set["spec"]["parameters"] = {"unknownThing": ["a"] * 100}
+    assert not [v for v in resolve(qemu_class(), the_set)["violations"] if v.startswith("spec.parameters")]
