@@ -199,23 +199,29 @@ class Demand:
 
     def pressure(self, percentile):
         """The percentile of the count an arrival finds before it, and the
-        mean count: Poisson of the mean, or where arrivals come in bursts
-        (the counts' variance well over their mean) the larger of that and
-        the counts' own percentile. A burst's late leases are those whose
-        replacements are slow, so its counts span the slow cold start."""
+        mean count: the larger of Poisson of the mean and the counts' own
+        percentile (bursts are not Poisson); where they come in bursts (the
+        counts' variance well over their mean), at least the percentile of
+        the counts over the slow cold start's window: a burst's late leases
+        are those whose replacements are slow."""
         if not self.counts:
             return 0, 0.0
         mean = sum(self.counts) / len(self.counts)
-        level = poisson_quantile(mean * self.factor, percentile)
+        level = max(poisson_quantile(mean * self.factor, percentile), self._own(self.counts, percentile))
         variance = sum((n - mean) ** 2 for n in self.counts) / len(self.counts)
-        if variance > BURSTY * mean:
-            counts = self.burst_counts or self.counts
-            level = max(level, math.ceil(quantile(counts, percentile) * self.factor - 1e-9))
+        if variance > BURSTY * mean and self.burst_counts:
+            level = max(level, self._own(self.burst_counts, percentile))
         return level, mean * self.factor
+
+    def _own(self, counts, percentile):
+        return math.ceil(quantile(counts, percentile) * self.factor - 1e-9)
 
 
 def _counts(arrivals, points, window):
-    return tuple(_count(arrivals, a - window, a) for a in points)
+    """For each arrival ``arrivals[i]``, ``i`` in ``points``, the arrivals in
+    the ``window`` before it, those of the same second listed before it
+    too: leases created together (a pipeline's fan-out) find each other."""
+    return tuple(i - bisect.bisect_left(arrivals, arrivals[i] - window) for i in points)
 
 
 def demand(arrivals, since, now, horizon, window, burst_window=None):
@@ -239,8 +245,8 @@ def _seasonal_demand(arrivals, since, now, horizon, window, burst_window):
         if not shifts:
             continue
         spans = [(now - shift - SLACK, now - shift + horizon + SLACK) for shift in shifts]
-        points = [a for start, end in spans
-                  for a in arrivals[bisect.bisect_left(arrivals, start):bisect.bisect_left(arrivals, end)]]
+        points = [i for start, end in spans
+                  for i in range(bisect.bisect_left(arrivals, start), bisect.bisect_left(arrivals, end))]
         same_hours = sum(_count(arrivals, now - shift - HOUR, now - shift) for shift in shifts) / len(shifts)
         factor = min(max((_count(arrivals, now - HOUR, now) + 1.0) / (same_hours + 1.0), low), high)
         rate = len(points) / (len(spans) * (horizon + 2 * SLACK))
@@ -268,7 +274,7 @@ def _recent_demand(arrivals, since, now, window, burst_window, span):
     known = min(span, now - since)
     if known <= 0:
         return None
-    points = arrivals[bisect.bisect_left(arrivals, now - known):]
+    points = range(bisect.bisect_left(arrivals, now - known), len(arrivals))
     return Demand(_counts(arrivals, points, window), len(points) / known, "recent", 1.0,
                   _counts(arrivals, points, burst_window))
 
@@ -328,12 +334,20 @@ def history(exporter_set, leases, exporters):
     arrivals = decode_arrivals(recorded.get("arrivals"))
     last = arrivals[-1] if arrivals else None
     labels = selectors.exporter_labels(exporter_set, c.LABEL_EXPORTER_SET)
+    # Leases of the record's last second: the record holds some of them
+    # (times are whole seconds), those beyond its count are new.
+    at_last = 0
     for lease in leases:
         selector = (lease.get("spec") or {}).get("selector") or {}
         created = seconds_of(lease["metadata"].get("creationTimestamp"))
-        if created is not None and (last is None or created > last) \
-                and not selectors.selector_is_empty(selector) and selectors.selector_matches(selector, labels):
+        if created is None or (last is not None and created < last) \
+                or selectors.selector_is_empty(selector) or not selectors.selector_matches(selector, labels):
+            continue
+        if last is not None and created == last:
+            at_last += 1
+        else:
             arrivals.append(created)
+    arrivals.extend([last] * max(at_last - arrivals.count(last), 0) if last is not None else ())
     arrivals.sort()
     # Cold starts by (creation second, seconds): the recorded ones and those of
     # the Exporters now, which the record may already hold.

@@ -327,3 +327,30 @@ def test_the_busy_day_does_not_hold_the_pool_into_a_quiet_evening():
     # Without a day of history the last three hours are all there is.
     first_day = [a for a in history if a < sizing.DAY]
     assert sizing.decide(TARGET, first_day, COLD, 19 * sizing.HOUR + 1800, 0.0).buffer > 0
+
+
+def test_leases_created_in_the_same_second_find_each_other():
+    # A pipeline's fan-out: five leases in one second, as the record keeps
+    # them (whole seconds); each later one found those listed before it.
+    history = [1000.0] * 5
+    decision = sizing.decide(TARGET, history, COLD, 1010.0, 1000.0)
+    assert decision.reason == sizing.REASON_FORECAST
+    assert decision.buffer >= 5
+
+
+def test_leases_of_the_records_last_second_are_counted_once_each():
+    from pool_builders import exporter_set, lease
+
+    the_set = exporter_set()
+    the_set["metadata"]["creationTimestamp"] = "2026-11-01T00:00:00Z"
+    first = [lease("f0", created=-30)]
+    arrivals, _, since = sizing.history(the_set, first, [])
+    the_set["status"] = {"sizing": {"arrivals": sizing.encode_arrivals(arrivals),
+                                    "since": "2026-11-21T07:59:30Z"}}
+    # Four more came in that same second, after the pass that recorded one.
+    burst = first + [lease(f"f{i}", created=-30) for i in range(1, 5)]
+    arrivals, _, _ = sizing.history(the_set, burst, [])
+    assert len(arrivals) == 5
+    # Recorded again, a later pass counts each of them once.
+    the_set["status"]["sizing"]["arrivals"] = sizing.encode_arrivals(arrivals)
+    assert len(sizing.history(the_set, burst + [lease("g", created=-10)], [])[0]) == 6
