@@ -95,9 +95,10 @@ class ModuleWork:
         # Whether the work can run in this Python; the client is imported now.
         self.available = not kubernetes or kubernetes_client()
 
-    def run_here(self, args, check_mode, diff=False):
+    def run_here(self, args, check_mode, diff=False, invocation=True):
         """The work on ``args`` (the task's arguments) in this process:
-        ``(result, warnings)``, the result as the module would return it."""
+        ``(result, warnings)``, the result as the module would return it
+        (with ``invocation``, the validated arguments, when asked)."""
         validation = ArgumentSpecValidator(self.argument_spec).validate(ansible_compat.module_data(args))
         params = validation.validated_parameters
         module = TaskModule(params, check_mode, diff)
@@ -116,7 +117,8 @@ class ModuleWork:
                 result = ended.result
             except Exception as exc:  # what a module process reports as its failure
                 result = {"failed": True, "msg": f"{self.name} failed: {type(exc).__name__}: {exc}"}
-        result["invocation"] = {"module_args": params}
+        if invocation:
+            result["invocation"] = {"module_args": params}
         # As AnsibleModule returns it: no value of a no_log option anywhere.
         return remove_values(result, ansible_compat.no_log_values(validation)), module.warnings
 
@@ -136,7 +138,8 @@ class ModuleWorkAction(ActionBase):
             return merge_hash(result, answer)
         if not self._in_process(task_vars):
             return merge_hash(result, self._run_module(task_vars))
-        here, warnings = self.WORK.run_here(self._task.args, bool(self._task.check_mode), bool(self._task.diff))
+        here, warnings = self.WORK.run_here(self._task.args, bool(self._task.check_mode), bool(self._task.diff),
+                                            invocation=ansible_compat.inject_invocation(task_vars))
         # Said here, in the task's own thread: captured with its result, as
         # the warnings a module returns are.
         for warning in warnings:
