@@ -38,6 +38,7 @@ from ansible.utils.vars import merge_hash
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import ansible_compat
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.client import AUTH_ARG_SPEC
 
+COLLECTION = "jumpstarter.virtual_exporters"
 _AUTO_INTERPRETERS = ("auto", "auto_legacy", "auto_silent", "auto_legacy_silent")
 
 display = Display()
@@ -178,3 +179,11 @@ class ModuleWorkAction(ActionBase):
             return False
         # Without the client here the module may find it under its own interpreter.
         return self.WORK.available
+
+
+def action_for(module, kubernetes=True):
+    """The action plugin of ``module`` (one of this collection's modules,
+    with ``ARGUMENT_SPEC`` and ``run``)."""
+    name = f"{COLLECTION}.{module.__name__.rsplit('.', 1)[1]}"
+    return type("ActionModule", (ModuleWorkAction,),
+                {"WORK": ModuleWork(name, module.ARGUMENT_SPEC, module.run, kubernetes=kubernetes)})
