@@ -2,10 +2,13 @@
 an AWX job's playbook over several sets): each run observes and plans for
 its own set, never for the one a previous run left in the host's facts.
 Run by hand, the role records what the operator records in process: the
-outcome, and the status of the ExporterSetPolicies naming the set."""
+outcome, and the status of the ExporterSetPolicies naming the set; a pass
+makes at most two module calls, around its backends."""
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 from datetime import UTC, datetime
@@ -42,12 +45,25 @@ def test_two_sets_in_one_play_each_get_their_own_plan(api, namespace, standin, t
         assert all(e["metadata"]["labels"]["board"] == name for e in standin.exporters(f"{SET_LABEL}={name}"))
 
 
-def _reconcile(namespace, *extra):
+def _reconcile(namespace, *extra, env=None):
     return subprocess.run(
         [f"{sys.prefix}/bin/ansible-playbook", "playbooks/reconcile.yml",
          "-e", "exporterset_name=pool", "-e", f"exporterset_namespace={namespace}",
          "-e", f"ansible_python_interpreter={sys.executable}", *extra],
-        cwd=ROOT, capture_output=True, text=True, timeout=300)
+        cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+
+
+def _counted(namespace):
+    """A run whose output is its tasks' results (the json callback): the
+    run, and the collection's exporterset modules it called, in order."""
+    run = _reconcile(namespace, env={**os.environ, "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json"})
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    results = json.loads(run.stdout[run.stdout.index("{"):])
+    called = [result["action"].rsplit(".", 1)[-1]
+              for play in results["plays"] for task in play["tasks"]
+              for result in [task["hosts"].get("localhost") or {}]
+              if result and not result.get("skipped") and "exporterset_" in (result.get("action") or "")]
+    return run, called
 
 
 def _outcome(custom, namespace):
@@ -64,8 +80,9 @@ def test_successful_only_once_the_backends_are_made(api, namespace, standin):
     # No Pod may be made in the namespace.
     core.create_namespaced_resource_quota(namespace, client.V1ResourceQuota(
         metadata=client.V1ObjectMeta(name="no-pods"), spec=client.V1ResourceQuotaSpec(hard={"pods": "0"})))
-    first = _reconcile(namespace)
-    assert first.returncode == 0, first.stdout[-4000:]
+    # No backend can be made yet (no credential): one module call does the pass.
+    _, called = _counted(namespace)
+    assert called == ["exporterset_pass"], called
     wait_for(lambda: ((standin.exporter("pool-0").get("status") or {}).get("credential") or {}).get("name"),
              message="pool-0's credential")
 
@@ -82,8 +99,9 @@ def test_successful_only_once_the_backends_are_made(api, namespace, standin):
 
     core.delete_namespaced_resource_quota("no-pods", namespace)
     wait_for(lambda: not core.list_namespaced_resource_quota(namespace).items, message="the quota gone")
-    recovered = _reconcile(namespace)
-    assert recovered.returncode == 0, recovered.stdout[-4000:]
+    # The backends made between the pass's two calls; the second records the outcome.
+    _, called = _counted(namespace)
+    assert called == ["exporterset_pass", "exporterset_pass"], called
     assert standin.pods()
     outcome = _outcome(custom, namespace)
     assert (outcome["Successful"]["status"], outcome["Failure"]["status"]) == ("True", "False"), outcome

@@ -42,12 +42,15 @@ class RunResult:
     message: str
     artifact_dir: str
     duration: float
-    # What the run's exporterset_apply tasks wrote (``created``, ``deleted``,
-    # ``blocked`` Exporter names), None when no such task ran.
-    applied: dict | None = None
+    # What the run's pass wrote (the exporterset_pass module's report:
+    # ``created``, ``deleted``, ``blocked``, ``held`` Exporter names, ...),
+    # None when the playbook reported none.
+    report: dict | None = None
 
 
-APPLY_MODULE = "exporterset_apply"
+# The key of the pass's report among the run's set_stats data
+# (roles/reconcile/tasks/pass.yml).
+REPORT_KEY = "exporterset_pass"
 # The JSON key that marks a string as never to be templated when ansible-core
 # loads an extra vars file; ``__ansible_vault`` and ``__ansible_type`` are the
 # loader's other special keys. A value from the API with a key of that prefix
@@ -142,20 +145,14 @@ def _on_status(status: dict, runner_config=None) -> None:
 LOCALHOST_INVENTORY = f"localhost ansible_connection=local ansible_python_interpreter={sys.executable}\n"
 
 
-def _applied(runner) -> dict | None:
-    """The Exporters the run's exporterset_apply tasks created and deleted."""
-    applied = None
+def _report(runner) -> dict | None:
+    """The report of the run's pass: the playbook's ``set_stats`` data,
+    which ansible-runner's callback puts in the stats event at its end."""
     for event in runner.events:
-        if event.get("event") != "runner_on_ok":
-            continue
-        data = event.get("event_data", {})
-        if not str(data.get("task_action", "")).endswith(APPLY_MODULE):
-            continue
-        result = data.get("res") or {}
-        applied = applied or {"created": [], "deleted": [], "blocked": []}
-        for key in applied:
-            applied[key].extend(result.get(key) or [])
-    return applied
+        if event.get("event") == "playbook_on_stats":
+            report = ((event.get("event_data") or {}).get("artifact_data") or {}).get(REPORT_KEY)
+            return report if isinstance(report, dict) else None
+    return None
 
 
 def _failure_message(runner) -> str:
@@ -381,7 +378,7 @@ class PlaybookRunner:
             message = "" if ok else _failure_message(runner)
             duration = time.monotonic() - started
             return RunResult(ok, runner.status, runner.rc, message, str(self.artifacts_dir / ident), duration,
-                             applied=_applied(runner))
+                             report=_report(runner))
         finally:
             _drop_environment(self.artifacts_dir / ident)
             shutil.rmtree(private_data_dir, ignore_errors=True)

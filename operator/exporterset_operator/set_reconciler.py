@@ -306,14 +306,31 @@ class SetReconciler:
                                               permissions=self.permissions)
         return reconcile_pass.apply_pool(applier, plan, provisioner)
 
+    def _begin_run(self, exporter_set, observed, backend_plan, plan, teardown=None) -> dict:
+        """The first call of the run's pass, made here (reconcile_pass.py
+        ``hand_off``): the backends' part checked against lease safety on a
+        fresh read, for the playbook's backend tasks and its finishing call."""
+        try:
+            writer = reconcile_pass.hand_off(self.api_client, exporter_set, observed, backend_plan,
+                                             teardown=teardown, permissions=self.permissions,
+                                             write_outcome=self.manage_status)
+        except (k8s_apply.ApplyError, ApiException) as exc:
+            if teardown:
+                k8s_status.emit_events(self.api_client, exporter_set, [lifecycle.failure_event(exporter_set, str(exc))])
+            else:
+                self._report_failure(exporter_set, plan, str(exc))
+            raise ReconcileError(str(exc), path="teardown" if teardown else "playbook") from exc
+        return reconcile_pass.begun(writer, writer.finish_due())
+
     def _run_playbook(self, key, exporter_set, observed, backend_plan, plan) -> None:
         """The reconcile playbook with the backends' part of the plan."""
         variables = self._variables(exporter_set, observed, backend_plan)
+        variables["exporterset_pass_begun"] = self._begin_run(exporter_set, observed, backend_plan, plan)
         result = self.runner.run(self.playbook, key, variables)
-        if result.applied is not None:
+        if result.report is not None:
             # What the run's writes really were: a name that met a 409 or a
             # blocking Secret was not deleted and is not waited for.
-            created, deleted = result.applied["created"], result.applied["deleted"]
+            created, deleted = result.report["created"], result.report["deleted"]
         else:
             created = []
             deleted = [d["name"] for d in backend_plan.get("delete") or []]
@@ -421,6 +438,8 @@ class SetReconciler:
             return
         remaining = [e for e in observed["owned"] if not e["metadata"].get("deletionTimestamp")]
         variables = self._variables(exporter_set, observed, {}, teardown=True)
+        variables["exporterset_pass_begun"] = self._begin_run(
+            exporter_set, observed, {}, {}, teardown=lifecycle.reclaim(observed["class"])["exporters"])
         teardown = self.watch.finalizer_runnable() if self.watch is not None else self.playbook
         result = self.runner.run(teardown, key, variables)
         if not result.ok:
@@ -429,7 +448,7 @@ class SetReconciler:
         self._ran(key, result, "teardown")
         # The cache shows the deletions shortly; the pool loop waits for them
         # (a run that deleted nothing, having held or only disabled, waits for none).
-        deleted = ((result.applied or {}).get("deleted") if result.applied is not None
+        deleted = (result.report["deleted"] if result.report is not None
                    else [e["metadata"]["name"] for e in remaining])
         self.expectations.expect(key, [], deleted)
 

@@ -5,7 +5,7 @@
 DOCUMENTATION = r"""
 ---
 module: exporterset_apply
-short_description: Apply the Kubernetes side of an ExporterSet scale plan in one call
+short_description: Apply a scale plan, or a part of one, to an ExporterSet in one call
 version_added: 0.1.0
 description:
   - Applies what every provisioner shares in a scale plan (see the
@@ -36,16 +36,12 @@ description:
     live Exporter owns it, so the next reconcile may use the name.
   - Backends (Pods, lab host processes, cloud instances) are left to the
     provisioner role; run its teardown before this module and its provisioning after.
-  - With I(finalizer), a normal run adds that finalizer to the set first (a set being
-    deleted gets none), and a teardown that left nothing held removes it, so the set
-    is gone once its instances are released; the operator uses the same finalizer
-    (C(plugins/module_utils/k8s/lifecycle.py)), so either may tear down a set the other made.
-  - With I(outcome), only the outcome of the whole reconcile is recorded - C(Successful)
-    (reason C(LastReconcileSucceeded)) once everything, backends included, is done, or
-    C(Failure) (reason C(ReconcileFailed)) with I(failure_message) and a Warning Event; a set
-    being deleted gets a C(TeardownFailed) Event and no condition. A C(Successful) run then
-    writes, as the operator does, the finalizer and status of the set's class and the status
-    of the ExporterSetPolicies naming the set. With I(records=operator) nothing is recorded.
+  - A whole reconcile pass (observe, decide, the pool writes, the backends, the outcome,
+    a teardown) is M(jumpstarter.virtual_exporters.exporterset_pass)'s; this module writes
+    a given plan or part of one, as the provisioner roles and single-purpose playbooks do
+    (a Corellium refusal recorded on the set, a drained host's Exporters deleted).
+  - With I(finalizer), the run adds that finalizer to the set first (a set being
+    deleted gets none).
   - Writes are batched into one module run, which matters because every module
     run costs a Python start.
   - The status write is guarded by the object's resourceVersion and retried
@@ -69,73 +65,31 @@ options:
     description: Provisioner string of the set's class, recorded on new Exporters.
     type: str
     required: true
-  teardown:
-    description:
-      - C(none) applies the plan.
-      - C(delete) deletes every Exporter the set owns (the set is being deleted, reclaimPolicy Delete),
-        each only on a fresh read that shows it disabled and unleased from both sides; a leased one
-        (disabled or not) is held until its leases end, with a C(WaitingForLeases) condition and Event
-        on the set, and the finalizer stays. With I(teardown_only), only those Exporters are deleted.
-      - C(detach) removes the set's owner reference from every Exporter it owns, so they
-        outlive the set (reclaimPolicy Retain); the dormant Exporter is deleted.
-    type: str
-    choices: [none, delete, detach]
-    default: none
   owned_exporters:
-    description: The Exporters the set owns; needed for I(teardown).
+    description: The Exporters the set owns, as read (the writes' diff starts from them).
     type: list
     elements: dict
     default: []
   write_outcome:
     description:
       - Add the Ansible Operator SDK C(Successful) outcome condition to the status the plan writes.
-      - The reconcile role leaves it off and records the outcome with I(outcome) once the
-        backends are made.
     type: bool
     default: true
   finalizer:
     description:
-      - The finalizer to keep on the set - added before the plan is applied, removed after a
-        I(teardown) that left nothing held. Empty leaves the set's finalizers alone.
-    type: str
-    default: ""
-  outcome:
-    description:
-      - C(none) applies the plan (or the I(teardown)).
-      - C(Successful) or C(Failure) records only the outcome of the reconcile (see the
-        description); I(plan) is not applied.
-    type: str
-    choices: [none, Successful, Failure]
-    default: none
-  failure_message:
-    description: With I(outcome=Failure), what failed (the role names the failing step first).
+      - The finalizer to keep on the set, added before the plan is applied. Empty leaves the
+        set's finalizers alone.
     type: str
     default: ""
   confirm_only:
     description:
       - Check the plan's C(delete) and C(recycle) entries against lease safety on a fresh
         read and return the plan keeping only those allowed now (RV(plan)); apply nothing.
-      - With I(teardown), return in RV(releasable) the owned Exporters whose backends may be
-        released now; an enabled unleased one is disabled (and released by a later run).
-    type: bool
-    default: false
-  teardown_only:
-    description:
-      - With I(teardown=delete), the Exporters to delete (RV(releasable) of a I(confirm_only) run,
-        whose backends were released); the others are held. Unset, the confirmation is made here.
-    type: list
-    elements: str
-  add_class_finalizer:
-    description:
-      - With I(outcome=Successful) and I(records=run), add the in-use finalizer to the set's class
-        (the class's status is always written, and an unused class released).
-      - Only where an operator runs that removes it once the class's last set is deleted.
     type: bool
     default: false
 extends_documentation_fragment:
   - jumpstarter.virtual_exporters.attributes.diff
   - jumpstarter.virtual_exporters.kubernetes
-  - jumpstarter.virtual_exporters.exporterset.records
   - jumpstarter.virtual_exporters.exporterset.denied
 """
 
@@ -146,20 +100,14 @@ EXAMPLES = r"""
     plan: "{{ exporterset_plan }}"
     provisioner: "{{ virtual_target_class.spec.provisioner }}"
 
-- name: Record that the whole reconcile succeeded, backends included
+- name: Keep the resets lease safety allows now
   jumpstarter.virtual_exporters.exporterset_apply:
     exporterset: "{{ _virtualtarget_jumpstarter_dev_exporterset }}"
-    plan: {}
+    plan:
+      recycle: "{{ owned_exporters | map(attribute='metadata') | selectattr('name', 'in', names) | list }}"
     provisioner: "{{ virtual_target_class.spec.provisioner }}"
-    outcome: Successful
-
-- name: Detach every Exporter of a set that is deleted with reclaimPolicy Retain
-  jumpstarter.virtual_exporters.exporterset_apply:
-    exporterset: "{{ _virtualtarget_jumpstarter_dev_exporterset }}"
-    plan: {}
-    provisioner: qemu.jumpstarter.dev
-    teardown: detach
-    owned_exporters: "{{ owned_exporters }}"
+    confirm_only: true
+  register: resettable
 """
 
 RETURN = r"""
@@ -200,11 +148,6 @@ plan:
   description: With I(confirm_only), the plan keeping only the deletes and resets allowed now.
   returned: when confirm_only
   type: dict
-releasable:
-  description: With I(confirm_only) and I(teardown), the owned Exporters whose backends may be released now.
-  returned: when confirm_only and teardown is not none
-  type: list
-  elements: str
 status_changed:
   description: Whether the set's status was written.
   returned: always
@@ -217,77 +160,23 @@ finalizer_changed:
   description: Whether the set's finalizers were changed (added or removed).
   returned: always
   type: bool
-outcome_changed:
-  description: With I(outcome), whether the outcome condition was written.
-  returned: when outcome is not none
-  type: bool
-class_changed:
-  description: With I(outcome), whether the finalizer or status of the set's class was written.
-  returned: when outcome is not none
-  type: bool
-policies_changed:
-  description: With I(outcome), the names of the ExporterSetPolicies whose status was written.
-  returned: when outcome is not none
-  type: list
-  elements: str
 """
 
-import functools
-
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants, exporterset_options
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import lifecycle, reconcile_pass
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import exporterset_options
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import reconcile_pass
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import status as k8s_status
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.apply import ApplyError
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.client import (
     k8s_module,
     module_api_client,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.module_diff import Changes, with_diff
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.module_diff import with_diff
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import decision, permissions
 
 try:
     from kubernetes.client.rest import ApiException
 except ImportError:  # reported by k8s_module, which needs the kubernetes client
     ApiException = Exception
-
-
-def record_outcome(module, api_client, exporter_set):
-    """What the run records once everything else ran (``outcome``): the
-    core's ``finish`` (k8s/reconcile_pass.py), by who records (``records``)."""
-    failed = module.params["outcome"] == "Failure"
-    error = (module.params["failure_message"] or "the reconcile failed") if failed else None
-    result = reconcile_pass.finish(
-        api_client, exporter_set, records=module.params["records"], error=error,
-        write_condition=module.params["write_outcome"], add_class_finalizer=module.params["add_class_finalizer"],
-        check_mode=module.check_mode)
-    result["policies_changed"] = result.pop("policies")
-    result["class_changed"] = bool((result.pop("class") or {}).get("changed"))
-    changes = Changes()
-    if result["outcome_changed"]:
-        outcome = lifecycle.outcome(exporter_set, error)
-        changes.record(_set_key(exporter_set), {"status": {"outcome": _outcome_conditions(exporter_set)}},
-                       {"status": {"outcome": [outcome]}})
-    return with_diff(module, result, changes.before, changes.after)
-
-
-def _set_key(exporter_set):
-    return f"{constants.EXPORTER_SET.kind}/{(exporter_set.get('metadata') or {}).get('name')}"
-
-
-def _outcome_conditions(exporter_set):
-    return [c for c in (exporter_set.get("status") or {}).get("conditions") or []
-            if c.get("type") in k8s_status.OUTCOME_CONDITIONS]
-
-
-def _record_finalizer(applier, exporter_set, finalizer, changed, adding):
-    """The finalizer change (``changed``) among the applier's changes."""
-    if not changed:
-        return changed
-    finalizers = list((exporter_set.get("metadata") or {}).get("finalizers") or [])
-    after = [*finalizers, finalizer] if adding else [f for f in finalizers if f != finalizer]
-    applier.changes.record(_set_key(exporter_set), {"metadata": {"finalizers": finalizers}},
-                           {"metadata": {"finalizers": after}})
-    return changed
 
 
 def _exit(module, applier, **result):
@@ -305,94 +194,40 @@ ARGUMENT_SPEC = dict(
     exporterset=dict(type="dict", required=True),
     plan=dict(type="dict", required=True),
     provisioner=dict(type="str", required=True),
-    teardown=dict(type="str", choices=["none", "delete", "detach"], default="none"),
     owned_exporters=dict(type="list", elements="dict", default=[]),
     write_outcome=dict(type="bool", default=True),
     confirm_only=dict(type="bool", default=False),
-    teardown_only=dict(type="list", elements="str", default=None),
     finalizer=dict(type="str", default=""),
-    outcome=dict(type="str", choices=["none", "Successful", "Failure"], default="none"),
-    failure_message=dict(type="str", default=""),
-    add_class_finalizer=dict(type="bool", default=False),
-    **exporterset_options.RECORDS,
     **exporterset_options.DENIED,
 )
 
 
 def run(module):
     exporterset = module.params["exporterset"]
-    finalizer = module.params["finalizer"]
     api_client = module_api_client(module)
-    if module.params["outcome"] != "none":
-        try:
-            module.exit_json(**record_outcome(module, api_client, exporterset))
-        except ApiException as exc:
-            meta = exporterset.get("metadata") or {}
-            module.fail_json(msg=f"recording the outcome on ExporterSet {meta.get('namespace')}/{meta.get('name')}: "
-                                 f"{exc.status} {exc.reason}")
-    applier = reconcile_pass.pool_applier(
-        api_client, exporterset, write_outcome=module.params["write_outcome"], check_mode=module.check_mode,
-        permissions=_permissions(module))
-    applier.seen.update({(e.get("metadata") or {}).get("name"): e for e in module.params["owned_exporters"]})
+    denied = _permissions(module)
     try:
-        if module.params["confirm_only"] and module.params["teardown"] != "none":
-            releasable = applier.confirm_teardown(module.params["teardown"], module.params["owned_exporters"])
-            if not module.check_mode and applier.held_why:
-                k8s_status.emit_events(applier.api_client, module.params["exporterset"],
-                                       applier.held_events())
-            _exit(module, applier, changed=bool(applier.result["patched"]), releasable=releasable, **applier.result)
         if module.params["confirm_only"]:
+            applier = reconcile_pass.pool_applier(api_client, exporterset, check_mode=module.check_mode,
+                                                  permissions=denied)
             confirmed = applier.confirm(module.params["plan"])
             if not module.check_mode and applier.held_why:
-                k8s_status.emit_events(applier.api_client, module.params["exporterset"],
-                                       applier.held_events())
+                k8s_status.emit_events(applier.api_client, exporterset, applier.held_events())
             _exit(module, applier, changed=False, plan=confirmed, **applier.result)
-        finalizer_changed = False
-        if module.params["teardown"] != "none":
-            applier.teardown(module.params["teardown"], module.params["owned_exporters"],
-                             module.params["provisioner"], only=module.params["teardown_only"])
-            finalizer_changed = _finalizers(functools.partial(reconcile_pass.release_finalizer,
-                                                              left=applier.result["held"]),
-                                            api_client, exporterset, finalizer, module.check_mode)
-            _record_finalizer(applier, exporterset, finalizer, finalizer_changed, adding=False)
-        else:
-            # The pool pass in its one order (pool/decision.py): the finalizer
-            # (exporterset_info names it only for a set whose class exists or
-            # that has it), then the plan's pool writes; the backends are the role's.
-            writer = _PoolPassWriter(module, api_client, exporterset, applier)
-            decision.execute(decision.Pass(finalizer=finalizer or None, pool_writes=decision.PoolWrites(
-                module.params["plan"], module.params["write_outcome"])), writer, backends=None)
-            finalizer_changed = writer.finalizer_changed
-    except ApplyError as exc:
-        module.fail_json(msg=str(exc), **applier.result)
-    _exit(module, applier, changed=applier.changed() or finalizer_changed, finalizer_changed=finalizer_changed,
-          **applier.result)
-
-
-class _PoolPassWriter:
-    """The writes of a pool pass (pool/decision.py ``execute``) from a playbook."""
-
-    def __init__(self, module, api_client, exporterset, applier):
-        self.module, self.api_client, self.exporterset, self.applier = module, api_client, exporterset, applier
-        self.finalizer_changed = False
-
-    def add_finalizer(self, finalizer):
-        self.finalizer_changed = _finalizers(reconcile_pass.keep_finalizer, self.api_client, self.exporterset,
-                                             finalizer, self.module.check_mode)
-        _record_finalizer(self.applier, self.exporterset, finalizer, self.finalizer_changed, adding=True)
-
-    def write_pool(self, plan, write_outcome):
-        # The applier was made with the task's write_outcome.
-        return reconcile_pass.apply_pool(self.applier, plan, self.module.params["provisioner"])
-
-
-def _finalizers(change, api_client, exporterset, finalizer, check_mode):
-    try:
-        return change(api_client, exporterset, finalizer, check_mode=check_mode)
-    except ApiException as exc:
-        meta = exporterset.get("metadata") or {}
-        raise ApplyError(f"finalizer {finalizer} of ExporterSet {meta.get('namespace')}/{meta.get('name')}: "
-                         f"{exc.status} {exc.reason}") from exc
+        # The finalizer first, then the plan's writes (pool/decision.py's order).
+        writer = reconcile_pass.RunWriter(
+            api_client, exporterset, module.params["provisioner"], records=reconcile_pass.RECORDED_BY_OPERATOR,
+            write_outcome=module.params["write_outcome"], permissions=denied, check_mode=module.check_mode,
+            finalizer=None, seen=module.params["owned_exporters"])
+        decision.execute(decision.Pass(finalizer=module.params["finalizer"] or None, pool_writes=decision.PoolWrites(
+            module.params["plan"], module.params["write_outcome"])), writer, backends=None)
+    except (ApplyError, ApiException) as exc:
+        module.fail_json(msg=str(exc))
+    report = writer.report
+    result = {key: getattr(report, key) for key in (*report.LISTS, "conflicts", "status_changed", "events")}
+    module.exit_json(**with_diff(module, {**result, "changed": report.changed(),
+                                          "finalizer_changed": report.finalizer_changed},
+                                 writer.changes.before, writer.changes.after))
 
 
 def main():

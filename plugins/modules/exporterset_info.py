@@ -95,45 +95,15 @@ finalizer:
   type: str
 """
 
-from datetime import UTC, datetime
-
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import controller_ca, lifecycle
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import lifecycle, reconcile_pass
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import observe as k8s_observe
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.client import (
     k8s_module,
     module_api_client,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.core import CoreApi
 
-KINDS = (constants.VIRTUAL_TARGET_CLASS, constants.EXPORTER_SET, constants.EXPORTER, constants.LEASE)
-
-
-def read_namespace(client_, namespace):
-    from kubernetes import client
-
-    custom = client.CustomObjectsApi(client_)
-    objects = {
-        gvr.kind: custom.list_namespaced_custom_object(*gvr.at(namespace))["items"]
-        for gvr in KINDS
-    }
-    pods = CoreApi(client_).list("Pod", namespace, label_selector=constants.LABEL_EXPORTER_SET)
-    objects["Pod"] = pods["items"]
-    objects[constants.EXPORTER_SET_POLICY.kind] = read_policies(custom, namespace)
-    return objects
-
-
-def read_policies(custom, namespace):
-    """The namespace's ExporterSetPolicies; none where their CRD is not
-    installed (the sets then run with the defaults, as without a policy)."""
-    from kubernetes.client.rest import ApiException
-
-    try:
-        return custom.list_namespaced_custom_object(*constants.EXPORTER_SET_POLICY.at(namespace))["items"]
-    except ApiException as exc:
-        if exc.status == 404:
-            return []
-        raise
+# Where a run reads the namespace (bench/bench_operator.py reads it so too).
+read_namespace = reconcile_pass.read_namespace
 
 
 ARGUMENT_SPEC = dict(
@@ -149,22 +119,12 @@ def run(module):
         options = lifecycle.plan_options(module.params["plan_options"], where="plan_options")
     except lifecycle.LifecycleError as exc:
         module.fail_json(msg=str(exc))
-    api = module_api_client(module)
-    objects = read_namespace(api, namespace)
-    exporter_set = next((s for s in objects["ExporterSet"] if s["metadata"]["name"] == name), None)
-    if exporter_set is None:
+    read = reconcile_pass.observe_by_name(module_api_client(module), namespace, name, options)
+    if read is None:
         module.exit_json(changed=False, exists=False)
-    observed = k8s_observe.observe(exporter_set, objects, datetime.now(UTC))
-    # A run by hand re-syncs the config of the instances that run (it reads the CA).
-    observed["sync_config"] = True
+    exporter_set, observed, plan, _ = read
     teardown = lifecycle.tears_down(exporter_set)
     keeps = observed["class"] is not None or lifecycle.has_finalizer(exporter_set)
-    plan = {}
-    if not lifecycle.deleting(exporter_set):
-        plan = k8s_observe.plan_for(
-            exporter_set, observed, options,
-            read_controller_ca=lambda: controller_ca.read_controller_ca(api, namespace, observed["class"]),
-        )
     variables = k8s_observe.playbook_variables(exporter_set, observed, plan, teardown=teardown)
     module.exit_json(changed=False, exists=True, variables=variables, deleting=lifecycle.deleting(exporter_set),
                      finalizer=lifecycle.FINALIZER if keeps else "")

@@ -11,9 +11,16 @@ and whether the outcome goes with them, what to ask of the backend lane,
 whether the set is paused, and when to look again.
 
 ``execute(decided, writer, backends)`` does a ``Pass`` in the one order a
-pass has: the finalizer, then the backend lane's request, then the pool
-writes with the outcome. ``writer`` and ``backends`` are the caller's: the
-operator's writes in process and its backend lane.
+pass has: the finalizer, then the pool writes with the outcome, then the
+request to the backends; ``finish(decided, writer, error)`` is the rest of
+it, once the backends ran: the writes that wait for them (the Exporters
+whose backends are gone deleted, those reset in place enabled again; a
+teardown's deletes or detaches and its finalizer), then, where the pass
+records them (``records``), the outcome and the class's and policies'
+status. ``writer`` and ``backends`` are the caller's: the operator's writes
+in process and its backend lane, or the ``exporterset_pass`` module's
+writes and the reconcile role's backend tasks, which run between its two
+calls (``k8s/reconcile_pass.py`` ``RunWriter``).
 
 Whether the pool loop may act (``Options``) is defined here once, with its
 defaults.
@@ -31,7 +38,7 @@ EXPECTATIONS_REQUEUE = 1.0
 # What a pass asks of the backend lane.
 SUBMIT = "submit"  # a run of the set's backends
 CLEAR = "clear"  # forget a failed run: nothing is left for the backends
-PATHS = ("waiting", "inprocess", "fastpath")
+PATHS = ("waiting", "inprocess", "fastpath", "teardown")
 
 
 def _meta(obj):
@@ -90,6 +97,10 @@ class Options:
     finalizer: str | None = FINALIZER
     manage_status: bool = True
     may_write_finalizer: bool = True
+    # Whether the pass records the outcome, the class's and the policies'
+    # status itself once the backends ran (a run of the reconcile role by
+    # hand or from AWX); the operator's reconcilers record them in process.
+    records: bool = False
 
 
 @dataclass(frozen=True)
@@ -99,7 +110,9 @@ class Observation:
     writes itself, ``changed`` when there is anything), whether the set's
     backends have work, and the lane's state for the set (a run queued or
     going: ``busy``; its last run failed: ``failed``); ``sync_wait``: the
-    seconds a config re-sync is held back."""
+    seconds a config re-sync is held back; ``teardown``: how a deleted set
+    that carries the finalizer releases its Exporters (``delete`` or
+    ``detach``, k8s/lifecycle.py ``reclaim``), None for a living set."""
     exporter_set: Mapping[str, Any]
     has_class: bool
     expectations_met: bool = True
@@ -109,6 +122,7 @@ class Observation:
     busy: bool = False
     failed: bool = False
     sync_wait: float | None = None
+    teardown: str | None = None
 
 
 @dataclass(frozen=True)
@@ -129,6 +143,8 @@ class Pass:
     paused: bool = False
     requeue_after: float | None = None
     path: str = "fastpath"
+    teardown: str | None = None
+    records: bool = False
 
 
 def _requeue(plan, sync_wait):
@@ -142,13 +158,17 @@ def _requeue(plan, sync_wait):
 def decide(observation, options=Options()):
     """The ``Pass`` of ``observation`` under ``options``."""
     exporter_set = observation.exporter_set
+    if observation.teardown:
+        # A deleted set: its backends are released (the request), then its
+        # Exporters deleted or detached and its finalizer removed (``finish``).
+        return Pass(backends=SUBMIT, teardown=observation.teardown, records=options.records, path="teardown")
     finalizer = None
     if options.may_write_finalizer and needs_finalizer(exporter_set, {} if observation.has_class else None,
                                                        options.finalizer):
         finalizer = options.finalizer
     if not observation.expectations_met:
         # The last pass's writes are not seen yet: a plan now would make them again.
-        return Pass(finalizer=finalizer, requeue_after=EXPECTATIONS_REQUEUE, path="waiting")
+        return Pass(finalizer=finalizer, requeue_after=EXPECTATIONS_REQUEUE, path="waiting", records=options.records)
     plan = observation.plan
     is_paused = paused(plan)
     # A paused set makes no backend work.
@@ -165,20 +185,37 @@ def decide(observation, options=Options()):
         pool_writes = PoolWrites(observation.pool_plan, write_outcome=bool(options.manage_status and settled))
     return Pass(finalizer=finalizer, backends=backends, pool_writes=pool_writes, outcome=outcome,
                 paused=is_paused, requeue_after=_requeue(plan, observation.sync_wait),
-                path="inprocess" if pool_writes is not None else "fastpath")
+                path="inprocess" if pool_writes is not None else "fastpath", records=options.records)
 
 
 def execute(decided, writer, backends):
     """Do ``decided``: the finalizer (``writer.add_finalizer(name)``), the
-    backend lane's request (``backends.submit()``, ``backends.clear_failure()``),
-    then the pool writes with the outcome (``writer.write_pool(plan,
-    write_outcome)``). Returns what the pool writes wrote, None without."""
+    pool writes with the outcome (``writer.write_pool(plan, write_outcome)``:
+    Exporters created, enabled and disabled, annotations, the set's status
+    and Events), then the request to the backends (``backends.submit()``,
+    which checks the deletes and resets against lease safety on a fresh
+    read before any backend goes, or ``backends.clear_failure()``). Returns
+    what the pool writes wrote, None without."""
     if decided.finalizer:
         writer.add_finalizer(decided.finalizer)
+    applied = None
+    if decided.pool_writes is not None:
+        applied = writer.write_pool(decided.pool_writes.plan, decided.pool_writes.write_outcome)
     if decided.backends == SUBMIT:
         backends.submit()
     elif decided.backends == CLEAR:
         backends.clear_failure()
-    if decided.pool_writes is None:
-        return None
-    return writer.write_pool(decided.pool_writes.plan, decided.pool_writes.write_outcome)
+    return applied
+
+
+def finish(decided, writer, error=None):
+    """The rest of ``decided`` once its backends ran: unless they failed
+    (``error``, what failed), the writes that waited for them
+    (``writer.write_backends()``); then, where the pass records them
+    (``decided.records``), the outcome, ``Successful`` or ``Failure`` with
+    ``error``, and after a success the class's and policies' status
+    (``writer.record(error)``)."""
+    if error is None:
+        writer.write_backends()
+    if decided.records:
+        writer.record(error)

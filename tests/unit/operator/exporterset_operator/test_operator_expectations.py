@@ -6,7 +6,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from exporterset_operator.expectations import Expectations
-from exporterset_operator.runner import _applied
+from exporterset_operator.runner import _report
 
 KEY = ("ns", "pool")
 
@@ -30,16 +30,18 @@ def test_a_deleted_name_is_waited_for_until_the_set_no_longer_has_it():
     assert expectations.satisfied(KEY, set(), {"pool-2"})
 
 
-def event(action, res, kind="runner_on_ok"):
-    return {"event": kind, "event_data": {"task_action": action, "res": res}}
+def event(kind, data):
+    return {"event": kind, "event_data": data}
 
 
-def test_what_a_run_created_is_read_from_its_exporterset_apply_tasks():
-    runner = SimpleNamespace(events=[
-        event("ansible.builtin.set_fact", {"created": ["not-this"]}),
-        event("jumpstarter.virtual_exporters.exporterset_apply", {"created": [], "deleted": ["pool-3"]}),
-        event("jumpstarter.virtual_exporters.exporterset_apply", {"created": ["pool-4"], "blocked": ["pool-1"]}),
-        event("jumpstarter.virtual_exporters.exporterset_apply", {"created": ["failed"]}, kind="runner_on_failed"),
-    ])
-    assert _applied(runner) == {"created": ["pool-4"], "deleted": ["pool-3"], "blocked": ["pool-1"]}
-    assert _applied(SimpleNamespace(events=[event("ansible.builtin.debug", {})])) is None
+def test_what_a_run_wrote_is_its_passs_report_and_nothing_else():
+    """The stats event's set_stats data (roles/reconcile/tasks/pass.yml),
+    not the results of tasks that look like one."""
+    report = {"created": ["pool-4"], "deleted": ["pool-3"], "blocked": ["pool-1"]}
+    task = event("runner_on_ok", {"task_action": "jumpstarter.virtual_exporters.exporterset_pass",
+                                  "res": {"report": {"created": ["not-this"]}, "created": ["not-this"]}})
+    stats = event("playbook_on_stats", {"artifact_data": {"exporterset_pass": report, "other": 1}})
+    assert _report(SimpleNamespace(events=[task, stats])) == report
+    # A playbook that reports no pass (another watches.yaml entry's): nothing is known.
+    assert _report(SimpleNamespace(events=[task, event("playbook_on_stats", {"artifact_data": {}})])) is None
+    assert _report(SimpleNamespace(events=[task])) is None

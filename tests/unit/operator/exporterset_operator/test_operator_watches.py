@@ -121,6 +121,17 @@ ROLE_TASKS = """
     dest: "{{ out }}"
     content: "{{ {'name': ansible_operator_meta.name, 'greeting': greeting} | to_json }}"
     mode: "0600"
+
+# What a pass reports (roles/reconcile/tasks/pass.yml); a task result of
+# the same shape is not a report.
+- name: A result that is no report
+  ansible.builtin.set_fact:
+    created: [not-this]
+- name: Report
+  ansible.builtin.set_stats:
+    aggregate: false
+    data:
+      exporterset_pass: {created: ["{{ ansible_operator_meta.name }}-4"], deleted: []}
 """
 
 
@@ -136,8 +147,8 @@ def test_a_role_runs_from_a_generated_playbook_with_its_vars(tmp_path):
             **watch.vars, "out": str(out), "ansible_operator_meta": {"name": "pool", "namespace": "ns"}})
     assert result.ok, result.message
     assert json.loads(out.read_text()) == {"name": "pool", "greeting": "hello"}
-    # No exporterset_apply task ran: nothing is known of its writes.
-    assert result.applied is None
+    # The pass's report is the run's set_stats data, read back.
+    assert result.report == {"created": ["pool-4"], "deleted": []}
 
 
 def test_watch_dependent_resources_false_ignores_the_sets_own_objects():

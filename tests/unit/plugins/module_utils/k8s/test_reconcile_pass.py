@@ -78,3 +78,54 @@ def test_the_outcome_is_due_once_settled_and_only_when_missing():
 def test_the_finalizer_stays_while_a_teardown_holds_anything():
     assert not reconcile_pass.release_finalizer(NO_API, a_set([lifecycle.FINALIZER], deleting=True), left=["pool-0"])
     assert not reconcile_pass.release_finalizer(NO_API, a_set([lifecycle.FINALIZER], deleting=True), finalizer="")
+
+
+def _settled_copies():
+    """A set with its outcome, its class and its policy as a recording run leaves them."""
+    the_set = a_set()
+    the_set["status"] = {"conditions": [{"type": "Successful", "status": "True", "observedGeneration": 2}]}
+    vclass = {"metadata": {"name": "qemu-small", "namespace": "ns", "generation": 1},
+              "spec": {"provisioner": "qemu.jumpstarter.dev", "parameters": {}}}
+    wanted = class_status.desired(vclass, ["pool"], NOW, False)
+    vclass = {**vclass, "metadata": {**vclass["metadata"], "finalizers": wanted["finalizers"]},
+              "status": wanted["status"]}
+    esp = {"metadata": {"name": "steady", "namespace": "ns", "generation": 1}, "spec": {"exporterSetName": "pool"}}
+    esp["status"] = policy.desired_status(esp, [esp], [the_set], NOW)
+    return the_set, {"ExporterSet": [the_set], "VirtualTargetClass": [vclass], "ExporterSetPolicy": [esp]}
+
+
+def test_a_run_that_records_finishes_only_when_its_copies_lack_what_it_records():
+    """exporterset_pass makes its second call after the backends only when
+    there is something to finish: here, what a recording run writes."""
+    the_set, objects = _settled_copies()
+    assert not reconcile_pass.records_due(the_set, objects, now=NOW)
+    # Each one stale makes the call due: the outcome, the class, the policy.
+    unsettled = {**the_set, "status": {}}
+    assert reconcile_pass.records_due(unsettled, {**objects, "ExporterSet": [unsettled]}, now=NOW)
+    assert not reconcile_pass.records_due(unsettled, {**objects, "ExporterSet": [unsettled]}, write_outcome=False,
+                                          now=NOW)
+    stale_class = {**objects["VirtualTargetClass"][0], "status": {}}
+    assert reconcile_pass.records_due(the_set, {**objects, "VirtualTargetClass": [stale_class]}, now=NOW)
+    stale_policy = {**objects["ExporterSetPolicy"][0], "status": {}}
+    assert reconcile_pass.records_due(the_set, {**objects, "ExporterSetPolicy": [stale_policy]}, now=NOW)
+    # Nothing read: due.
+    assert reconcile_pass.records_due(the_set, None, now=NOW)
+
+
+def test_a_pass_state_finishes_the_same_pass_and_its_report_adds_up():
+    """The first call's state, as data, makes the writer of the second call:
+    the same set, backends' part, teardown, recorder and report."""
+    report = reconcile_pass.Report(created=["pool-1"], events=1)
+    writer = reconcile_pass.RunWriter(NO_API, a_set(), "qemu.jumpstarter.dev", records="run",
+                                      backend_plan={"delete": [{"name": "pool-0", "uid": "u0"}]},
+                                      teardown="delete", release=["pool-0"], owned=[{"metadata": {"name": "pool-0"}}],
+                                      report=report, finalizer=lifecycle.FINALIZER)
+    again = reconcile_pass.RunWriter.from_state(NO_API, writer.state())
+    assert again.state() == writer.state()
+    assert again.decided().records and again.decided().teardown == "delete"
+    again.report.add({"created": ["pool-1", "pool-2"], "deleted": ["pool-0"], "events": 2, "conflicts": 1})
+    assert again.report.to_dict() | {} == {**reconcile_pass.Report().to_dict(), "created": ["pool-1", "pool-2"],
+                                           "deleted": ["pool-0"], "events": 3, "conflicts": 1}
+    operator = reconcile_pass.RunWriter(NO_API, a_set(), "", records="operator", finalizer=None)
+    assert not reconcile_pass.RunWriter.from_state(NO_API, operator.state()).decided().records
+    assert not operator.finish_due() and writer.finish_due()

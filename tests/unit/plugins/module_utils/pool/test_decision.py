@@ -40,11 +40,12 @@ def observations(draw):
         draw(sets()), has_class=draw(st.booleans()), expectations_met=draw(st.booleans()), plan=plan,
         pool_plan={"changed": draw(st.booleans()), "create": [{"name": "rpi4-0"}]},
         backends_needed=draw(st.booleans()), busy=draw(st.booleans()), failed=draw(st.booleans()),
-        sync_wait=draw(st.none() | st.floats(0.1, 30)))
+        sync_wait=draw(st.none() | st.floats(0.1, 30)),
+        teardown=draw(st.sampled_from([None, None, "delete", "detach"])))
 
 
 OPTIONS = st.builds(decision.Options, finalizer=st.sampled_from([FINALIZER, None, "", "other/finalizer"]),
-                    manage_status=st.booleans(), may_write_finalizer=st.booleans())
+                    manage_status=st.booleans(), may_write_finalizer=st.booleans(), records=st.booleans())
 
 
 @given(observations(), OPTIONS)
@@ -53,6 +54,12 @@ def test_a_pass_is_what_its_observation_says(observation, options):
     decided = decision.decide(observation, options)
     assert observation == kept and decision.decide(observation, options) == decided
     the_set = observation.exporter_set
+    if observation.teardown:
+        # A teardown: its backends released, then (finish) its Exporters, nothing else written.
+        assert decided == decision.Pass(backends=decision.SUBMIT, teardown=observation.teardown,
+                                        records=options.records, path="teardown")
+        return
+    assert decided.records is options.records and decided.teardown is None
     # The finalizer: only where the account may, on a living set whose class
     # exists and that lacks it.
     wants = (options.may_write_finalizer and bool(options.finalizer) and observation.has_class
@@ -63,7 +70,7 @@ def test_a_pass_is_what_its_observation_says(observation, options):
     if not observation.expectations_met:
         # The last writes not seen: nothing written, nothing asked, a look again soon.
         assert decided == decision.Pass(finalizer=decided.finalizer, requeue_after=decision.EXPECTATIONS_REQUEUE,
-                                        path="waiting")
+                                        path="waiting", records=options.records)
         return
     paused = bool(observation.plan.get("paused"))
     assert decided.paused is paused
@@ -105,19 +112,41 @@ class Recorder:
     def clear_failure(self):
         self.calls.append(("backends", "clear"))
 
+    def write_backends(self):
+        self.calls.append(("after-backends",))
+
+    def record(self, error):
+        self.calls.append(("record", error))
+
 
 @given(observations(), OPTIONS)
 def test_a_pass_is_done_in_its_one_order_and_only_what_it_says(observation, options):
     decided = decision.decide(observation, options)
     recorder = Recorder()
     applied = decision.execute(decided, recorder, recorder)
+    # The finalizer, the pool writes, then the backends: a backend is
+    # removed only after the pool part (its Exporter disabled, a new one
+    # made) is written.
     expected = [("finalizer", decided.finalizer)] if decided.finalizer else []
-    expected += [("backends", decided.backends)] if decided.backends else []
     if decided.pool_writes is not None:
         expected.append(("pool", decided.pool_writes.write_outcome))
         assert applied == {"written": decided.pool_writes.plan}
     else:
         assert applied is None
+    expected += [("backends", decided.backends)] if decided.backends else []
+    assert recorder.calls == expected
+
+
+@given(observations(), OPTIONS, st.none() | st.text(min_size=1, max_size=20))
+def test_a_pass_is_finished_after_its_backends_and_records_only_where_it_records(observation, options, error):
+    decided = decision.decide(observation, options)
+    recorder = Recorder()
+    decision.finish(decided, recorder, error)
+    # What waited for the backends is written only when they did not fail;
+    # the outcome (and the class's and policies' status) last, by a pass
+    # that records them.
+    expected = [("after-backends",)] if error is None else []
+    expected += [("record", error)] if options.records else []
     assert recorder.calls == expected
 
 
