@@ -1,17 +1,9 @@
 # Copyright: Jumpstarter virtual exporters maintainers
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
-"""corellium_info as every task runs it: on a local connection, its work (the
-module's ``run``, which talks to the Corellium REST API only) in the task's
-worker process; anywhere else, the module (``plugin_utils/module_work.py``
-says when)."""
+"""corellium_info's work (its ``run``; the Corellium REST API only) in the
+task's process on a local connection."""
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.modules import corellium_info
-from ansible_collections.jumpstarter.virtual_exporters.plugins.plugin_utils.module_work import (
-    ModuleWork,
-    ModuleWorkAction,
-)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.plugin_utils.module_work import action_for
 
-
-class ActionModule(ModuleWorkAction):
-    WORK = ModuleWork("jumpstarter.virtual_exporters.corellium_info", corellium_info.ARGUMENT_SPEC,
-                      corellium_info.run, kubernetes=False)
+ActionModule = action_for(corellium_info, kubernetes=False)

@@ -1,17 +1,9 @@
 # Copyright: Jumpstarter virtual exporters maintainers
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
-"""exporterset_info as every task runs it: on a local connection, its work (the
-module's ``run``, which talks to the API server only) in the task's worker
-process; anywhere else, the module (``plugin_utils/module_work.py`` says
-when)."""
+"""exporterset_info's work (its ``run``; the API server only) in the task's
+process on a local connection."""
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.modules import exporterset_info
-from ansible_collections.jumpstarter.virtual_exporters.plugins.plugin_utils.module_work import (
-    ModuleWork,
-    ModuleWorkAction,
-)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.plugin_utils.module_work import action_for
 
-
-class ActionModule(ModuleWorkAction):
-    WORK = ModuleWork("jumpstarter.virtual_exporters.exporterset_info", exporterset_info.ARGUMENT_SPEC,
-                      exporterset_info.run)
+ActionModule = action_for(exporterset_info)

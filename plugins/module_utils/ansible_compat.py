@@ -63,6 +63,17 @@ def interpreter_python(variables):
     return constants.config.get_config_value("INTERPRETER_PYTHON", variables=variables)
 
 
+def inject_invocation(variables):
+    """Whether a module's result carries ``invocation`` (its arguments) for a
+    host with ``variables``: always before ansible-core 2.21; from 2.21 on,
+    as ``INJECT_INVOCATION`` (default off) says."""
+    from ansible import constants
+
+    if "INJECT_INVOCATION" not in constants.config.get_configuration_definitions():
+        return True
+    return bool(constants.config.get_config_value("INJECT_INVOCATION", variables=variables))
+
+
 def config_environment():
     """Every environment variable ansible-core's base configuration reads
     when it is imported."""

@@ -38,6 +38,7 @@ from ansible.utils.vars import merge_hash
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import ansible_compat
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.client import AUTH_ARG_SPEC
 
+COLLECTION = "jumpstarter.virtual_exporters"
 _AUTO_INTERPRETERS = ("auto", "auto_legacy", "auto_silent", "auto_legacy_silent")
 
 display = Display()
@@ -95,9 +96,10 @@ class ModuleWork:
         # Whether the work can run in this Python; the client is imported now.
         self.available = not kubernetes or kubernetes_client()
 
-    def run_here(self, args, check_mode, diff=False):
+    def run_here(self, args, check_mode, diff=False, invocation=True):
         """The work on ``args`` (the task's arguments) in this process:
-        ``(result, warnings)``, the result as the module would return it."""
+        ``(result, warnings)``, the result as the module would return it
+        (with ``invocation``, the validated arguments, when asked)."""
         validation = ArgumentSpecValidator(self.argument_spec).validate(ansible_compat.module_data(args))
         params = validation.validated_parameters
         module = TaskModule(params, check_mode, diff)
@@ -116,7 +118,8 @@ class ModuleWork:
                 result = ended.result
             except Exception as exc:  # what a module process reports as its failure
                 result = {"failed": True, "msg": f"{self.name} failed: {type(exc).__name__}: {exc}"}
-        result["invocation"] = {"module_args": params}
+        if invocation:
+            result["invocation"] = {"module_args": params}
         # As AnsibleModule returns it: no value of a no_log option anywhere.
         return remove_values(result, ansible_compat.no_log_values(validation)), module.warnings
 
@@ -136,7 +139,8 @@ class ModuleWorkAction(ActionBase):
             return merge_hash(result, answer)
         if not self._in_process(task_vars):
             return merge_hash(result, self._run_module(task_vars))
-        here, warnings = self.WORK.run_here(self._task.args, bool(self._task.check_mode), bool(self._task.diff))
+        here, warnings = self.WORK.run_here(self._task.args, bool(self._task.check_mode), bool(self._task.diff),
+                                            invocation=ansible_compat.inject_invocation(task_vars))
         # Said here, in the task's own thread: captured with its result, as
         # the warnings a module returns are.
         for warning in warnings:
@@ -175,3 +179,11 @@ class ModuleWorkAction(ActionBase):
             return False
         # Without the client here the module may find it under its own interpreter.
         return self.WORK.available
+
+
+def action_for(module, kubernetes=True):
+    """The action plugin of ``module`` (one of this collection's modules,
+    with ``ARGUMENT_SPEC`` and ``run``)."""
+    name = f"{COLLECTION}.{module.__name__.rsplit('.', 1)[1]}"
+    return type("ActionModule", (ModuleWorkAction,),
+                {"WORK": ModuleWork(name, module.ARGUMENT_SPEC, module.run, kubernetes=kubernetes)})

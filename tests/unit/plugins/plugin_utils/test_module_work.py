@@ -81,3 +81,14 @@ def test_every_action_does_the_modules_work_in_process_as_the_module_does(closed
         assert here["failed"] and expected in here["msg"], (name, here)
         assert here == module, name
         assert SECRET not in json.dumps(here), name
+
+
+def test_the_result_carries_invocation_as_the_cores_modules_do():
+    """Before ansible-core 2.21 a module's result always has ``invocation``;
+    from 2.21 on only with INJECT_INVOCATION (off by default)."""
+    import ansible
+    from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import ansible_compat
+
+    always = tuple(int(part) for part in ansible.__version__.split(".")[:2]) < (2, 21)
+    assert ansible_compat.inject_invocation({}) is always
+    assert ansible_compat.inject_invocation({"ansible_inject_invocation": True}) is True
