@@ -9,7 +9,6 @@ reconnect with capped exponential backoff and jitter on any other failure.
 from __future__ import annotations
 
 import itertools
-import json
 import logging
 import random
 import re

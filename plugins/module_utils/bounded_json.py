@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 """JSON from the API, read whatever its nesting, kept no deeper than the
 operator reads.
 

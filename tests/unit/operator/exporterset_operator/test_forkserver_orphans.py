@@ -15,10 +15,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import test_forkserver
 from exporterset_operator import forkserver
-from test_forkserver import _cmdline, _ppid, alive, client, marked, server, sleeping_run, until  # noqa: F401
+from test_forkserver import _cmdline, _ppid, alive, client, marked, sleeping_run, until
 
 SLEEP = b"sleep\x00300\x00"
+server = test_forkserver.server  # the fixture: a fork server of its own per test
 
 
 def _comm(pid: int) -> str | None:

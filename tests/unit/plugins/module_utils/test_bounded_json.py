@@ -73,7 +73,8 @@ def test_a_set_holding_what_was_clipped_is_refused_naming_the_field():
 
 
 _JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=3),
-                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=2), inner, max_size=3),
+                     lambda inner: (st.lists(inner, max_size=3)
+                                    | st.dictionaries(st.text(max_size=2), inner, max_size=3)),
                      max_leaves=40)
 
 
