@@ -20,7 +20,7 @@ description:
   - A set being deleted that carries the finalizer is torn down by the class's C(reclaimPolicy) - an
     enabled unleased Exporter is disabled, and looked at again a second later on fresh reads; a leased
     one waits for its leases to end (a C(WaitingForLeases) condition and Event) and the finalizer stays.
-    RV(backends.release) names the Exporters whose backends may be released now.
+    RV(backends)'s C(release) names the Exporters whose backends may be released now.
   - When nothing is left for the backends the first call finishes the pass itself. Otherwise, once the
     backends ran, a second call with the first call's RV(state) as I(finish) does the rest - the
     Exporters whose backends were removed are deleted and those reset in place enabled again (a

@@ -25,6 +25,7 @@ THE_SET = {"metadata": {"name": "pool", "namespace": "ns", "uid": "u1"}, "spec":
 THE_CLASS = {"metadata": {"name": "c"}, "spec": {"provisioner": "qemu.jumpstarter.dev"}}
 KUBERNETES = {
     "exporterset_info": {"name": "pool", "namespace": "ns"},
+    "exporterset_pass": {"name": "pool", "namespace": "ns"},
     "virtualtargetclass_sync": {"name": "c", "namespace": "ns"},
     "exporterset_apply": {"exporterset": THE_SET, "plan": {}, "provisioner": "qemu.jumpstarter.dev"},
     "exporter_pods": {"exporterset": THE_SET, "virtual_target_class": THE_CLASS, "owned_exporters": [],
