@@ -134,9 +134,6 @@ class ModuleWorkAction(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         task_vars = task_vars or {}
-        answer = self.answer_here()
-        if answer is not None:
-            return merge_hash(result, answer)
         if not self._in_process(task_vars):
             return merge_hash(result, self._run_module(task_vars))
         here, warnings = self.WORK.run_here(self._task.args, bool(self._task.check_mode), bool(self._task.diff),
@@ -146,10 +143,6 @@ class ModuleWorkAction(ActionBase):
         for warning in warnings:
             display.warning(warning)
         return merge_hash(result, here)
-
-    def answer_here(self):
-        """A result given without the work (None: the work runs)."""
-        return None
 
     def _run_module(self, task_vars):
         # As the normal action runs a module: asynchronously when asked, its
