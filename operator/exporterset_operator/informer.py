@@ -76,8 +76,10 @@ class _PlainWatch(watch.Watch):
     def unmarshal_event(self, data, return_type):
         """Any depth the API server sends, kept to what the operator reads
         (bounded_json): one deeply nested object must not stop the watch."""
-        bounded_json.allow_api_depth()
-        event = super().unmarshal_event(data, return_type)
+        try:
+            event = super().unmarshal_event(data, return_type)
+        except RecursionError:
+            event = super().unmarshal_event(bounded_json.clip_text(data), return_type)
         if isinstance(event, dict) and isinstance(event.get("object"), (dict, list)):
             bounded_json.clip(event["object"])
         return event

@@ -9,17 +9,19 @@ a list made the whole list unreadable: every set of the namespace, or of
 the cluster, went unserved. And every walk of the object after it (deep
 copies, the driver reach, the playbook's extra vars) recurses.
 
-So ``loads`` parses any depth the API server accepts (``allow_api_depth``)
-and ``clip`` replaces every container deeper than ``MAX_DEPTH`` with the
-string ``CLIPPED``: nothing past it reaches the operator's code, and a set
-that holds ``CLIPPED`` is refused naming the field (``clipped_paths``,
-pool/set_overrides.py).
+So ``loads`` reads with the C decoder and, when the document is nested
+past what the interpreter lets it recurse (about 1,000 levels on 3.11,
+1,500 on 3.12 whatever the recursion limit), cuts the text first
+(``clip_text``, a linear scan without recursion); ``clip`` replaces every
+container deeper than ``MAX_DEPTH`` with the string ``CLIPPED``: nothing
+past it reaches the operator's code, and a set that holds ``CLIPPED`` is
+refused naming the field (``clipped_paths``, pool/set_overrides.py).
 """
 
 from __future__ import annotations
 
 import json
-import sys
+import re
 
 # What kube-apiserver's JSON decoder accepts (k8s.io/apimachinery).
 API_MAX_DEPTH = 10000
@@ -29,18 +31,40 @@ MAX_DEPTH = 64
 CLIPPED = f"(nested deeper than {MAX_DEPTH} levels: not read)"
 
 
-def allow_api_depth():
-    """Let Python's JSON decoder read what the API server accepts: the C
-    decoder counts each level against the recursion limit (and uses about
-    0.3 KiB of the thread's stack per level: 3 MiB of a thread's 8)."""
-    if sys.getrecursionlimit() < API_MAX_DEPTH + 500:
-        sys.setrecursionlimit(API_MAX_DEPTH + 500)
+# A JSON string (escapes included) or one bracket; a bracket inside a
+# string is part of the string's match.
+_TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
+
+
+def clip_text(data, max_depth=MAX_DEPTH):
+    """The JSON text ``data`` with every container deeper than ``max_depth``
+    written as the string ``CLIPPED``; what ``clip`` does to the parsed
+    value, done on the text so no decoder recurses past ``max_depth``."""
+    if isinstance(data, (bytes, bytearray)):
+        data = data.decode("utf-8")
+    pieces, depth, cut, kept = [], 0, None, 0
+    for match in _TOKEN.finditer(data):
+        token = match.group()
+        if token in ("[", "{"):
+            depth += 1
+            if depth == max_depth + 1:
+                cut = match.start()
+        elif token in ("]", "}"):
+            if depth == max_depth + 1 and cut is not None:
+                pieces.extend((data[kept:cut], json.dumps(CLIPPED)))
+                kept, cut = match.end(), None
+            depth -= 1
+    pieces.append(data[kept:])
+    return "".join(pieces)
 
 
 def loads(data):
     """``json.loads`` for any depth the API server sends, then ``clip``."""
-    allow_api_depth()
-    return clip(json.loads(data))
+    try:
+        value = json.loads(data)
+    except RecursionError:
+        value = json.loads(clip_text(data))
+    return clip(value)
 
 
 def clip(value, max_depth=MAX_DEPTH):

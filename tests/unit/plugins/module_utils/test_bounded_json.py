@@ -88,3 +88,17 @@ def test_clip_keeps_what_is_shallow_enough_and_cuts_exactly_what_is_deeper(value
         assert clipped == original
     else:
         assert bounded_json.clipped_paths(clipped)
+
+
+_TEXT = st.text(alphabet='[]{}"\\ab', max_size=4)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.recursive(st.none() | st.integers() | _TEXT,
+                    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_TEXT, inner, max_size=3),
+                    max_leaves=40),
+       st.integers(1, 6))
+def test_cutting_the_text_reads_as_clipping_the_value(value, limit):
+    """Brackets, quotes and escapes inside strings are text, not nesting."""
+    text = json.dumps(value)
+    assert json.loads(bounded_json.clip_text(text, limit)) == bounded_json.clip(json.loads(text), limit)
