@@ -402,33 +402,21 @@ class SetReconciler:
 
     # -- finalizer (k8s/lifecycle.py decides, for every runner of a set) -------
     def _teardown(self, key, exporter_set: dict, observed: dict) -> Result:
-        """A set being deleted: its backends and Exporters go (on the backend
-        lane), then its finalizer."""
-        if not lifecycle.tears_down(exporter_set, self.finalizer):
-            return Result(path="skipped")
+        """A set being deleted (pool/decision.py decides): its backends and
+        Exporters go (on the backend lane), it waits for leases, or its
+        finalizer goes."""
+        facts = lifecycle.teardown_observed(exporter_set, observed)
         # Exporters already going (an orphaning delete waits for the garbage
-        # collector) need nothing more from the teardown.
-        remaining = lifecycle.teardown_remaining(observed)
-        if remaining:
-            if not self.expectations.satisfied(key, set(remaining)):
-                return Result(requeue_after=1.0, path="waiting")
-            if not lifecycle.teardown_actionable(observed):
-                # Only leased Exporters are left: nothing runs until a lease
-                # ends (its Lease or Exporter event brings the set back).
-                try:
-                    lifecycle.write_waiting_for_leases(self.api_client, exporter_set,
-                                                       lifecycle.teardown_leased(observed), self.clock())
-                except ApiException as exc:
-                    raise ReconcileError(str(exc), path="teardown") from exc
-                return Result(path="teardown")
-            # After a failed teardown run the lane runs the next once its
-            # backoff ends.
-            self.backends.submit(key)
-            return Result(path="teardown")
-        reconcile_pass.release_finalizer(self.api_client, exporter_set, self.finalizer, remaining)
-        self.runner.forget(key)
-        self.backends.clear_failure(key)
-        return Result(path="teardown")
+        # collector) are not left to the teardown.
+        left = set(facts.get("teardown_left") or ())
+        observation = decision.Observation(exporter_set, has_class=observed["class"] is not None,
+                                           expectations_met=not left or self.expectations.satisfied(key, left),
+                                           **facts)
+        decided = decision.decide(observation, self.options)
+        # After a failed teardown run the lane runs the next once its backoff ends.
+        decision.execute(decided, _PassWriter(self, exporter_set, {}, k8s_observe.provisioner_of(observed)),
+                         _SetBackends(self.backends, key))
+        return Result(requeue_after=decided.requeue_after, path=decided.path)
 
     def _run_teardown(self, key, exporter_set: dict, observed: dict) -> None:
         """The teardown run: the finalizer's playbook (or the entry's, with
@@ -461,6 +449,18 @@ class _PassWriter:
 
     def add_finalizer(self, finalizer):
         reconcile_pass.keep_finalizer(self.reconciler.api_client, self.exporter_set, finalizer)
+
+    def wait_for_leases(self, leased):
+        try:
+            lifecycle.write_waiting_for_leases(self.reconciler.api_client, self.exporter_set, leased,
+                                               self.reconciler.clock())
+        except ApiException as exc:
+            raise ReconcileError(str(exc), path="teardown") from exc
+
+    def release_finalizer(self, finalizer):
+        reconcile_pass.release_finalizer(self.reconciler.api_client, self.exporter_set, finalizer)
+        meta = self.exporter_set["metadata"]
+        self.reconciler.runner.forget(SetKey(meta["namespace"], meta["name"]))
 
     def write_pool(self, pool_plan, write_outcome):
         # Creating, enabling or disabling Exporters touches no backend (a new

@@ -119,6 +119,17 @@ def teardown_actionable(observed):
             if name not in leased and pods.get(name) not in leased]
 
 
+def teardown_observed(exporter_set, observed):
+    """What a pass's ``decision.Observation`` holds of a teardown
+    (``teardown``, ``teardown_left``, ``teardown_waits_for``); nothing for
+    a living set."""
+    if not deleting(exporter_set):
+        return {}
+    left = teardown_remaining(observed)
+    return {"teardown": reclaim(observed.get("class"))["exporters"], "teardown_left": tuple(left),
+            "teardown_waits_for": teardown_leased(observed) if left and not teardown_actionable(observed) else {}}
+
+
 def waiting_for_leases_condition(leased):
     """The ``WaitingForLeases`` condition of a teardown (``leased``: {name: leases})."""
     if not leased:

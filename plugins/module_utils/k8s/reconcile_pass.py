@@ -487,6 +487,15 @@ class RunWriter:
         self._set_change({"metadata": {"finalizers": finalizers}}, {"metadata": {"finalizers": after}})
 
     # -- decision.execute --------------------------------------------------------------
+    def wait_for_leases(self, leased):
+        if lifecycle.write_waiting_for_leases(self.api_client, self.exporter_set, leased, datetime.now(UTC),
+                                              check_mode=self.check_mode):
+            self.report.status_changed = True
+
+    def release_finalizer(self, finalizer):
+        if release_finalizer(self.api_client, self.exporter_set, finalizer, check_mode=self.check_mode):
+            self._finalizer_written(finalizer, adding=False)
+
     def add_finalizer(self, finalizer):
         if keep_finalizer(self.api_client, self.exporter_set, finalizer, check_mode=self.check_mode):
             self._finalizer_written(finalizer, adding=True)
@@ -605,24 +614,24 @@ def begin(api_client, exporter_set, observed, plan, objects=None, *, records=REC
     finished at once. A write that fails records the failure (where the run
     records) and raises ``ApplyError``. Returns (writer, finished)."""
     provisioner = k8s_observe.provisioner_of(observed)
-    teardown = lifecycle.reclaim(observed["class"])["exporters"] if lifecycle.tears_down(exporter_set) else None
     options = decision.Options(manage_status=write_outcome, records=records_here(records))
-    writer = RunWriter(api_client, exporter_set, provisioner, records=records, write_outcome=write_outcome,
-                       add_class_finalizer=add_class_finalizer, permissions=permissions, check_mode=check_mode,
-                       observed=observed, teardown=teardown, settle=settle)
-    if teardown:
-        observation = decision.Observation(exporter_set, has_class=observed["class"] is not None,
-                                           teardown=teardown)
+    has_class = observed["class"] is not None
+    backend_plan = {}
+    if lifecycle.deleting(exporter_set):
+        observation = decision.Observation(exporter_set, has_class=has_class,
+                                           **lifecycle.teardown_observed(exporter_set, observed))
     else:
         work = backend_work(plan, exporter_set, observed, provisioner)
-        writer.backend_plan = dict(work.backend_plan or {})
+        backend_plan = dict(work.backend_plan or {})
         needed = bool(work.backend_plan or work.unprovisioned
                       or k8s_observe.exporters_to_resync(observed, exporter_set))
-        observation = decision.Observation(exporter_set, has_class=observed["class"] is not None, plan=plan,
+        observation = decision.Observation(exporter_set, has_class=has_class, plan=plan,
                                            pool_plan=work.pool_plan, backends_needed=needed)
     decided = decision.decide(observation, options)
-    if decided.backends != decision.SUBMIT:
-        writer.backend_plan = {}
+    writer = RunWriter(api_client, exporter_set, provisioner, records=records, write_outcome=write_outcome,
+                       add_class_finalizer=add_class_finalizer, permissions=permissions, check_mode=check_mode,
+                       observed=observed, teardown=decided.teardown, settle=settle,
+                       backend_plan=backend_plan if decided.backends == decision.SUBMIT else None)
     try:
         decision.execute(decided, writer, writer)
         if writer.handoff.empty():

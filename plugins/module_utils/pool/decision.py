@@ -8,10 +8,13 @@ seen, the scale plan and its pool part, the backend lane's state) it
 returns a ``Pass``, frozen data saying every step: the set's finalizer to
 add, the pool writes (the plan's Exporters, annotations, status and Events)
 and whether the outcome goes with them, what to ask of the backend lane,
-whether the set is paused, and when to look again.
+whether the set is paused, and when to look again. For a deleted set the
+same: its teardown's backends to release, the leases it waits for, or its
+finalizer to remove.
 
 ``execute(decided, writer, backends)`` does a ``Pass`` in the one order a
-pass has: the finalizer, then the pool writes with the outcome, then the
+pass has: the finalizer, then the pool writes with the outcome (a
+teardown's ``WaitingForLeases``, or its finalizer removed), then the
 request to the backends; ``finish(decided, writer, error)`` is the rest of
 it, once the backends ran: the writes that wait for them (the Exporters
 whose backends are gone deleted, those reset in place enabled again; a
@@ -38,7 +41,7 @@ EXPECTATIONS_REQUEUE = 1.0
 # What a pass asks of the backend lane.
 SUBMIT = "submit"  # a run of the set's backends
 CLEAR = "clear"  # forget a failed run: nothing is left for the backends
-PATHS = ("waiting", "inprocess", "fastpath", "teardown")
+PATHS = ("waiting", "inprocess", "fastpath", "teardown", "skipped")
 
 
 def _meta(obj):
@@ -110,9 +113,14 @@ class Observation:
     writes itself, ``changed`` when there is anything), whether the set's
     backends have work, and the lane's state for the set (a run queued or
     going: ``busy``; its last run failed: ``failed``); ``sync_wait``: the
-    seconds a config re-sync is held back; ``teardown``: how a deleted set
-    that carries the finalizer releases its Exporters (``delete`` or
-    ``detach``, k8s/lifecycle.py ``reclaim``), None for a living set."""
+    seconds a config re-sync is held back.
+
+    A deleted set's: ``teardown``, how it releases its Exporters (``delete``
+    or ``detach``, k8s/lifecycle.py ``reclaim``); ``teardown_left``, the
+    Exporters and Pods it still holds (``teardown_remaining``), its
+    finalizer removed once there are none; ``teardown_waits_for``, {name:
+    leases} when only leased Exporters are left (``teardown_actionable``
+    empty): nothing is released until the leases end."""
     exporter_set: Mapping[str, Any]
     has_class: bool
     expectations_met: bool = True
@@ -123,6 +131,8 @@ class Observation:
     failed: bool = False
     sync_wait: float | None = None
     teardown: str | None = None
+    teardown_left: tuple = ()
+    teardown_waits_for: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -145,6 +155,8 @@ class Pass:
     path: str = "fastpath"
     teardown: str | None = None
     records: bool = False
+    wait_for_leases: Mapping[str, Any] | None = None
+    release_finalizer: str | None = None
 
 
 def _requeue(plan, sync_wait):
@@ -158,10 +170,8 @@ def _requeue(plan, sync_wait):
 def decide(observation, options=Options()):
     """The ``Pass`` of ``observation`` under ``options``."""
     exporter_set = observation.exporter_set
-    if observation.teardown:
-        # A deleted set: its backends are released (the request), then its
-        # Exporters deleted or detached and its finalizer removed (``finish``).
-        return Pass(backends=SUBMIT, teardown=observation.teardown, records=options.records, path="teardown")
+    if deleting(exporter_set):
+        return _teardown(observation, options)
     finalizer = None
     if options.may_write_finalizer and needs_finalizer(exporter_set, {} if observation.has_class else None,
                                                        options.finalizer):
@@ -188,11 +198,32 @@ def decide(observation, options=Options()):
                 path="inprocess" if pool_writes is not None else "fastpath", records=options.records)
 
 
+def _teardown(observation, options):
+    """The ``Pass`` of a deleted set: nothing unless it carries the
+    finalizer (it goes with the garbage collector, or another finalizer's
+    owner holds it)."""
+    if not observation.teardown or not has_finalizer(observation.exporter_set, options.finalizer):
+        return Pass(path="skipped")
+    if not observation.teardown_left:
+        return Pass(release_finalizer=options.finalizer, backends=CLEAR, records=options.records, path="teardown")
+    if not observation.expectations_met:
+        return Pass(requeue_after=EXPECTATIONS_REQUEUE, path="waiting", records=options.records)
+    if observation.teardown_waits_for:
+        # A lease's end (its Lease or Exporter event) brings the set back.
+        return Pass(wait_for_leases=dict(observation.teardown_waits_for), records=options.records,
+                    path="teardown")
+    # Its backends released (the request), then its Exporters deleted or
+    # detached and, once nothing is held, its finalizer removed (``finish``).
+    return Pass(backends=SUBMIT, teardown=observation.teardown, records=options.records, path="teardown")
+
+
 def execute(decided, writer, backends):
     """Do ``decided``: the finalizer (``writer.add_finalizer(name)``), the
     pool writes with the outcome (``writer.write_pool(plan, write_outcome)``:
     Exporters created, enabled and disabled, annotations, the set's status
-    and Events), then the request to the backends (``backends.submit()``,
+    and Events), a teardown's ``WaitingForLeases``
+    (``writer.wait_for_leases(leased)``) or its finalizer removed
+    (``writer.release_finalizer(name)``), then the request to the backends (``backends.submit()``,
     which checks the deletes and resets against lease safety on a fresh
     read before any backend goes, or ``backends.clear_failure()``). Returns
     what the pool writes wrote, None without."""
@@ -201,6 +232,10 @@ def execute(decided, writer, backends):
     applied = None
     if decided.pool_writes is not None:
         applied = writer.write_pool(decided.pool_writes.plan, decided.pool_writes.write_outcome)
+    if decided.wait_for_leases:
+        writer.wait_for_leases(decided.wait_for_leases)
+    if decided.release_finalizer:
+        writer.release_finalizer(decided.release_finalizer)
     if decided.backends == SUBMIT:
         backends.submit()
     elif decided.backends == CLEAR:

@@ -41,7 +41,9 @@ def observations(draw):
         pool_plan={"changed": draw(st.booleans()), "create": [{"name": "rpi4-0"}]},
         backends_needed=draw(st.booleans()), busy=draw(st.booleans()), failed=draw(st.booleans()),
         sync_wait=draw(st.none() | st.floats(0.1, 30)),
-        teardown=draw(st.sampled_from([None, None, "delete", "detach"])))
+        teardown=draw(st.sampled_from([None, None, "delete", "detach"])),
+        teardown_left=tuple(draw(st.lists(st.sampled_from(["rpi4-0", "rpi4-1", "rpi4-0-pod"]), unique=True))),
+        teardown_waits_for=draw(st.sampled_from([{}, {"rpi4-0": ["lease-a"]}])))
 
 
 OPTIONS = st.builds(decision.Options, finalizer=st.sampled_from([FINALIZER, None, "", "other/finalizer"]),
@@ -54,10 +56,8 @@ def test_a_pass_is_what_its_observation_says(observation, options):
     decided = decision.decide(observation, options)
     assert observation == kept and decision.decide(observation, options) == decided
     the_set = observation.exporter_set
-    if observation.teardown:
-        # A teardown: its backends released, then (finish) its Exporters, nothing else written.
-        assert decided == decision.Pass(backends=decision.SUBMIT, teardown=observation.teardown,
-                                        records=options.records, path="teardown")
+    if the_set["metadata"].get("deletionTimestamp"):
+        check_teardown(observation, options, decided)
         return
     assert decided.records is options.records and decided.teardown is None
     # The finalizer: only where the account may, on a living set whose class
@@ -95,6 +95,30 @@ def test_a_pass_is_what_its_observation_says(observation, options):
     assert decided.requeue_after == (min(waits) if observation.sync_wait else observation.plan.get("requeue_after"))
 
 
+def check_teardown(observation, options, decided):
+    """A deleted set: never planned as a living one; nothing unless it
+    carries the operator's finalizer; then the finalizer goes once nothing
+    is left, else its backends are released unless only leased Exporters
+    remain, never before the last pass's writes are seen."""
+    assert decided.pool_writes is None and decided.finalizer is None and not decided.outcome
+    ours = bool(options.finalizer) and options.finalizer in observation.exporter_set["metadata"].get("finalizers", [])
+    if not (observation.teardown and ours):
+        assert decided == decision.Pass(path="skipped")
+    elif not observation.teardown_left:
+        assert decided == decision.Pass(release_finalizer=options.finalizer, backends=decision.CLEAR,
+                                        records=options.records, path="teardown")
+    elif not observation.expectations_met:
+        assert decided == decision.Pass(requeue_after=decision.EXPECTATIONS_REQUEUE, path="waiting",
+                                        records=options.records)
+    elif observation.teardown_waits_for:
+        assert decided == decision.Pass(wait_for_leases=observation.teardown_waits_for, records=options.records,
+                                        path="teardown")
+    else:
+        # Its backends released, then (finish) its Exporters and finalizer.
+        assert decided == decision.Pass(backends=decision.SUBMIT, teardown=observation.teardown,
+                                        records=options.records, path="teardown")
+
+
 class Recorder:
     def __init__(self):
         self.calls = []
@@ -111,6 +135,12 @@ class Recorder:
 
     def clear_failure(self):
         self.calls.append(("backends", "clear"))
+
+    def wait_for_leases(self, leased):
+        self.calls.append(("wait", tuple(leased)))
+
+    def release_finalizer(self, name):
+        self.calls.append(("release", name))
 
     def write_backends(self):
         self.calls.append(("after-backends",))
@@ -133,6 +163,8 @@ def test_a_pass_is_done_in_its_one_order_and_only_what_it_says(observation, opti
         assert applied == {"written": decided.pool_writes.plan}
     else:
         assert applied is None
+    expected += [("wait", tuple(decided.wait_for_leases))] if decided.wait_for_leases else []
+    expected += [("release", decided.release_finalizer)] if decided.release_finalizer else []
     expected += [("backends", decided.backends)] if decided.backends else []
     assert recorder.calls == expected
 
@@ -144,9 +176,9 @@ def test_a_pass_is_finished_after_its_backends_and_records_only_where_it_records
     decision.finish(decided, recorder, error)
     # What waited for the backends is written only when they did not fail;
     # the outcome (and the class's and policies' status) last, by a pass
-    # that records them.
+    # that records them; a deleted set that is not the operator's is not.
     expected = [("after-backends",)] if error is None else []
-    expected += [("record", error)] if options.records else []
+    expected += [("record", error)] if options.records and decided.path != "skipped" else []
     assert recorder.calls == expected
 
 
