@@ -43,17 +43,24 @@ def free_port(address: str = ADDRESS) -> int:
 
 
 class ImageServer:
-    """http.server over a directory; ``gets[path]`` counts the GETs of each path."""
+    """http.server over a directory; ``gets[path]`` counts the GETs of each
+    path, ``connections`` the connections accepted, a request or not."""
 
     def __init__(self, directory: Path, address: str = ADDRESS):
         self.directory = Path(directory)
         self.gets = collections.Counter()
+        self.connections = 0
         self.lock = threading.Lock()
         server = self
 
         class Handler(http.server.SimpleHTTPRequestHandler):
             def __init__(self, *args, **kwargs):
                 super().__init__(*args, directory=str(server.directory), **kwargs)
+
+            def setup(self):
+                with server.lock:
+                    server.connections += 1
+                super().setup()
 
             def do_GET(self):
                 with server.lock:

@@ -2,8 +2,9 @@
 local file or talks FTP, a registry whose token realm is a local file, a
 download that never ends, a tampered or swapped file in the shared cache, and
 a set that names its own image for the container that writes that cache.
-Each is refused with its reason and no side effect: no request made, no file
-read or sent, nothing left in the cache, nothing booted.
+A redirect, of a file or of a registry's blob, to a host the url could not
+have named itself. Each is refused with its reason and no side effect: no
+request made, no file read or sent, nothing left in the cache, nothing booted.
 
 Real parts: a local HTTP server (``image_servers.ImageServer``), plain
 sockets for the FTP and registry sides, the fetch code run as the Pod's init
@@ -12,6 +13,7 @@ container runs it (``python3 -c``), and the operator on the bed.
 
 from __future__ import annotations
 
+import hashlib
 import http.server
 import json
 import os
@@ -82,7 +84,7 @@ class HostileHTTP:
     ``body`` may be a generator for a response without a length.
     """
 
-    def __init__(self):
+    def __init__(self, address=LOCAL):
         self.routes = {}
         self.requests = []
         server = self
@@ -108,8 +110,8 @@ class HostileHTTP:
             def log_message(self, *args):
                 pass
 
-        self.httpd = http.server.ThreadingHTTPServer((LOCAL, 0), Handler)
-        self.host = f"{LOCAL}:{self.httpd.server_address[1]}"
+        self.httpd = http.server.ThreadingHTTPServer((address, 0), Handler)
+        self.host = f"{address}:{self.httpd.server_address[1]}"
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
 
     def close(self):
@@ -207,6 +209,115 @@ def test_a_realm_on_another_host_is_refused_before_any_connection_to_it(realm, h
         assert hostile.requests == [("/v2/guest/manifests/1", None)]
     finally:
         elsewhere.close()
+
+
+# -- redirects to other hosts ------------------------------------------------
+
+# Another host of the machine's loopback: an internal address the url's host
+# (127.0.0.1, which the class allows) points the fetch at.
+ELSEWHERE = "127.0.0.2"
+
+
+@pytest.fixture
+def elsewhere(tmp_path):
+    served = ImageServer(tmp_path / "elsewhere", address=ELSEWHERE)
+    yield served
+    served.close()
+
+
+@pytest.mark.parametrize("location", [
+    "http://{elsewhere}/guest/disk.img",
+    "HTTP://{elsewhere}/guest/disk.img",
+    "//{elsewhere}/guest/disk.img",
+    # A user part naming the url's own host, the host elsewhere.
+    "http://{local}@{elsewhere}/guest/disk.img",
+    "http://{local}:80@{elsewhere}/guest/disk.img",
+])
+@pytest.mark.parametrize("hosts", [(), ("images.example", "127.0.0.3")])
+def test_a_redirect_to_a_host_the_url_may_not_name_is_refused_before_any_connection(
+        location, hosts, hostile, elsewhere, tmp_path):
+    _, digest = elsewhere.add("guest/disk.img", IMAGE)
+    target = location.format(elsewhere=elsewhere.url.removeprefix("http://"), local=LOCAL)
+    hostile.routes["/disk.img"] = (302, {"Location": target}, b"")
+    url = f"http://{hostile.host}/disk.img"
+    cache = tmp_path / "cache"
+    with pytest.raises(image_fetch.ImageError) as raised:
+        image_fetch.fetch(url, digest, str(cache), field="parameters.disk.url", hosts=hosts)
+    assert raised.value.reason == image_fetch.REASON_INVALID
+    assert str(raised.value).startswith(f"{url}: redirected to a host it may not name")
+    assert ELSEWHERE not in str(raised.value)  # where it pointed: the detail only
+    assert elsewhere.connections == 0
+    assert cache_files(cache) == []
+
+
+def test_a_redirect_to_the_urls_own_host_or_a_listed_one_is_followed(hostile, elsewhere, server, tmp_path):
+    _, digest = elsewhere.add("guest/disk.img", IMAGE)
+    server.add("guest/disk.img", IMAGE)
+    hostile.routes["/own.img"] = (302, {"Location": f"{server.url}/guest/disk.img"}, b"")
+    hostile.routes["/listed.img"] = (307, {"Location": f"{elsewhere.url}/guest/disk.img"}, b"")
+    # Another port of the url's host is its host: hosts are compared without port.
+    path, downloaded = image_fetch.fetch(f"http://{hostile.host}/own.img", digest, str(tmp_path / "a"))
+    assert downloaded and open(path, "rb").read() == IMAGE
+    assert server.gets["/guest/disk.img"] == 1
+    path, downloaded = image_fetch.fetch(f"http://{hostile.host}/listed.img", digest, str(tmp_path / "b"),
+                                         hosts=[ELSEWHERE.upper()])
+    assert downloaded and open(path, "rb").read() == IMAGE
+    assert elsewhere.gets["/guest/disk.img"] == 1
+
+
+def registry_redirecting_its_blob(hostile, location):
+    """``hostile`` as a registry of ``guest:1``, one layer, whose blob it redirects to ``location``."""
+    digest = image_fetch.DIGEST_ALGORITHM + ":" + hashlib.sha256(IMAGE).hexdigest()
+    manifest = {"schemaVersion": 2, "mediaType": image_fetch.OCI_MANIFEST_TYPES[0],
+                "layers": [{"mediaType": "application/octet-stream", "digest": digest, "size": len(IMAGE)}]}
+    hostile.routes["/v2/guest/manifests/1"] = (
+        200, {"Content-Type": image_fetch.OCI_MANIFEST_TYPES[0]}, json.dumps(manifest).encode())
+    hostile.routes[f"/v2/guest/blobs/{digest}"] = (307, {"Location": location}, b"")
+    return digest
+
+
+def test_a_registrys_blob_redirect_reaches_only_a_listed_storage_host(hostile, elsewhere, tmp_path):
+    elsewhere.add("storage/blob", IMAGE)
+    digest = registry_redirecting_its_blob(hostile, f"{elsewhere.url}/storage/blob")
+    url = f"oci://{hostile.host}/guest:1"
+    with pytest.raises(image_fetch.ImageError) as raised:
+        image_fetch.fetch(url, digest, str(tmp_path / "cache"), plain_http=True)
+    assert raised.value.reason == image_fetch.REASON_INVALID
+    assert str(raised.value).startswith(f"{url}: redirected to a host it may not name")
+    assert elsewhere.connections == 0
+    assert cache_files(tmp_path / "cache") == []
+    # The class lists the registry's storage host: the blob comes from there.
+    path, downloaded = image_fetch.fetch(url, digest, str(tmp_path / "cache"), plain_http=True,
+                                         hosts=[ELSEWHERE])
+    assert downloaded and open(path, "rb").read() == IMAGE
+    assert elsewhere.gets["/storage/blob"] == 1
+
+
+def image_hosts_class(*hosts):
+    annotations = {"virtualtarget.jumpstarter.dev/set-overridable": "image-hosts=" + "|".join(hosts)} \
+        if hosts else {}
+    return {"metadata": {"annotations": annotations}, "spec": {"provisioner": "qemu.jumpstarter.dev"}}
+
+
+def test_the_pod_fetch_follows_a_redirect_only_to_the_classs_image_hosts(hostile, elsewhere, tmp_path):
+    _, digest = elsewhere.add("guest/vmlinuz", IMAGE)
+    hostile.routes["/vmlinuz"] = (302, {"Location": f"{elsewhere.url}/guest/vmlinuz"}, b"")
+    url = f"http://{hostile.host}/vmlinuz"
+    parameters = {"kernel": {"url": url, "digest": digest}}
+    done = run_images_container(fetch_container(image_hosts_class(), parameters),
+                                tmp_path / "node-cache", tmp_path / "run")
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1].startswith(
+        f"ImageInvalid: {url}: redirected to a host it may not name"), done.stderr
+    assert elsewhere.connections == 0
+    assert cache_files(tmp_path / "node-cache") == []
+    # The class lists the host (set_overrides.image_hosts reaches the container).
+    done = run_images_container(fetch_container(image_hosts_class("images.example", ELSEWHERE), parameters),
+                                tmp_path / "node-cache", tmp_path / "run")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"downloaded": ["kernel"]}
+    assert (tmp_path / "run" / "kernel").read_bytes() == IMAGE
+    assert elsewhere.gets["/guest/vmlinuz"] == 1
 
 
 
@@ -349,3 +460,4 @@ def test_a_set_that_names_a_file_url_is_refused_and_one_naming_its_own_image_get
     assert images["securityContext"]["capabilities"] == {"drop": ["ALL"]}
     assert ftp.connections == 0
     assert server.gets["/guest/vmlinuz"] == 0  # kwok runs no container; the operator fetches nothing
+

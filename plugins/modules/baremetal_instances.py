@@ -126,6 +126,13 @@ options:
         for the node cache. A larger one is not kept and its instance starts nothing.
     type: int
     default: 17179869184
+  image_hosts:
+    description:
+      - Hosts an image fetch may follow a redirect to besides the url's own (C(baremetal_targets)
+        returns the class's); a redirect elsewhere is refused (C(ImageInvalid)) before any connection.
+    type: list
+    elements: str
+    default: []
 requirements:
   - qemu.qmp
 """
@@ -567,7 +574,8 @@ class HostInstances:
         # run that has not removed it yet finds it used.
         image_fetch.mark_used(self.cache, own)
         try:
-            downloaded = image_fetch.fetch_all(files, self.cache, max_bytes=self.p["image_max_size"])
+            downloaded = image_fetch.fetch_all(files, self.cache, max_bytes=self.p["image_max_size"],
+                                                 hosts=self.p["image_hosts"])
         except image_fetch.ImageError as error:
             self._write(os.path.join(self.directory(name), IMAGE_ERROR_FILE),
                         json.dumps(error.as_dict(), sort_keys=True), 0o600)
@@ -732,6 +740,7 @@ def main():
             lock_timeout=dict(type="float", default=300.0),
             image_cache_quota=dict(type="int", default=image_fetch.DEFAULT_CACHE_QUOTA_BYTES),
             image_max_size=dict(type="int", default=image_fetch.DEFAULT_MAX_BYTES),
+            image_hosts=dict(type="list", elements="str", default=[]),
         ),
         supports_check_mode=True,
     )

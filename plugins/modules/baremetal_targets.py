@@ -111,6 +111,14 @@ image_max_size:
       annotation C(virtualtarget.jumpstarter.dev/image-max-size), else 16 GiB, as for the node cache.
   returned: always
   type: int
+image_hosts:
+  description:
+    - The hosts a lab host's image fetch may follow a redirect to besides the url's own
+      (O(jumpstarter.virtual_exporters.baremetal_instances#module:image_hosts)), those of the
+      class's own urls and its C(image-hosts) entry, as for the node cache.
+  returned: always
+  type: list
+  elements: str
 """
 
 import base64
@@ -130,6 +138,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.
     k8s_module,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.module_diff import Changes, with_diff
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import set_overrides
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu import images as image_fetch
 
 
@@ -257,6 +266,7 @@ def run(module):
     try:
         cache_quota = image_fetch.class_cache_quota(p["virtual_target_class"])
         max_size = image_fetch.class_max_bytes(p["virtual_target_class"])
+        image_hosts = sorted(set_overrides.image_hosts(p["virtual_target_class"]))
     except ValueError as error:
         module.fail_json(msg=str(error))
     if p["action"] in ("remove", "reset"):
@@ -280,7 +290,8 @@ def run(module):
             tokens[entry["name"]] = entry.pop("tokens")
     module.exit_json(**with_diff(module, dict(
         changed=targets.changed, hosts=entries, tokens=tokens, ssh=ssh, placed=placed, waiting=sorted(waiting),
-        limited=limited, image_cache_quota=cache_quota, image_max_size=max_size), targets.changes.before,
+        limited=limited, image_cache_quota=cache_quota, image_max_size=max_size,
+        image_hosts=image_hosts), targets.changes.before,
         targets.changes.after))
 
 

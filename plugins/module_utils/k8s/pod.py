@@ -37,6 +37,7 @@ import json
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants, provisioners
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import exporter_config
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import objects as k8s_objects
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import set_overrides
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.base import (
     DEFAULT_IMAGES,
     EXPORTER_STOPPED_MARKER,
@@ -306,6 +307,7 @@ def instance_pod(exporter_set, vclass, exporter, provisioner, parameters, images
         fetch_argv = ["python3", "-c", image_fetch.script_source(), "--cache", IMAGE_CACHE_DIR,
                       "--files", json.dumps(files, sort_keys=True),
                       "--max-bytes", str(image_fetch.class_max_bytes(vclass)),
+                      "--hosts", json.dumps(sorted(set_overrides.image_hosts(vclass))),
                       "--quota-bytes", str(image_fetch.class_cache_quota(vclass))]
         fetch_container = _container(
             "images",

@@ -269,7 +269,8 @@ def resolve(virtual_target_class, exporter_set):
     refusals.extend(f"spec{path}: nested deeper than {bounded_json.MAX_DEPTH} levels, which the "
                     "operator does not read (what is deeper was dropped when the set was read)"
                     for path in bounded_json.clipped_paths(set_spec))
-    refusals.extend(_image_host_violations(class_parameters, set_parameters, parameters, allowed))
+    refusals.extend(_image_host_violations(image_hosts(virtual_target_class, allowed), class_parameters,
+                                           set_parameters, parameters))
 
     reason = (constants.REASON_CREDENTIAL_REDIRECT if redirects
               else REASON_NOT_ALLOWED_BY_CLASS if refusals else None)
@@ -583,12 +584,21 @@ def _urls(parameters, path=()):
             yield from _urls(value, path + (key,))
 
 
-def _image_host_violations(class_parameters, set_parameters, parameters, allowed):
-    """One message per ``*.url`` the set gives whose host is not one of the
-    class's own urls nor listed in its ``image-hosts`` entry; the file it
-    belongs to becomes the class's again."""
+def image_hosts(virtual_target_class, allowed=None):
+    """The hosts a set's image urls may name: those of the class's own urls
+    and its ``image-hosts`` entry, lowercased, without port. The fetch
+    (qemu/images.py) follows a redirect only to one of them or the url's own host."""
+    if allowed is None:
+        allowed, _ = read_allowlist(virtual_target_class)
+    class_parameters = ((virtual_target_class or {}).get("spec") or {}).get("parameters") or {}
     hosts = {url_host(url) for _, url in _urls(class_parameters)} - {None}
     hosts |= {(url_host("x://" + entry) or entry).lower() for entry in allowed.get(IMAGE_HOSTS_FIELD, ())}
+    return hosts
+
+
+def _image_host_violations(hosts, class_parameters, set_parameters, parameters):
+    """One message per ``*.url`` the set gives whose host is not in ``hosts``
+    (``image_hosts``); the file it belongs to becomes the class's again."""
     violations = []
     for path, url in sorted(_urls(set_parameters), key=lambda pair: pair[0]):
         if url == _get(class_parameters, path) or not _fetched(url):

@@ -19,7 +19,9 @@ content no longer has its digest is removed and fetched afresh.
 used digests no instance is fetching or starting with (``mark_used``).
 
 A url comes from a tenant (an ExporterSet may set it), so only these schemes
-are fetched, and a redirect may only lead to ``http`` or ``https``; a
+are fetched, and a redirect may only lead to ``http`` or ``https`` on the
+url's own host or one of ``hosts`` (the class's image hosts,
+``set_overrides.image_hosts``: what the url itself could have named); a
 registry's token ``realm`` must be ``https`` on the registry's own host. ``check_url`` is the rule,
 used by parameter validation (the set is refused, naming the field) and again
 here before any request. A download stops, and its partial file is removed,
@@ -176,8 +178,11 @@ def parse_oci_reference(url):
 
 
 def fetch(url, digest, cache_dir, plain_http=False, timeout=DEFAULT_TIMEOUT, field="url",
-          max_bytes=DEFAULT_MAX_BYTES):
+          max_bytes=DEFAULT_MAX_BYTES, hosts=()):
     """Path of the verified image in the cache; downloads it when it is not there.
+
+    A redirect is followed only to the url's own host or one of ``hosts``
+    (lowercased hosts, no port: ``set_overrides.image_hosts`` of the class).
 
     Returns ``(path, downloaded)``. Raises ImageError (digest mismatch,
     unreachable url, invalid url, reference or digest, too large), naming the
@@ -204,7 +209,7 @@ def fetch(url, digest, cache_dir, plain_http=False, timeout=DEFAULT_TIMEOUT, fie
             return target, False
         if os.path.lexists(target):
             os.unlink(target)
-        _download(url, digest, target, plain_http, timeout, max_bytes)
+        _download(url, digest, target, plain_http, timeout, max_bytes, hosts)
     return target, True
 
 
@@ -293,15 +298,15 @@ def _cached(target, digest):
     return os.path.lexists(target) and file_digest(target) == digest
 
 
-def _download(url, digest, target, plain_http, timeout, max_bytes=DEFAULT_MAX_BYTES):
+def _download(url, digest, target, plain_http, timeout, max_bytes=DEFAULT_MAX_BYTES, hosts=()):
     descriptor, partial = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.",
                                            suffix=".part", dir=os.path.dirname(target))
     try:
         with os.fdopen(descriptor, "wb") as out:
             if is_oci(url):
-                got = _download_oci(url, digest, out, plain_http, timeout, max_bytes)
+                got = _download_oci(url, digest, out, plain_http, timeout, max_bytes, hosts)
             else:
-                got = _download_http(url, out, timeout, max_bytes)
+                got = _download_http(url, out, timeout, max_bytes, hosts)
             out.flush()
             os.fsync(out.fileno())
         if got != digest:
@@ -339,33 +344,66 @@ def _too_large(url, max_bytes, how):
                                       f"the class sets it ({ANNOTATION_MAX_SIZE})", url=url, detail=how)
 
 
+# An authority that is one host and nothing else (set_overrides' own rule for
+# the hosts an image url names): no user part, no percent sign, no backslash.
+_AUTHORITY = re.compile(r"^(?P<host>[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\])"
+                        r"(?::(?P<port>[0-9]{1,5}))?$")
+
+
+def url_host(url):
+    """The lowercased host an image url names (http, https, oci:// or a
+    scheme-less OCI reference), or None when it names none or its authority
+    is more than a host and a port: ``set_overrides.url_host``, which the
+    fetch cannot import (tests check that the two agree)."""
+    if not isinstance(url, str):
+        return None
+    _, sep, rest = url.strip().partition("://")
+    authority, slash, _ = (rest if sep else url.strip()).partition("/")
+    match = _AUTHORITY.match(authority) if sep or slash else None
+    return match.group("host").lower() if match else None
+
+
 class _RedirectHandler(urllib.request.HTTPRedirectHandler):
-    """Follows redirects to ``http`` and ``https`` only (urllib would also follow ``ftp``)."""
+    """Follows redirects to ``http`` and ``https`` only (urllib would also
+    follow ``ftp``), and only to a host in ``hosts``, before any connection
+    to the host redirected to."""
+
+    def __init__(self, url, hosts):
+        super().__init__()
+        self.url = url
+        self.hosts = hosts
 
     def http_error_302(self, req, fp, code, msg, headers):
-        newurl = headers.get("location") or headers.get("uri") or ""
-        scheme = urllib.parse.urlsplit(urllib.parse.urljoin(req.full_url, newurl)).scheme.lower()
+        newurl = urllib.parse.urljoin(req.full_url, headers.get("location") or headers.get("uri") or "")
+        scheme = urllib.parse.urlsplit(newurl).scheme.lower()
         if scheme not in REDIRECT_SCHEMES:
             fp.close()
-            raise ImageError(REASON_INVALID, f"{req.full_url}: redirected to {newurl!r}, whose scheme "
+            raise ImageError(REASON_INVALID, f"{self.url}: redirected to {newurl!r}, whose scheme "
                                              f"is not allowed (allowed: {', '.join(REDIRECT_SCHEMES)})",
-                             url=req.full_url)
+                             url=self.url)
+        if url_host(newurl) not in self.hosts:
+            fp.close()
+            # Where it pointed is the server's answer: the admin's logs only.
+            raise ImageError(REASON_INVALID, f"{self.url}: redirected to a host it may not name "
+                                             f"(its own and the class's image hosts: "
+                                             f"{', '.join(sorted(self.hosts))})",
+                             url=self.url, detail=f"redirected to {newurl}")
         return super().http_error_302(req, fp, code, msg, headers)
 
     http_error_301 = http_error_303 = http_error_307 = http_error_308 = http_error_302
 
 
-# Only http and https handlers: no file:, ftp: or data: opener exists to be reached.
-_OPENER = urllib.request.OpenerDirector()
-for _handler in (urllib.request.ProxyHandler(), urllib.request.HTTPHandler(),
-                 urllib.request.HTTPSHandler(), urllib.request.HTTPDefaultErrorHandler(),
-                 _RedirectHandler(), urllib.request.HTTPErrorProcessor(),
-                 urllib.request.UnknownHandler()):
-    _OPENER.add_handler(_handler)
-
-
-def _open(request, timeout):
-    return _OPENER.open(request, timeout=timeout)
+def _opener(url, hosts=()):
+    """Only http and https handlers (no file:, ftp: or data: opener exists to be
+    reached), following redirects to the hosts ``url`` may reach."""
+    allowed = frozenset({url_host(url), *(str(host).lower() for host in hosts or ())} - {None})
+    opener = urllib.request.OpenerDirector()
+    for handler in (urllib.request.ProxyHandler(), urllib.request.HTTPHandler(),
+                    urllib.request.HTTPSHandler(), urllib.request.HTTPDefaultErrorHandler(),
+                    _RedirectHandler(url, allowed), urllib.request.HTTPErrorProcessor(),
+                    urllib.request.UnknownHandler()):
+        opener.add_handler(handler)
+    return opener
 
 
 def _unavailable(url, error):
@@ -378,9 +416,9 @@ def _unavailable(url, error):
     return ImageError(REASON_UNAVAILABLE, f"{url}: cannot be fetched", url=url, detail=detail)
 
 
-def _download_http(url, out, timeout, max_bytes=DEFAULT_MAX_BYTES):
+def _download_http(url, out, timeout, max_bytes=DEFAULT_MAX_BYTES, hosts=()):
     try:
-        with _open(urllib.request.Request(url), timeout) as response:
+        with _opener(url, hosts).open(urllib.request.Request(url), timeout=timeout) as response:
             return _copy(response, out, url, max_bytes)
     except (urllib.error.URLError, OSError, ValueError) as error:
         if isinstance(error, OSError) and error.errno == errno.ENOSPC:
@@ -391,8 +429,10 @@ def _download_http(url, out, timeout, max_bytes=DEFAULT_MAX_BYTES):
 class _Registry:
     """Anonymous pulls per the OCI distribution spec, with bearer tokens when asked."""
 
-    def __init__(self, url, registry, repository, plain_http, timeout):
+    def __init__(self, url, registry, repository, plain_http, timeout, hosts=()):
         self.url = url
+        # A registry may redirect a blob to its storage: a host the class lists.
+        self.opener = _opener(url, hosts)
         self.base = f"{'http' if plain_http else 'https'}://{registry}/v2/{repository}"
         self.hostname = urllib.parse.urlsplit(self.base).hostname
         self.timeout = timeout
@@ -405,7 +445,7 @@ class _Registry:
                 headers["Authorization"] = f"Bearer {self.token}"
             request = urllib.request.Request(f"{self.base}/{path}", headers=headers)
             try:
-                return _open(request, self.timeout)
+                return self.opener.open(request, timeout=self.timeout)
             except urllib.error.HTTPError as error:
                 challenge = error.headers.get("WWW-Authenticate", "")
                 if error.code != 401 or attempt or not challenge.lower().startswith("bearer "):
@@ -435,15 +475,15 @@ class _Registry:
             raise ImageError(REASON_INVALID, f"{self.url}: the registry's token realm {realm!r} "
                                              f"is not on the registry's host {self.hostname}", url=self.url)
         query = urllib.parse.urlencode({k: v for k, v in fields.items() if k in ("service", "scope")})
-        with _open(urllib.request.Request(f"{realm}?{query}" if query else realm),
-                   self.timeout) as response:
+        with self.opener.open(urllib.request.Request(f"{realm}?{query}" if query else realm),
+                              timeout=self.timeout) as response:
             answer = json.loads(response.read(1 << 20))
         return answer.get("token") or answer.get("access_token")
 
 
-def _download_oci(url, digest, out, plain_http, timeout, max_bytes=DEFAULT_MAX_BYTES):
+def _download_oci(url, digest, out, plain_http, timeout, max_bytes=DEFAULT_MAX_BYTES, hosts=()):
     registry_host, repository, reference = parse_oci_reference(url)
-    registry = _Registry(url, registry_host, repository, plain_http, timeout)
+    registry = _Registry(url, registry_host, repository, plain_http, timeout, hosts)
     try:
         with registry.open(f"manifests/{reference}", accept=OCI_MANIFEST_TYPES) as response:
             manifest = json.loads(response.read(1 << 20))
@@ -464,8 +504,10 @@ def _download_oci(url, digest, out, plain_http, timeout, max_bytes=DEFAULT_MAX_B
         raise _unavailable(url, error) from None
 
 
-def fetch_all(files, cache_dir, timeout=DEFAULT_TIMEOUT, max_bytes=DEFAULT_MAX_BYTES):
+def fetch_all(files, cache_dir, timeout=DEFAULT_TIMEOUT, max_bytes=DEFAULT_MAX_BYTES, hosts=()):
     """Fetches ``qemu_argv.runtime_files`` entries and links each ``dest`` to its cache file.
+
+    ``hosts`` are the class's image hosts, where a redirect may lead (``fetch``).
 
     An entry's ``format`` (the disk's) is checked with ``check_standalone`` on
     every use, before it is linked: a cache hit too.
@@ -477,7 +519,8 @@ def fetch_all(files, cache_dir, timeout=DEFAULT_TIMEOUT, max_bytes=DEFAULT_MAX_B
     for entry in files:
         path, fresh = fetch(entry["url"], entry.get("digest"), cache_dir,
                             plain_http=bool(entry.get("plain_http")), timeout=timeout,
-                            field=f"parameters.{entry['name']}.url", max_bytes=max_bytes)
+                            field=f"parameters.{entry['name']}.url", max_bytes=max_bytes,
+                            hosts=hosts)
         check_standalone(path, entry.get("format"), entry["url"],
                          field=f"parameters.{entry['name']}.url")
         if fresh:
@@ -510,6 +553,9 @@ def main(argv=None):
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT)
     parser.add_argument("--max-bytes", type=int, default=DEFAULT_MAX_BYTES,
                         help="largest image fetched; a larger download is stopped and removed")
+    parser.add_argument("--hosts", default="[]",
+                        help="JSON list of the class's image hosts, where a redirect may lead "
+                             "besides the url's own host")
     parser.add_argument("--quota-bytes", type=int, default=DEFAULT_CACHE_QUOTA_BYTES,
                         help="most the cache holds; past it, unused digests go, least recently used first")
     options = parser.parse_args(argv)
@@ -518,7 +564,7 @@ def main(argv=None):
     mark_used(options.cache, own)
     try:
         downloaded = fetch_all(files, options.cache, timeout=options.timeout,
-                               max_bytes=options.max_bytes)
+                               max_bytes=options.max_bytes, hosts=json.loads(options.hosts))
     except ImageError as error:
         # Kubernetes keeps the last lines of a failed container as its message.
         print(f"{error.reason}: {error}", file=sys.stderr)

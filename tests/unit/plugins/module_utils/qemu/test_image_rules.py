@@ -4,12 +4,29 @@ image, never a class's or set's, run as a non-root user."""
 
 import pytest
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import pod as k8s_pod
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import set_overrides
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.parameters import (
     validate_parameters,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu import images as image_fetch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 DIGEST = "sha256:" + "ab" * 32
+
+_AUTHORITY_PARTS = st.sampled_from(["a", "B", "0", "9", ".", "-", ":", "@", "%", "[", "]", "\\", "/", "?",
+                                    "#", " ", "\u0661", "\uff10", "::1", "80", "127.0.0.1", "x.example"])
+
+
+@settings(max_examples=500, deadline=None)
+@given(scheme=st.sampled_from(["http://", "HTTPS://", "oci://", "", "//"]),
+       authority=st.lists(_AUTHORITY_PARTS, max_size=8).map("".join),
+       rest=st.sampled_from(["", "/", "/x/disk.img", "/r:tag"]))
+def test_the_fetch_reads_a_urls_host_as_the_classs_policy_does(scheme, authority, rest):
+    """A redirect is followed to the hosts a set's url may name: the fetch
+    cannot import set_overrides, so its own reading must be the same."""
+    url = scheme + authority + rest
+    assert image_fetch.url_host(url) == set_overrides.url_host(url)
 
 
 @pytest.mark.parametrize("url", [
