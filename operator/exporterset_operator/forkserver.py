@@ -38,7 +38,10 @@ is killed by the kernel when the process that forked it ends
 (``PR_SET_PDEATHSIG``), and a reaper, forked from the server and holding
 the one end of a pipe no other process holds, kills every process carrying
 the server's mark (the modules and commands the workers exec) once that
-pipe closes, that is once the server has ended however it ended.
+pipe closes, that is once the server has ended however it ended. The mark
+is the operator's choice (``--mark``), unique to the server: the operator
+sweeps it too once the server has ended (runner.py ``ForkServer``), so a
+reaper killed with its server leaves nothing behind either.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ import gc
 import io
 import json
 import os
+import secrets
 import selectors
 import shutil
 import signal
@@ -103,7 +107,8 @@ REQUEST_TIMEOUT = 5.0
 # Every process of a run carries it in its environment (Ansible's task
 # workers leave the run's process group for sessions of their own).
 RUN_MARK = "JVE_FORK_RUN"
-# And the server's pid: what its reaper kills once the server has ended.
+# And the server's own mark (unique, never a pid another server may get):
+# what its reaper and the operator kill once the server has ended.
 SERVER_MARK = "JVE_FORK_SERVED_BY"
 PR_SET_PDEATHSIG = 1
 
@@ -324,8 +329,13 @@ def kill_run(pid: int) -> None:
     kill_marked(RUN_MARK, pid)
 
 
-def start_reaper(server: int) -> tuple[int, int]:
-    """Fork the reaper of the server ``server`` (this process): it waits
+def new_mark() -> str:
+    """A ``SERVER_MARK`` value no other server has."""
+    return f"{os.getpid()}.{secrets.token_hex(8)}"
+
+
+def start_reaper(server: str) -> tuple[int, int]:
+    """Fork the reaper of the server marked ``server`` (this process): it waits
     for the pipe whose write end it returns to close, which happens only
     when the server ends (no other process holds that end: a run closes
     it, and it is closed on exec), then kills every process marked as the
@@ -363,7 +373,7 @@ def reply(conn: socket.socket, **message) -> None:
 
 
 class Server:
-    def __init__(self, path: str, parent_fd: int = 0):
+    def __init__(self, path: str, parent_fd: int = 0, mark: str | None = None):
         self.path = path
         # Our end of the operator's pipe: it closes when the operator ends.
         self.parent_fd = parent_fd
@@ -379,6 +389,7 @@ class Server:
         # pid → (connection, pidfd) of each run still going.
         self.runs: dict[int, tuple[socket.socket, int]] = {}
         self.pid = os.getpid()
+        self.mark = mark or new_mark()
         self.reaper, self.lifeline, self.reaper_fd = 0, -1, -1
         self.start_reaper()
         die_with_forking_parent()
@@ -389,7 +400,7 @@ class Server:
             os.close(self.reaper_fd)
             os.close(self.lifeline)
             os.waitpid(self.reaper, 0)
-        self.reaper, self.lifeline = start_reaper(self.pid)
+        self.reaper, self.lifeline = start_reaper(self.mark)
         self.reaper_fd = os.pidfd_open(self.reaper)
         self.selector.register(self.reaper_fd, selectors.EVENT_READ, "reaper")
 
@@ -521,7 +532,7 @@ class Server:
             os.environ.clear()
             os.environ.update(request["env"])
             os.environ[RUN_MARK] = str(os.getpid())
-            os.environ[SERVER_MARK] = str(self.pid)
+            os.environ[SERVER_MARK] = self.mark
             os.chdir(request["cwd"])
             sys.argv = list(request["argv"])
             import warnings
@@ -596,7 +607,7 @@ class Server:
             pass
 
 
-def serve_forked(path: str, parent_fd: int) -> None:
+def serve_forked(path: str, parent_fd: int, mark: str | None = None) -> None:
     """The server in a process forked from the operator before it started
     any thread: it shares the pages of what the operator had imported (the
     kubernetes client, the interpreter's own). Never returns.
@@ -617,7 +628,7 @@ def serve_forked(path: str, parent_fd: int) -> None:
 
         logging.root.handlers.clear()
         logging.root.setLevel(logging.WARNING)
-        Server(path, parent_fd).serve()
+        Server(path, parent_fd, mark).serve()
         code = 0
     except BaseException as exc:
         try:
@@ -631,10 +642,11 @@ def serve_forked(path: str, parent_fd: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--socket", required=True, help="the Unix socket to listen on")
+    parser.add_argument("--mark", help=f"the {SERVER_MARK} value of this server's runs (unique)")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the operator stops us by closing our stdin
     set_name(b"jve-forkserver")
-    Server(args.socket).serve()
+    Server(args.socket, mark=args.mark).serve()
     return 0
 
 

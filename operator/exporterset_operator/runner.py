@@ -17,6 +17,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import select
 import shlex
 import shutil
 import signal
@@ -195,12 +196,25 @@ class _Forked:
             os.kill(self.pid, signal.SIGKILL)
 
 
+def _sweep_when_ended(pidfd: int, mark: str) -> None:
+    """Once the server behind ``pidfd`` has ended, however it ended, kill
+    every process carrying its ``mark``: what its reaper does, unless the
+    reaper was killed with it (a SIGKILL of both leaves the modules and
+    commands of its runs going, reparented to process 1)."""
+    try:
+        select.select([pidfd], [], [])
+    finally:
+        os.close(pidfd)
+    forkserver.kill_marked(forkserver.SERVER_MARK, mark)
+
+
 class ForkServer:
     """The operator's fork server (forkserver.py): started by ``start``
     (forked from this process, which the operator calls before it starts
     any thread) or else on the first run, started again (a fresh Python) on
     the run after it ended, stopped with the runner or
-    when this process ends (it reads our end of a pipe).
+    when this process ends (it reads our end of a pipe). Once a server has
+    ended, what carries its mark is killed (``_sweep_when_ended``).
 
     ``binary`` is what ansible-runner runs in place of ``ansible-playbook``
     (forkclient.py, a file in a private directory of ours), ``env`` what
@@ -244,6 +258,7 @@ class ForkServer:
         except FileNotFoundError:
             pass
         self.starts += 1
+        mark = forkserver.new_mark()
         if fork:
             read, write = os.pipe()
             # What is imported now stays out of the collector's passes, so
@@ -252,13 +267,17 @@ class ForkServer:
             pid = os.fork()
             if pid == 0:
                 os.close(write)
-                forkserver.serve_forked(self.socket, read)
+                forkserver.serve_forked(self.socket, read, mark)
             os.close(read)
             self._process = _Forked(pid, write)
-            return
-        self._process = subprocess.Popen(
-            [sys.executable, "-m", "exporterset_operator.forkserver", "--socket", self.socket],
-            stdin=subprocess.PIPE, cwd=self.directory, start_new_session=True)
+        else:
+            self._process = subprocess.Popen(
+                [sys.executable, "-m", "exporterset_operator.forkserver", "--socket", self.socket,
+                 "--mark", mark], stdin=subprocess.PIPE, cwd=self.directory, start_new_session=True)
+        # Opened before anything here can reap it, so never another process's.
+        pidfd = os.pidfd_open(self._process.pid)
+        threading.Thread(target=_sweep_when_ended, args=(pidfd, mark), name="fork-server-sweep",
+                         daemon=True).start()
 
     def _wait_listening(self) -> None:
         # The client runs ansible-playbook itself until the socket is there.

@@ -1,8 +1,9 @@
 """No process of a run outlives it, nor the fork server, however they end:
 real ``ansible-playbook`` runs forked from a real server, whose task worker
 runs ``sleep`` through a real module (worker → sh → module → sleep). The
-server or a task worker is SIGKILLed, and every process carrying the run's
-mark is gone, the exec'd ones included; and the kernel's part (a process
+server (alone or with its reaper) or a task worker is SIGKILLed, and every
+process carrying the run's mark is gone, the exec'd ones included; and the
+kernel's part (a process
 forked without an exec dies with its parent) alone. An SSH ControlMaster
 a run leaves for the next runs is the one process that outlives a run."""
 
@@ -61,6 +62,29 @@ def test_a_sigkilled_fork_server_leaves_no_process_of_its_runs(server, tmp_path)
     assert until(lambda: not alive(reaper), timeout=10), "the reaper outlived its work"
     run.wait(timeout=60)
     assert run.returncode != 0
+
+
+def test_a_fork_server_sigkilled_with_its_reaper_leaves_no_process_of_its_runs(server, tmp_path):
+    """Without its reaper the exec'd part of a run (sh, the module, its
+    sleep) would run on under process 1: the operator sweeps the server's
+    mark once the server has ended."""
+    run, forked = sleeping_run(server, tmp_path)
+    sleep, worker = _sleep_and_worker(forked)
+    reaper = _reaper(server.pid)
+    # Stopped, the server cannot start another reaper before its own end.
+    os.kill(server.pid, signal.SIGSTOP)
+    os.kill(reaper, signal.SIGKILL)
+    os.kill(server.pid, signal.SIGKILL)
+    assert until(lambda: not marked(forked), timeout=30), \
+        f"processes of the run outlived the server and its reaper: {[(p, _cmdline(p)) for p in marked(forked)]}"
+    assert not alive(sleep) and not alive(worker) and not alive(forked)
+    run.wait(timeout=60)
+    assert run.returncode != 0
+    # The next run gets a server of its own, marked apart.
+    server.ensure()
+    again = client(server, tmp_path, JVE_TEST_RUN="again")
+    out, err = again.communicate(timeout=120)
+    assert again.returncode == 0 and "run again" in out, err
 
 
 # A process that registers the fork server's setting, its child and its
