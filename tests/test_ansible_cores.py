@@ -110,7 +110,7 @@ def test_the_unit_tests_reaching_ansible_core_are_found():
     found = reaching_ansible_core()
     assert {"tests/unit/plugins/module_utils/test_ansible_compat.py",  # imports it
             "tests/unit/plugins/action/test_exporter_pods_action.py",  # through the action plugin
-            "tests/unit/plugins/module_utils/corellium/test_corellium_client.py",  # through module_utils
+            "tests/unit/plugins/module_utils/provisioners/corellium/test_corellium_client.py",  # through module_utils
             "tests/unit/plugins/action/test_exporterset_apply_action.py",  # runs ansible-playbook
             } <= set(found)
     assert "tests/unit/plugins/module_utils/pool/test_plan.py" not in found

@@ -6,7 +6,7 @@ the real service speaks to it; and both clients see each other's instances.
 """
 
 import pytest
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.corellium import client as cc
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.corellium import client as cc
 from corellium_fake import Delays, FakeCorellium
 from jumpstarter_driver_corellium.corellium.api import ApiClient
 from jumpstarter_driver_corellium.corellium.exceptions import CorelliumApiException

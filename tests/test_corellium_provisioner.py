@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.corellium import identity
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.corellium import identity
 from corellium_fake.server import Delays, FakeCorellium
 from jumpstarter_standin import wait_for
 from jumpstarter_standin.pytest_plugin import serve_namespace

@@ -4,7 +4,7 @@
 
 class ModuleDocFragment:
     # How the Corellium modules reach the API: the options of
-    # module_utils/corellium/steps.py connection_argument_spec.
+    # module_utils/provisioners/corellium/steps.py connection_argument_spec.
     DOCUMENTATION = r"""
 options:
   api_host:
@@ -36,7 +36,7 @@ options:
 """
 
     # The waiting options of the modules that change instances
-    # (module_utils/corellium/steps.py waiting_argument_spec).
+    # (module_utils/provisioners/corellium/steps.py waiting_argument_spec).
     WAITING = r"""
 options:
   wait_timeout:

@@ -156,8 +156,12 @@ corellium_error:
 # Imports follow the documentation blocks, as Ansible modules lay them out.
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.ansible_compat import diff_mode  # noqa: E402
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.corellium import client as corellium_client  # noqa: E402
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.corellium import steps as corellium_steps  # noqa: E402
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.corellium import (  # noqa: E402
+    client as corellium_client,
+)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.corellium import (  # noqa: E402
+    steps as corellium_steps,
+)
 
 ABSENT = corellium_client.ABSENT
 

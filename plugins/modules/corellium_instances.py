@@ -188,13 +188,17 @@ set_changes:
 from datetime import UTC, datetime  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.corellium import client as corellium_client  # noqa: E402
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.corellium import identity  # noqa: E402
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.corellium import steps as corellium_steps  # noqa: E402
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.module_diff import with_diff  # noqa: E402
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import backend_refusal  # noqa: E402
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners import (  # noqa: E402
     corellium as corellium_provisioner,
+)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.corellium import (  # noqa: E402
+    client as corellium_client,
+)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.corellium import identity  # noqa: E402
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.corellium import (  # noqa: E402
+    steps as corellium_steps,
 )
 
 ABSENT = corellium_client.ABSENT

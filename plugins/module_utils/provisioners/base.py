@@ -11,7 +11,7 @@ Pure data and small pure functions: nothing here talks to the API, and the
 package imports nothing from ``pool/`` (the pool reads it) or ``k8s/``. A
 provisioner renders its own parts of what the core writes (its Pod's
 containers, its driver overrides, its instances' names) with the pure code
-below it (``qemu/``, ``corellium/identity.py``).
+below it (``qemu/``) and its own package's (``corellium/identity.py``).
 """
 
 from collections.abc import Callable

@@ -3,8 +3,8 @@
 The sub-packages stand in layers (``LAYERS``), each importing only from
 those below it. At the bottom the backends' code that imports nothing of
 the other sub-packages: QEMU's (``qemu/``: the command line, the image
-fetcher, the QMP client) and Corellium's (``corellium/``: its REST client
-and how its instances are named). Above it the pure pool logic
+fetcher, the QMP client) and Corellium's (``provisioners/corellium/``: its
+REST client, its instance steps and how its instances are named). Above it the pure pool logic
 (``pool/``), which imports nothing that talks to the API server (neither
 ``k8s/`` nor the ``kubernetes`` client), and beside it the provisioners (``provisioners/``:
 their schemas, facts, policy and rendering, which the pool reads and which
@@ -13,7 +13,10 @@ reads the pool's Exporter state, above those; ``k8s/``, which reads and
 writes the API and renders what is written, on top. An import upwards is
 against the layers, and so is an import cycle between two sub-packages of
 one layer: no two sub-packages import each other, directly or through
-others. The top-level modules (``constants.py``, ``timeutil.py``,
+others. A provisioner's package (``provisioners/<name>/``) is two units:
+its ``__init__.py`` is the provisioner the registry reads and stands with
+``provisioners/``; its other modules are its backend's code, with a layer
+of their own (``package_of``). The top-level modules (``constants.py``, ``timeutil.py``,
 ``quantity.py``, ``exporterset_options.py``) are below every layer.
 
 ``KNOWN`` lists the imports that break these rules today, each with the
@@ -40,7 +43,7 @@ PREFIX = "ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils
 # Whatever talks to the API server.
 API = ("k8s", "kubernetes")
 # Each sub-package of plugins/module_utils, bottom (0) to top.
-LAYERS = {"qemu": 0, "corellium": 0, "pool": 1, "provisioners": 1, "baremetal": 2, "k8s": 3}
+LAYERS = {"qemu": 0, "provisioners/corellium": 0, "pool": 1, "provisioners": 1, "baremetal": 2, "k8s": 3}
 
 # (importing file, what it imports): the imports against the layers that are
 # still there, and why.
@@ -63,7 +66,7 @@ CORE_READS_OF_PROVISIONERS = ("__init__", "base")
 # change of its class is each provisioner's to say (resource ceilings,
 # driver type hints, the entries a template may not have).
 BACKEND_FREE = ("pool/set_overrides.py",)
-BACKENDS = ("qemu", "corellium")
+BACKENDS = ("qemu", "provisioners/corellium")
 
 
 def imports(path):
@@ -78,6 +81,12 @@ def imports(path):
             if node.module.startswith(PREFIX + ".") and node.module.count(".") == PREFIX.count(".") + 1:
                 # from ...module_utils.pool import plan: the modules named.
                 names = [f"{node.module}.{a.name}" for a in node.names]
+            elif node.module.startswith(PREFIX + "."):
+                # from ...provisioners.corellium import client: a module of
+                # a deeper package when it is one, else a name of its __init__.
+                package = ROOT.joinpath(*node.module[len(PREFIX) + 1:].split("."))
+                names = [f"{node.module}.{a.name}" if (package / f"{a.name}.py").exists()
+                         or (package / a.name).is_dir() else node.module for a in node.names]
         else:
             continue
         for name in names:
@@ -89,8 +98,19 @@ def imports(path):
 
 
 def package_of(relative):
+    """The unit of the layers a file (``pool/plan.py``) stands in: its
+    sub-package, or ``provisioners/<name>`` for a module of a provisioner's
+    package other than its ``__init__.py``; None for a top-level module."""
     parts = Path(relative).parts
+    if len(parts) > 2 and parts[0] == "provisioners" and parts[-1] != "__init__.py":
+        return "/".join(parts[:2])
     return parts[0] if len(parts) > 1 else None
+
+
+def unit_of(module):
+    """The unit of an imported module (``provisioners.corellium.client``), as ``package_of``."""
+    parts = module.split(".")
+    return package_of("/".join(parts[:-1] + [parts[-1] + ".py"])) or parts[0]
 
 
 def edges():
@@ -105,7 +125,7 @@ def against_the_layers(all_edges):
     bad = {(f, m) for f, m in all_edges if package_of(f) == "pool" and m.split(".")[0] in API}
     graph = {}
     for f, m in all_edges:
-        source, target = package_of(f), m.split(".")[0]
+        source, target = package_of(f), unit_of(m)
         if source is None or target == source or target not in LAYERS:
             continue
         if LAYERS[target] > LAYERS[source]:
@@ -113,13 +133,13 @@ def against_the_layers(all_edges):
         elif LAYERS[target] == LAYERS[source]:
             graph.setdefault(source, set()).add(target)
     cyclic = {(a, b) for a in graph for b in graph[a] if a in _reachable(graph, b)}
-    bad |= {(f, m) for f, m in all_edges if (package_of(f), m.split(".")[0]) in cyclic}
+    bad |= {(f, m) for f, m in all_edges if (package_of(f), unit_of(m)) in cyclic}
     return bad
 
 
 def test_every_sub_package_has_its_layer():
-    packages = {p.name for p in ROOT.iterdir() if p.is_dir() and any(p.glob("*.py"))}
-    assert packages == set(LAYERS), "give each sub-package of plugins/module_utils its place in LAYERS"
+    units = {package_of(str(path.relative_to(ROOT))) for path in ROOT.rglob("*.py")} - {None}
+    assert units == set(LAYERS), "give each sub-package of plugins/module_utils its place in LAYERS"
 
 
 def _reachable(graph, start):
@@ -147,21 +167,25 @@ def test_the_known_exceptions_only_shrink():
 
 def test_the_reader_sees_an_api_import_and_a_cycle(tmp_path, monkeypatch):
     """The checks above can fail: a pool module that imports the client, two
-    packages of one layer that import each other, and an import upwards, are
-    found; an import downwards is not."""
-    for package in ("pool", "provisioners", "k8s", "qemu", "corellium"):
-        (tmp_path / package).mkdir()
+    packages of one layer that import each other, and an import upwards (a
+    provisioner package's backend code reading the pool), are found; an
+    import downwards (the provisioner reading its own backend code) is not."""
+    for package in ("pool", "provisioners/corellium", "k8s", "qemu"):
+        (tmp_path / package).mkdir(parents=True)
     (tmp_path / "pool" / "a.py").write_text(
         "def f():\n    from kubernetes import client\n"
         f"from {PREFIX}.provisioners import p\nfrom {PREFIX}.qemu import argv\n")
     (tmp_path / "provisioners" / "p.py").write_text(f"from {PREFIX}.pool.a import f\n")
     (tmp_path / "qemu" / "argv.py").write_text(f"from {PREFIX}.pool.a import f\n")
-    (tmp_path / "corellium" / "c.py").write_text(f"from {PREFIX}.qemu.argv import g\n")
+    (tmp_path / "provisioners" / "corellium" / "c.py").write_text(
+        f"from {PREFIX}.qemu.argv import g\nfrom {PREFIX}.pool.a import f\n")
+    (tmp_path / "provisioners" / "corellium" / "__init__.py").write_text(
+        f"from {PREFIX}.provisioners.corellium import c\n")
     (tmp_path / "k8s" / "b.py").write_text(f"from {PREFIX}.pool import a\n")
     monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
     assert against_the_layers(edges()) == {
         ("pool/a.py", "kubernetes"), ("pool/a.py", "provisioners.p"), ("provisioners/p.py", "pool.a"),
-        ("qemu/argv.py", "pool.a")}
+        ("qemu/argv.py", "pool.a"), ("provisioners/corellium/c.py", "pool.a")}
 
 
 def provisioner_names(path):
@@ -227,13 +251,15 @@ def test_the_provisioner_check_sees_each_way_of_naming_one(tmp_path, monkeypatch
 def provisioner_internals(all_edges):
     """(file, module) for each import by the core of a provisioner's own
     module, and of a backend's code by a ``BACKEND_FREE`` module."""
-    own_modules = {path.stem for path in (ROOT / "provisioners").glob("*.py")} - set(CORE_READS_OF_PROVISIONERS)
+    own_modules = ({path.stem for path in (ROOT / "provisioners").glob("*.py")}
+                   | {path.parent.name for path in (ROOT / "provisioners").glob("*/__init__.py")}
+                   ) - set(CORE_READS_OF_PROVISIONERS)
     found = set()
     for f, m in all_edges:
         parts = m.split(".")
-        if package_of(f) in CORE and parts[0] == "provisioners" and len(parts) > 1 and parts[1] in own_modules:
+        if package_of(f) in CORE and unit_of(m) == "provisioners" and len(parts) > 1 and parts[1] in own_modules:
             found.add((f, m))
-        if f in BACKEND_FREE and parts[0] in BACKENDS:
+        if f in BACKEND_FREE and unit_of(m) in BACKENDS:
             found.add((f, m))
     return found
 
@@ -248,20 +274,25 @@ def test_the_core_reads_a_provisioner_through_the_registry_alone():
 def test_the_registry_check_sees_a_provisioners_module_and_a_backend(tmp_path, monkeypatch):
     """The check above can fail: the set's policy importing QEMU's shared
     module or the command line's defaults is found, and so is a module of
-    k8s/ importing a provisioner's module; the registry, base.py and a
-    backend's code elsewhere in the core are not."""
-    for package in ("pool", "k8s", "provisioners", "qemu"):
-        (tmp_path / package).mkdir()
-    for name in ("__init__", "base", "qemu_common", "corellium"):
+    k8s/ importing a provisioner's module or package, and the set's policy
+    importing a provisioner package's backend code; the registry, base.py
+    and a backend's code elsewhere in the core are not."""
+    for package in ("pool", "k8s", "provisioners/corellium", "qemu"):
+        (tmp_path / package).mkdir(parents=True)
+    for name in ("__init__", "base", "qemu_common", "qemu_pod", "corellium/__init__", "corellium/identity"):
         (tmp_path / "provisioners" / f"{name}.py").write_text("")
     (tmp_path / "pool" / "set_overrides.py").write_text(
         f"from {PREFIX} import provisioners\n"
         f"from {PREFIX}.provisioners.base import DEFAULT_IMAGES\n"
         f"from {PREFIX}.provisioners.qemu_common import DEFAULT_CPU\n"
-        f"from {PREFIX}.qemu.argv import DEFAULT_MEMORY\n")
+        f"from {PREFIX}.qemu.argv import DEFAULT_MEMORY\n"
+        f"from {PREFIX}.provisioners.corellium import identity\n")
     (tmp_path / "pool" / "parameters.py").write_text(f"from {PREFIX}.qemu import images\n")
-    (tmp_path / "k8s" / "pod.py").write_text(f"from {PREFIX}.provisioners import corellium\n")
+    (tmp_path / "k8s" / "pod.py").write_text(
+        f"from {PREFIX}.provisioners import corellium\nfrom {PREFIX}.provisioners import qemu_pod\n"
+        f"from {PREFIX}.provisioners.corellium import identity\n")
     monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
     assert provisioner_internals(edges()) == {
         ("pool/set_overrides.py", "provisioners.qemu_common"), ("pool/set_overrides.py", "qemu.argv"),
-        ("k8s/pod.py", "provisioners.corellium")}
+        ("pool/set_overrides.py", "provisioners.corellium.identity"),
+        ("k8s/pod.py", "provisioners.corellium"), ("k8s/pod.py", "provisioners.qemu_pod")}

@@ -1,8 +1,8 @@
 """The instance steps both Corellium modules drive, against the fake API."""
 
 import pytest
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.corellium import client as cc
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.corellium import steps
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.corellium import client as cc
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.corellium import steps
 from corellium_fake import FakeCorellium
 
 pytest_plugins = ["corellium_fake.pytest_plugin"]

@@ -5,7 +5,7 @@ import logging
 import time
 
 import pytest
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.corellium import client as cc
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.corellium import client as cc
 from corellium_fake import Delays, FakeCorellium
 
 pytest_plugins = ["corellium_fake.pytest_plugin"]

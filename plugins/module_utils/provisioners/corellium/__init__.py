@@ -1,5 +1,5 @@
 """``corellium.jumpstarter.dev``: a device in Corellium's cloud, made over its
-REST API (corellium/, roles/corellium), and a thin exporter Pod whose
+REST API (client.py and steps.py here, roles/corellium), and a thin exporter Pod whose
 Corellium driver reaches it.
 
 The class's API token goes only to ``parameters.api.host`` and into the
@@ -7,11 +7,11 @@ exporter container, from the Secret the class names.
 """
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.corellium import identity
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.base import (
     Field,
     Provisioner,
 )
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.corellium import identity
 
 DRIVER_TYPE = "jumpstarter_driver_corellium.driver.Corellium"
 TOKEN_ENV = "CORELLIUM_API_TOKEN"
@@ -61,7 +61,7 @@ class Corellium(Provisioner):
 
     def instance_name(self, exporter):
         """The Exporter's name and a digest of its namespace and UID, so that
-        no two Exporters of one project meet (corellium/identity.py)."""
+        no two Exporters of one project meet (identity.py)."""
         return identity.exporter_instance_name(exporter)
 
     def exporter_env(self, class_spec, parameters):

@@ -11,7 +11,9 @@ writes.
 from __future__ import annotations
 
 from ansible.module_utils.basic import env_fallback
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.corellium import client as corellium_client
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.corellium import (
+    client as corellium_client,
+)
 
 ABSENT = corellium_client.ABSENT
 # States an instance rests in; anything else it leaves by itself.
