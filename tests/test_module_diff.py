@@ -8,7 +8,9 @@ import json
 from pathlib import Path
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.baremetal import hosts as baremetal
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu_baremetal import (
+    hosts as baremetal,
+)
 from ansible_play import run_tasks
 from kubernetes import client
 from pool_helpers import GROUP, get_set, give_credential, make_class, make_owned_exporter, make_set

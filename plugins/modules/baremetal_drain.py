@@ -69,9 +69,6 @@ sets:
 """
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants, provisioners
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.baremetal import (
-    pool as baremetal_pool,
-)
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import apply as k8s_apply
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import objects as k8s_objects
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import status as k8s_status
@@ -83,6 +80,9 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.modu
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import plan, set_overrides
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.exporter_state import (
     read_exporter,
+)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu_baremetal import (
+    pool as baremetal_pool,
 )
 
 

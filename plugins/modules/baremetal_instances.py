@@ -191,9 +191,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants, exporterset_options
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.baremetal import hosts as baremetal
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.baremetal import logs as service_logs
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.module_diff import Changes, with_diff
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu_baremetal import (
+    hosts as baremetal,
+)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu_baremetal import (
+    logs as service_logs,
+)
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu import argv as qemu_argv
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu import images as image_fetch
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu import qmp as qemu_qmp
@@ -454,7 +458,7 @@ class HostInstances:
                                       accel=self._accel(directory), socket_dir=self.link(name))
         jmp = os.path.join(self.p["prefix"], "venv", "bin", "jmp")
         config = os.path.join(directory, baremetal.EXPORTER_CONFIG_FILE)
-        # The guest's serial log and each service's output stay bounded (baremetal/logs.py).
+        # The guest's serial log and each service's output stay bounded (provisioners/qemu_baremetal/logs.py).
         return {
             "vm": service_logs.run_script(vm_argv, [os.path.join(directory, qemu_argv.SERIAL_LOG),
                                                     os.path.join(directory, "vm", "log")]),

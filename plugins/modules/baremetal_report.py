@@ -66,15 +66,15 @@ written:
 from datetime import UTC, datetime
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants, exporterset_options
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.baremetal import (
-    pool as baremetal_pool,
-)
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import status as k8s_status
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.client import (
     k8s_module,
     module_api_client,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.module_diff import with_diff
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu_baremetal import (
+    pool as baremetal_pool,
+)
 
 ARGUMENT_SPEC = dict(
     **exporterset_options.SET_NAME,

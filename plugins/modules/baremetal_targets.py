@@ -127,10 +127,6 @@ import os
 from datetime import UTC, datetime
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants, exporterset_options
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.baremetal import hosts as baremetal
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.baremetal import (
-    pool as baremetal_pool,
-)
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import apply as k8s_apply
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import credentials, exporter_config
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.client import (
@@ -139,6 +135,12 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.module_diff import Changes, with_diff
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import set_overrides
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu_baremetal import (
+    hosts as baremetal,
+)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu_baremetal import (
+    pool as baremetal_pool,
+)
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu import images as image_fetch
 
 

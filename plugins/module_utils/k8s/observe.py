@@ -10,9 +10,6 @@ the reader it is given then, and no backend is made without it.
 """
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants, provisioners
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.baremetal import (
-    pool as baremetal_pool,
-)
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import config_sync, lifecycle
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import objects as k8s_objects
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import (
@@ -34,6 +31,9 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.phases.model import Plan
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.plan import scale_plan
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu_baremetal import (
+    pool as baremetal_pool,
+)
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.timeutil import parse_time
 
 # The playbook that re-syncs the config Secrets of a Pod-backed set's running

@@ -34,7 +34,7 @@ LAST_FAILURE = "lastFailure"
 # JSON {reason, message, since, count, retryAt} of the backend's last
 # refusal (pool/backend_refusal.py).
 BACKEND_REFUSAL = "backendRefusal"
-# JSON {probedAt, hosts} of what the lab hosts last reported (baremetal/pool.py).
+# JSON {probedAt, hosts} of what the lab hosts last reported (provisioners/qemu_baremetal/pool.py).
 HOST_REPORT = "hostReport"
 # RFC3339 time the set's running instances' config was last re-synced.
 CONFIG_SYNCED_AT = "configSyncedAt"

@@ -149,7 +149,7 @@ class Provisioner:
     removed_with_exporter = False
     # An InPlaceReuse recycle starts a fresh Pod, so it makes a backend.
     resets_with_fresh_pod = False
-    # Its backends run on the class's lab hosts (baremetal/pool.py's LabView).
+    # Its backends run on the class's lab hosts (qemu_baremetal/pool.py's LabView).
     runs_on_lab_hosts = False
     # The playbook that probes its hosts when their last report is old.
     probe_playbook = None

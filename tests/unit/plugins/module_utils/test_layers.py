@@ -4,20 +4,23 @@ The sub-packages stand in layers (``LAYERS``), each importing only from
 those below it. At the bottom the backends' code that imports nothing of
 the other sub-packages: QEMU's (``qemu/``: the command line, the image
 fetcher, the QMP client) and Corellium's (``provisioners/corellium/``: its
-REST client, its instance steps and how its instances are named). Above it the pure pool logic
-(``pool/``), which imports nothing that talks to the API server (neither
-``k8s/`` nor the ``kubernetes`` client), and beside it the provisioners (``provisioners/``:
-their schemas, facts, policy and rendering, which the pool reads and which
-import nothing of the pool). The lab hosts' code (``baremetal/``), which
-reads the pool's Exporter state, above those; ``k8s/``, which reads and
-writes the API and renders what is written, on top. An import upwards is
-against the layers, and so is an import cycle between two sub-packages of
-one layer: no two sub-packages import each other, directly or through
-others. A provisioner's package (``provisioners/<name>/``) is two units:
-its ``__init__.py`` is the provisioner the registry reads and stands with
+REST client, its instance steps and how its instances are named). Above it
+the pure pool logic (``pool/``), which imports nothing that talks to the
+API server (neither ``k8s/`` nor the ``kubernetes`` client), and beside it
+the provisioners (``provisioners/``: their schemas, facts, policy and
+rendering, which the pool reads and which import nothing of the pool). The
+lab hosts' code (``provisioners/qemu_baremetal/``), which reads the pool's
+Exporter state, above those; ``k8s/``, which reads and writes the API and
+renders what is written, on top. An import upwards is against the layers,
+and so is an import cycle between two sub-packages of one layer: no two
+sub-packages import each other, directly or through others.
+
+A provisioner's package (``provisioners/<name>/``) is two units: its
+``__init__.py`` is the provisioner the registry reads and stands with
 ``provisioners/``; its other modules are its backend's code, with a layer
-of their own (``package_of``). The top-level modules (``constants.py``, ``timeutil.py``,
-``quantity.py``, ``exporterset_options.py``) are below every layer.
+of their own (``package_of``). The top-level modules (``constants.py``,
+``timeutil.py``, ``quantity.py``, ``exporterset_options.py``) are below
+every layer.
 
 ``KNOWN`` lists the imports that break these rules today, each with the
 reason it is still there. The list can only shrink: an import it names that
@@ -43,7 +46,8 @@ PREFIX = "ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils
 # Whatever talks to the API server.
 API = ("k8s", "kubernetes")
 # Each sub-package of plugins/module_utils, bottom (0) to top.
-LAYERS = {"qemu": 0, "provisioners/corellium": 0, "pool": 1, "provisioners": 1, "baremetal": 2, "k8s": 3}
+LAYERS = {"qemu": 0, "provisioners/corellium": 0, "pool": 1, "provisioners": 1, "provisioners/qemu_baremetal": 2,
+          "k8s": 3}
 
 # (importing file, what it imports): the imports against the layers that are
 # still there, and why.
@@ -66,7 +70,7 @@ CORE_READS_OF_PROVISIONERS = ("__init__", "base")
 # change of its class is each provisioner's to say (resource ceilings,
 # driver type hints, the entries a template may not have).
 BACKEND_FREE = ("pool/set_overrides.py",)
-BACKENDS = ("qemu", "provisioners/corellium")
+BACKENDS = ("qemu", "provisioners/corellium", "provisioners/qemu_baremetal")
 
 
 def imports(path):

@@ -1,9 +1,5 @@
 import pytest
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants as c
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.baremetal.placement import (
-    capacity_for,
-    place_instances,
-)
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.demand import (
     attribute_lease_demand,
     attribute_leases,
@@ -11,6 +7,9 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.selectors import (
     selector_matches,
+)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu_baremetal import (
+    placement,
 )
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -207,7 +206,7 @@ def _on(host, name, terminating=False):
     ],
 )
 def test_place_instances(exporters, count, unreachable, hosts, free, limited):
-    result = place_instances(HOSTS, exporters, count, unreachable)
+    result = placement.place_instances(HOSTS, exporters, count, unreachable)
     assert [p["host"] for p in result["placements"]] == hosts
     assert result["free"] == free
     assert result["limited"] is limited
@@ -215,15 +214,15 @@ def test_place_instances(exporters, count, unreachable, hosts, free, limited):
 
 
 def test_place_instances_names_the_exporters():
-    result = place_instances(HOSTS, [], 2, names=["rpi4-0", "rpi4-1"])
+    result = placement.place_instances(HOSTS, [], 2, names=["rpi4-0", "rpi4-1"])
     assert result["placements"] == [{"host": "bench-a", "exporter": "rpi4-0"},
                                     {"host": "bench-b", "exporter": "rpi4-1"}]
 
 
 def test_capacity_for_full_hosts():
     full = [_on("bench-a", "1"), _on("bench-a", "2"), _on("bench-b", "3"), _on("bench-b", "4")]
-    capacity = capacity_for(HOSTS, full, unreachable=("bench-c",))
+    capacity = placement.capacity_for(HOSTS, full, unreachable=("bench-c",))
     assert capacity == {"limit": 0, "reason": "NoFreeSlots",
                         "message": "no free slot on hosts bench-a, bench-b; "
                                    "unreachable hosts bench-c"}
-    assert capacity_for(HOSTS, [])["limit"] == 5
+    assert placement.capacity_for(HOSTS, [])["limit"] == 5

@@ -30,14 +30,16 @@ Pure: no I/O.
 import json
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.baremetal import hosts as baremetal
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.baremetal import placement
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import operator_state, set_overrides
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.exporter_state import (
     read_exporter,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu_baremetal import (
     RECONNECT_TIMEOUT_BOUNDS,
+    placement,
+)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu_baremetal import (
+    hosts as baremetal,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.timeutil import (
     format_time,

@@ -2,10 +2,10 @@
 
 import json
 
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.baremetal import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import observe as k8s_observe
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu_baremetal import (
     pool as baremetal_pool,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import observe as k8s_observe
 
 HOST = "virtualtarget.jumpstarter.dev/host"
 NOW = "2030-01-01T00:10:00Z"
@@ -181,7 +181,7 @@ def test_a_host_report_in_the_sets_annotations_is_never_read():
 
 
 def test_a_probe_that_only_sees_the_same_hosts_again_is_no_change():
-    from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.baremetal import (
+    from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu_baremetal import (
         pool as baremetal_pool,
     )
 

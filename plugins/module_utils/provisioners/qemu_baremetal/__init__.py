@@ -1,5 +1,6 @@
 """``qemu-baremetal.jumpstarter.dev``: QEMU and ``jmp run`` as services on
-the class's lab hosts, reached over SSH (baremetal/, roles/qemu_baremetal).
+the class's lab hosts, reached over SSH (hosts.py, placement.py, pool.py
+here; roles/qemu_baremetal).
 
 The class's hosts are the allowlist of where its SSH key goes; a set may pick
 among them and ask for no more resources or slots than the class gives.

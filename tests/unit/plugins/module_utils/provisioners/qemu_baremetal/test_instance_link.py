@@ -5,7 +5,7 @@ there and keeps every file in the instance directory."""
 
 import re
 
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.baremetal.hosts import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu_baremetal.hosts import (
     DEFAULT_WORK_DIR,
     instance_dir,
     instance_link,

@@ -5,11 +5,13 @@ TcpNetwork could not load without a host, and the set names it under
 FieldsIgnored; one that names a host is kept as written."""
 
 import pytest
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.baremetal.hosts import driver_overrides
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.exporter_config import (
     render_exporter_config,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.plan import scale_plan
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu_baremetal.hosts import (
+    driver_overrides,
+)
 from jumpstarter.config.exporter import ExporterConfigV1Alpha1
 from pool_builders import NOW, exporter_set, target_class
 

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.baremetal import logs
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu_baremetal import logs
 
 BOUND = 256 << 10
 
