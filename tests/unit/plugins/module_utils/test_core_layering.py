@@ -6,7 +6,8 @@ as far as they go, it reaches neither the API package (``k8s/``, the
 ``kubernetes`` client) nor ansible-core; of the provisioners' code it
 imports only the registry and the interface (``provisioners/__init__.py``,
 ``base.py``: a provisioner's own module is the registry's to import), and
-the decision of a pass imports nothing but the constants. test_layers.py
+reaches a provisioner's code through the registry alone; the decision of a
+pass imports nothing but the constants. test_layers.py
 reads each file's own imports; this one their closure.
 """
 
@@ -14,7 +15,7 @@ import ast
 import functools
 import sys
 
-from test_layers import PREFIX, ROOT, imports
+from test_layers import PREFIX, REGISTRY, ROOT, imports, provisioner_of
 
 CORE = "pool"
 DECISION = "pool/decision.py"
@@ -44,14 +45,15 @@ def file_imports(path):
     return frozenset(found)
 
 
-def reached(start):
+def reached(start, stop=()):
     """Every file (or outside module) the imports of ``start`` reach, with
-    ``ansible`` for a file that imports ansible-core."""
+    ``ansible`` for a file that imports ansible-core; the imports of a file
+    in ``stop`` are not followed."""
     seen, todo = set(), [start]
     while todo:
         current = todo.pop()
         path = ROOT / current
-        if not path.exists():
+        if not path.exists() or current in stop:
             continue
         for target in file_imports(path) - seen:
             seen.add(target)
@@ -61,10 +63,12 @@ def reached(start):
 
 def forbidden(start):
     """What the core may not reach from ``start``: the API package, the
-    client, ansible-core; a provisioner's own module, imported directly."""
+    client, ansible-core; a provisioner's own module, imported directly; a
+    provisioner's code reached other than through the registry."""
     bad = {f for f in reached(start) if f.startswith("k8s/") or f in ("kubernetes", "ansible")}
     bad |= {file_of(name) for name in imports(ROOT / start)
             if name.startswith("provisioners") and file_of(name) not in PROVISIONER_INTERFACE}
+    bad |= {f for f in reached(start, stop={REGISTRY}) if provisioner_of(f)}
     if start == DECISION:
         bad |= reached(start) - DECISION_REACHES
     return bad
@@ -94,12 +98,21 @@ def test_a_forbidden_import_anywhere_down_the_chain_is_found(tmp_path, monkeypat
     (tmp_path / "provisioners" / "qemu_pod.py").write_text("")
     (tmp_path / "provisioners" / "base.py").write_text("")
     (tmp_path / "pool" / "d.py").write_text("from ansible.module_utils.basic import AnsibleModule\n")
+    # Through the registry a provisioner's code is not found; through a
+    # module of the pool's own it is.
+    (tmp_path / "provisioners" / "__init__.py").write_text(f"from {PREFIX}.provisioners import qemu_pod\n")
+    (tmp_path / "pool" / "e.py").write_text(f"from {PREFIX} import provisioners\n")
+    (tmp_path / "pool" / "f.py").write_text(f"from {PREFIX}.pool import g\n")
+    (tmp_path / "pool" / "g.py").write_text(f"def h():\n    from {PREFIX} import top\n")
+    (tmp_path / "top.py").write_text(f"from {PREFIX}.provisioners import qemu_pod\n")
     monkeypatch.setattr(sys.modules["test_layers"], "ROOT", tmp_path)
     monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
     assert forbidden("pool/decision.py") == set()
     assert forbidden("pool/a.py") == {"k8s/status.py", "kubernetes"}
     assert forbidden("pool/c.py") == {"provisioners/qemu_pod.py"}
     assert forbidden("pool/d.py") == {"ansible"}
+    assert forbidden("pool/e.py") == set()
+    assert forbidden("pool/f.py") == {"provisioners/qemu_pod.py"}
     (tmp_path / "pool" / "decision.py").write_text(f"from {PREFIX}.pool import c\n")
     file_imports.cache_clear()
     assert forbidden("pool/decision.py") == {"pool/c.py", "provisioners/qemu_pod.py", "provisioners/base.py"}

@@ -30,7 +30,8 @@ against the layers that it does not name fails the test at once.
 The core (``pool/``, ``k8s/``) reads a provisioner through the registry:
 it names none, and of ``provisioners/`` it imports only the registry and
 the interface (``base.py``); the set's policy (``pool/set_overrides.py``)
-imports no backend's code either.
+imports no backend's code either. The pool imports no provisioner's code at
+all, and no provisioner imports another's (``across_provisioners``).
 """
 
 import ast
@@ -300,3 +301,77 @@ def test_the_registry_check_sees_a_provisioners_module_and_a_backend(tmp_path, m
         ("pool/set_overrides.py", "provisioners.qemu_common"), ("pool/set_overrides.py", "qemu.argv"),
         ("pool/set_overrides.py", "provisioners.corellium.identity"),
         ("k8s/pod.py", "provisioners.corellium"), ("k8s/pod.py", "provisioners.qemu_pod")}
+
+
+# What the provisioners share: the registry, the interface, and QEMU's
+# shared module (qemu_common.py: the schema, facts and rendering qemu_pod
+# and qemu_baremetal both use). Every other module of provisioners/ is one
+# provisioner's, and a provisioner's package is all its own.
+SHARED_BY_PROVISIONERS = ("__init__", "base", "qemu_common")
+REGISTRY = "provisioners/__init__.py"
+
+
+def provisioner_of(relative):
+    """The provisioner whose code the file is (``corellium`` for
+    ``provisioners/corellium/client.py``, ``qemu_pod`` for
+    ``provisioners/qemu_pod.py``); None for a shared module or a file
+    outside provisioners/."""
+    parts = Path(relative).parts
+    if len(parts) < 2 or parts[0] != "provisioners":
+        return None
+    name = parts[1].removesuffix(".py")
+    return None if name in SHARED_BY_PROVISIONERS else name
+
+
+def across_provisioners(all_edges):
+    """(file, module) for each import of a provisioner's code by pool/, by
+    another provisioner's code, or by a module the provisioners share other
+    than the registry."""
+    found = set()
+    for f, m in all_edges:
+        parts = m.split(".")
+        imported = provisioner_of("/".join(parts[:2]) + ".py") if parts[0] == "provisioners" else None
+        if imported is None or f == REGISTRY:
+            continue
+        if package_of(f) == "pool" or (f.startswith("provisioners/") and provisioner_of(f) != imported):
+            found.add((f, m))
+    return found
+
+
+def test_the_pool_and_each_provisioner_keep_out_of_the_provisioners_code():
+    found = sorted(across_provisioners(edges()))
+    assert not found, ("pool/ or a provisioner imports a provisioner's code (another's, for a "
+                       "provisioner); move what both need to base.py or behind the Provisioner "
+                       "interface:\n" + "\n".join(f"  {f} imports {m}" for f, m in found))
+
+
+def test_the_provisioner_check_sees_each_import_across(tmp_path, monkeypatch):
+    """The check above can fail: pool/ importing a provisioner's backend
+    code, a provisioner's module or package importing another's, and the
+    shared module importing one, are found; the registry importing them all,
+    a provisioner importing its own package's code, the shared module and
+    the interface, are not."""
+    for package in ("pool", "provisioners/corellium", "provisioners/qemu_baremetal"):
+        (tmp_path / package).mkdir(parents=True)
+    files = {
+        "provisioners/__init__.py": "from {p}.provisioners import base, corellium, qemu_baremetal, qemu_pod\n",
+        "provisioners/base.py": "",
+        "provisioners/qemu_common.py": "from {p}.provisioners import qemu_pod\n",
+        "provisioners/qemu_pod.py": "from {p}.provisioners import base, qemu_common\n"
+                                    "from {p}.provisioners.corellium import identity\n",
+        "provisioners/corellium/__init__.py": "from {p}.provisioners.corellium import identity\n",
+        "provisioners/corellium/identity.py": "",
+        "provisioners/corellium/client.py": "from {p}.provisioners.qemu_baremetal import hosts\n",
+        "provisioners/qemu_baremetal/__init__.py": "from {p}.provisioners import qemu_common\n",
+        "provisioners/qemu_baremetal/hosts.py": "from {p}.provisioners import qemu_baremetal\n",
+        "pool/a.py": "from {p} import provisioners\nfrom {p}.provisioners import base\n"
+                     "from {p}.provisioners.corellium import identity\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).write_text(text.format(p=PREFIX))
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    assert across_provisioners(edges()) == {
+        ("provisioners/qemu_common.py", "provisioners.qemu_pod"),
+        ("provisioners/qemu_pod.py", "provisioners.corellium.identity"),
+        ("provisioners/corellium/client.py", "provisioners.qemu_baremetal.hosts"),
+        ("pool/a.py", "provisioners.corellium.identity")}
