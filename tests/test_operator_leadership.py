@@ -1,7 +1,11 @@
 """An operator whose leader election Lease another holder takes stops at
 once (operator/exporterset_operator/election.py): it exits, so it writes
 nothing more and starts no backend run (its fork server ends with it); it
-does not go on for the renew deadline beside the new leader."""
+does not go on for the renew deadline beside the new leader.
+
+The renew deadline is far longer than the test waits for the exit: without
+``on_taken`` the operator would lead on for minutes, so the wait fails
+whatever the machine's speed, and no duration is asserted."""
 
 from __future__ import annotations
 
@@ -15,10 +19,12 @@ from kubernetes import client
 from operator_process import watches_file
 from pool_helpers import make_class, make_set
 
-RENEW_DEADLINE = 20
-# Seconds from the takeover to the exit: a retry period or two (1 s), far
-# below the renew deadline an election alone would wait out.
-STOPS_WITHIN = 8
+RENEW_DEADLINE = 300
+LEASE_DURATION = 330
+# How long the test waits for the exit, which comes at the operator's next
+# read of the Lease (the retry period, 1 s): a tenth of the renew deadline
+# an election alone would wait out before giving up.
+EXIT_WAIT = 30
 
 HOLD_PLAYBOOK = """\
 - name: A backend run that holds until the test releases it
@@ -69,7 +75,8 @@ def test_an_operator_whose_lease_is_taken_stops_writing_and_starting_backend_run
     make_class(custom, namespace)
     make_set(custom, namespace, minAvailableReplicas=1)
     proc = operator("--watches-file", str(watches), "--leader-elect", "--leader-election-id", "pool-operator",
-                    "--leader-election-namespace", namespace, "--leader-election-lease-duration", "30s",
+                    "--leader-election-namespace", namespace,
+                    "--leader-election-lease-duration", f"{LEASE_DURATION}s",
                     "--leader-election-renew-deadline", f"{RENEW_DEADLINE}s",
                     "--leader-election-retry-period", "1s")
     wait_for(proc.leads, message="the operator leads")
@@ -97,12 +104,10 @@ def test_an_operator_whose_lease_is_taken_stops_writing_and_starting_backend_run
 
     taken = wait_for(take, timeout=10, interval=0.05, message="the Lease written as another holder")
 
-    wait_for(lambda: proc.proc.poll() is not None, timeout=RENEW_DEADLINE + 10, interval=0.1,
-             message="the operator stops")
-    stopped_after = time.monotonic() - taken
-    print(f"stopped {stopped_after:.1f}s after the Lease was taken (renew deadline {RENEW_DEADLINE}s)")
+    wait_for(lambda: proc.proc.poll() is not None, timeout=EXIT_WAIT, interval=0.1,
+             message=f"the operator stops at its next read of the Lease (renew deadline {RENEW_DEADLINE}s)")
+    print(f"stopped {time.monotonic() - taken:.1f}s after the Lease was taken (renew deadline {RENEW_DEADLINE}s)")
     assert proc.proc.returncode == 1, proc.log_tail()
-    assert stopped_after < STOPS_WITHIN, proc.log_tail()
     assert "the leader election Lease is held by another" in proc.log_path.read_text()
     # Its fork server goes with it: no run of it starts any more.
     wait_for(lambda: not [pid for pid in processes_with(run_env) if comm(pid) == "jve-forkserver"],
