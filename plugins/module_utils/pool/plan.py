@@ -162,7 +162,8 @@ def make_plan(exporter_set, virtual_target_class, exporters, pending_leases, now
     # A lease-wait target sizes the warm buffer, minAvailableReplicas its floor.
     sized = sizing.for_plan(exporter_set, virtual_target_class, as_planned, leases, wanted.warm_buffer,
                             options.get("policy"), now, draft,
-                            room=ceiling[0] - survey.leased - pending if ceiling[0] > 0 else None)
+                            room=ceiling[0] - survey.leased - pending if ceiling[0] > 0 else None,
+                            cooldown=wanted.cooldown)
     if sized is not None:
         wanted.warm_buffer = sized[0].buffer
 

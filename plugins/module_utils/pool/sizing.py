@@ -24,6 +24,13 @@ in the ``W`` before it; where those counts vary well over their mean
 window of the slow cold start (the one at the percentile, less ``T``).
 ``W = 0``: a cold start meets the target, no buffer.
 
+A set reset in place also gets an instance back when a lease ends, held
+beyond the buffer through the scale-down cooldown. There the buffer is
+the least, from 1 to that figure, whose replay over the same history, its
+lease ends included, lets no more leases wait than the misses the target
+allows less those the quiet hours likely spend (``replayed``); not for
+bursts, nor over too few arrivals to tell.
+
 Which arrivals: those of the earlier cycles around the time to come, from
 now to the cold start at the target's percentile and one window ahead
 (what is created now is ready only then): up to four weeks back once a
@@ -42,6 +49,7 @@ say; minReplicas and the scale-down cooldown stay the planner's.
 
 import bisect
 import functools
+import heapq
 import math
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -89,6 +97,11 @@ MAX_RECORDED = 4096
 MAX_RECORD_CHARS = 8 * MAX_RECORDED
 # Cold starts it records: the newest, by the Exporter's creation.
 MAX_COLD_STARTS = 64
+# The fewest misses the target must allow a replay's arrivals for it to
+# lower the buffer: a burst or two seen once would be learnt by heart.
+MIN_MISSES = 2.0
+# The replay's order of the measured cold starts: steps of the golden ratio.
+GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0
 # Bounds of the Poisson quantile search (the ceiling of any sane buffer).
 MAX_BUFFER = 1000
 
@@ -125,7 +138,7 @@ class Decision:
                 f"{self.pressure:.2f} leases in the {self.window:.0f}s before an arrival "
                 f"({self.source}), model {self.model_buffer}")
 
-    def to_dict(self, arrivals=(), since=None, cold_starts=()):
+    def to_dict(self, arrivals=(), since=None, cold_starts=(), ends=()):
         return {
             "buffer": self.buffer,
             "reason": self.reason,
@@ -135,6 +148,7 @@ class Decision:
             "modelBuffer": self.model_buffer,
             "forecast": self.source,
             "arrivals": encode_arrivals(arrivals),
+            "ends": encode_arrivals(ends),
             "coldStarts": encode_cold_starts(cold_starts),
             "since": format_time(datetime.fromtimestamp(since, UTC)) if since is not None else None,
         }
@@ -196,6 +210,7 @@ class Demand:
     source: str
     factor: float = 1.0
     burst_counts: tuple = ()
+    spans: tuple = ()  # (start, end): where the counted arrivals came
 
     def pressure(self, percentile):
         """The percentile of the count an arrival finds before it, and the
@@ -208,10 +223,15 @@ class Demand:
             return 0, 0.0
         mean = sum(self.counts) / len(self.counts)
         level = max(poisson_quantile(mean * self.factor, percentile), self._own(self.counts, percentile))
-        variance = sum((n - mean) ** 2 for n in self.counts) / len(self.counts)
-        if variance > BURSTY * mean and self.burst_counts:
+        if self.bursty() and self.burst_counts:
             level = max(level, self._own(self.burst_counts, percentile))
         return level, mean * self.factor
+
+    def bursty(self):
+        if not self.counts:
+            return False
+        mean = sum(self.counts) / len(self.counts)
+        return sum((n - mean) ** 2 for n in self.counts) / len(self.counts) > BURSTY * mean
 
     def _own(self, counts, percentile):
         return math.ceil(quantile(counts, percentile) * self.factor - 1e-9)
@@ -251,7 +271,7 @@ def _seasonal_demand(arrivals, since, now, horizon, window, burst_window):
         factor = min(max((_count(arrivals, now - HOUR, now) + 1.0) / (same_hours + 1.0), low), high)
         rate = len(points) / (len(spans) * (horizon + 2 * SLACK))
         return Demand(_counts(arrivals, points, window), rate * factor, f"{name} x{len(shifts)}", factor,
-                      _counts(arrivals, points, burst_window))
+                      _counts(arrivals, points, burst_window), tuple(spans))
     return None
 
 
@@ -276,14 +296,94 @@ def _recent_demand(arrivals, since, now, window, burst_window, span):
         return None
     points = range(bisect.bisect_left(arrivals, now - known), len(arrivals))
     return Demand(_counts(arrivals, points, window), len(points) / known, "recent", 1.0,
-                  _counts(arrivals, points, burst_window))
+                  _counts(arrivals, points, burst_window), ((now - known, now + 1.0),))
 
 
-def decide(target, arrivals, cold_starts, now, since, floor=0, room=None):
+def _late(arrivals, ends, span, buffer, samples, wait, cooldown):
+    """``(late, counted)`` of a pool reset in place replayed with a warm
+    buffer of ``buffer`` over the arrivals in ``span`` (one cooldown before
+    it to settle, the buffer full at that start): an arrival takes a ready
+    instance, else the first replacement under way, and waits over ``wait``
+    when that is not ready by then; each arrival's replacement is ready one
+    cold start later (the measured ones in a fixed scattered order); a
+    lease's end gives its instance back, held beyond the buffer until the
+    surplus has lasted ``cooldown``."""
+    start, end = span
+    settle = start - cooldown
+    events = heapq.merge(((t, 0) for t in ends[bisect.bisect_left(ends, settle):bisect.bisect_left(ends, end)]),
+                         ((t, 1) for t in arrivals[bisect.bisect_left(arrivals, settle):
+                                                   bisect.bisect_left(arrivals, end)]))
+    ready, under_way, surplus_since, made, late, counted = buffer, [], None, 0, 0, 0
+    for at, arrival in events:
+        while under_way and under_way[0] <= at:
+            heapq.heappop(under_way)
+            ready += 1
+        if surplus_since is not None and at >= surplus_since + cooldown:
+            ready -= min(ready + len(under_way) - buffer, max(ready - buffer, 0))
+            surplus_since = None
+        if not arrival:
+            ready += 1
+        else:
+            counted_here = at >= start
+            counted += counted_here
+            if ready:
+                ready -= 1
+            else:
+                if under_way:
+                    first = heapq.heappop(under_way)
+                else:
+                    first, made = at + _cold(samples, made), made + 1
+                late += counted_here and first - at > wait
+            for _ in range(buffer - ready - len(under_way)):
+                heapq.heappush(under_way, at + _cold(samples, made))
+                made += 1
+        if ready + len(under_way) <= buffer:
+            surplus_since = None
+        elif surplus_since is None:
+            surplus_since = at
+    return late, counted
+
+
+def _cold(samples, index):
+    return samples[int(len(samples) * ((index * GOLDEN) % 1.0))]
+
+
+def replayed(demand, arrivals, ends, upper, samples, target, cooldown, share):
+    """The least buffer from 1 to ``upper`` whose replay (``_late``) over
+    the spans the demand read lets no more than ``share`` of their arrivals
+    wait over the target; ``upper`` where none does, or where they are too
+    few to spend ``MIN_MISSES``. Not none: a lease the returns miss would
+    wait a whole cold start."""
+    best = upper
+    for buffer in range(upper - 1, 0, -1):
+        late = counted = 0
+        for span in demand.spans:
+            found = _late(arrivals, ends, span, buffer, samples, target.wait, cooldown)
+            late, counted = late + found[0], counted + found[1]
+        if share * counted < MIN_MISSES or late > share * counted:
+            break
+        best = buffer
+    return best
+
+
+def quiet_share(arrivals, now, horizon):
+    """The share of the last week's arrivals (or of all, when less is
+    known) that came in an hour with a quiet rate (``QUIET`` within
+    ``horizon``): the model keeps no buffer then, so they are likely to
+    wait, and spend the misses the target allows."""
+    edges = [bisect.bisect_left(arrivals, now - k * HOUR) for k in range(int(WEEK // HOUR), -1, -1)]
+    counts = [b - a for a, b in zip(edges, edges[1:], strict=False)]
+    total = sum(counts)
+    return sum(n for n in counts if n * horizon / HOUR < QUIET) / total if total else 0.0
+
+
+def decide(target, arrivals, cold_starts, now, since, floor=0, room=None, ends=None, cooldown=0.0):
     """The warm buffer for ``target`` at ``now`` (seconds); see the module
     docstring. ``cold_starts``: seconds from creation to first ready;
     ``room``: what the replica ceiling leaves beside the leased and pending
-    (None: no ceiling)."""
+    (None: no ceiling); ``ends``: the sorted lease end times of a set reset
+    in place (None: an ended lease gives nothing back), whose instances are
+    held ``cooldown`` seconds beyond the buffer."""
     bounded = functools.partial(_bounded, target, floor, room)
     arrivals = sorted(a for a in arrivals if a <= now)
     samples = sorted(cold_starts) or [DEFAULT_COLD_START]
@@ -302,9 +402,18 @@ def decide(target, arrivals, cold_starts, now, since, floor=0, room=None):
         if share >= EXPECTING:
             return bounded(Decision(1, REASON_FIRST_ARRIVAL, cold, window, 0.0, 1, source))
         return bounded(Decision(0, REASON_QUIET, cold, window, 0.0, 0, "none"))
+    # A set reset in place: what the leases give back serves too, within the
+    # misses the quiet hours leave; not where arrivals come in bursts, whose
+    # every moment would spend them.
+    share = 1 - target.percentile / 100.0 - quiet_share(arrivals, now, cold + window) if ends is not None else 0
+    if share > 0:
+        ends = sorted(e for e in ends if e <= now)
+        seen = [((level if d.bursty() else
+                  replayed(d, arrivals, ends, level + 1, samples, target, cooldown, share) - 1, mean), d)
+                for (level, mean), d in seen]
     (level, mean), busiest = max(seen, key=lambda entry: entry[0])
     return bounded(Decision(level + 1, REASON_FORECAST, cold, window, mean, level + 1,
-                                            busiest.source))
+                            busiest.source))
 
 
 def _bounded(target, floor, room, decision):
@@ -330,25 +439,10 @@ def history(exporter_set, leases, exporters):
     record is needed: the controller garbage-collects the Leases of a
     deleted Exporter, so scale-down erases them, and a pool scaled to none
     has no Exporter to tell its cold start."""
-    recorded = (exporter_set.get("status") or {}).get("sizing") or {}
-    arrivals = decode_arrivals(recorded.get("arrivals"))
-    last = arrivals[-1] if arrivals else None
-    labels = selectors.exporter_labels(exporter_set, c.LABEL_EXPORTER_SET)
-    # Leases of the record's last second: the record holds some of them
-    # (times are whole seconds), those beyond its count are new.
-    at_last = 0
-    for lease in leases:
-        selector = (lease.get("spec") or {}).get("selector") or {}
-        created = seconds_of(lease["metadata"].get("creationTimestamp"))
-        if created is None or (last is not None and created < last) \
-                or selectors.selector_is_empty(selector) or not selectors.selector_matches(selector, labels):
-            continue
-        if last is not None and created == last:
-            at_last += 1
-        else:
-            arrivals.append(created)
-    arrivals.extend([last] * max(at_last - arrivals.count(last), 0) if last is not None else ())
-    arrivals.sort()
+    recorded = _recorded(exporter_set)
+    arrivals = _merged(decode_arrivals(recorded.get("arrivals")),
+                       [seconds_of(lease["metadata"].get("creationTimestamp"))
+                        for lease in _leases_of(exporter_set, leases)])
     # Cold starts by (creation second, seconds): the recorded ones and those of
     # the Exporters now, which the record may already hold.
     cold_starts = set(decode_cold_starts(recorded.get("coldStarts")))
@@ -357,6 +451,46 @@ def history(exporter_set, leases, exporters):
     if since is None:
         since = min(arrivals) if arrivals else seconds_of(exporter_set["metadata"].get("creationTimestamp"))
     return arrivals, sorted(cold_starts)[-MAX_COLD_STARTS:], since or 0.0
+
+
+def lease_ends(exporter_set, leases):
+    """The set's lease ends (seconds), recorded and read as ``history``'s
+    arrivals are: the record's (``status.sizing.ends``) and the
+    ``status.endTime`` of the ended Leases since."""
+    return _merged(decode_arrivals(_recorded(exporter_set).get("ends")),
+                   [seconds_of((lease.get("status") or {}).get("endTime"))
+                    for lease in _leases_of(exporter_set, leases) if (lease.get("status") or {}).get("ended")])
+
+
+def _recorded(exporter_set):
+    return (exporter_set.get("status") or {}).get("sizing") or {}
+
+
+def _leases_of(exporter_set, leases):
+    labels = selectors.exporter_labels(exporter_set, c.LABEL_EXPORTER_SET)
+    for lease in leases:
+        selector = (lease.get("spec") or {}).get("selector") or {}
+        if not selectors.selector_is_empty(selector) and selectors.selector_matches(selector, labels):
+            yield lease
+
+
+def _merged(recorded, times):
+    """The ``recorded`` times and those of ``times`` after the record's last
+    second. Of that second (times are whole seconds) the record holds some:
+    those beyond its count are new."""
+    out = list(recorded)
+    last = out[-1] if out else None
+    at_last = 0
+    for time in times:
+        if time is None or (last is not None and time < last):
+            continue
+        if last is not None and time == last:
+            at_last += 1
+        else:
+            out.append(time)
+    if last is not None:
+        out.extend([last] * max(at_last - recorded.count(last), 0))
+    return sorted(out)
 
 
 def encode_cold_starts(pairs):
@@ -411,7 +545,8 @@ def _base36(number):
             return text
 
 
-def for_plan(exporter_set, virtual_target_class, exporters, leases, floor, policy, now, draft, room=None):
+def for_plan(exporter_set, virtual_target_class, exporters, leases, floor, policy, now, draft, room=None,
+             cooldown=0.0):
     """``(Decision, status.sizing)`` of a set whose ExporterSetPolicy gives
     a ``leaseWait``, or None (none either where the class binds on first consumer: no warm
     pool). Tells a change of buffer with an Event, and asks for the next
@@ -421,9 +556,12 @@ def for_plan(exporter_set, virtual_target_class, exporters, leases, floor, polic
     if target is None or error or binding == c.BINDING_WAIT_FOR_FIRST_CONSUMER:
         return None
     arrivals, cold_starts, since = history(exporter_set, leases, exporters)
+    # Only a set reset in place gets an instance back when its lease ends.
+    in_place = (exporter_set.get("spec") or {}).get("recycleStrategy") == c.RECYCLE_IN_PLACE_REUSE
+    ends = lease_ends(exporter_set, leases) if in_place else []
     decision = decide(target, arrivals, [seconds for _, seconds in cold_starts], now.timestamp(), since, floor,
-                      room)
+                      room, ends if in_place else None, cooldown)
     if ((exporter_set.get("status") or {}).get("sizing") or {}).get("buffer") != decision.buffer:
         draft.event("Normal", "WarmBufferSized", decision.message())
     draft.requeue_at(RESIZE)
-    return decision, decision.to_dict(arrivals, since, cold_starts)
+    return decision, decision.to_dict(arrivals, since, cold_starts, ends)

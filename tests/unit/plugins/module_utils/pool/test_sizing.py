@@ -354,3 +354,180 @@ def test_leases_of_the_records_last_second_are_counted_once_each():
     # Recorded again, a later pass counts each of them once.
     the_set["status"]["sizing"]["arrivals"] = sizing.encode_arrivals(arrivals)
     assert len(sizing.history(the_set, burst + [lease("g", created=-10)], [])[0]) == 6
+
+
+def reset_in_place_waits(arrivals, ends, buffer, lead, cooldown):
+    """Waits of a pool reset in place: as ``base_stock_waits``, and each
+    lease's end gives its instance back, kept beyond the buffer until the
+    surplus has lasted ``cooldown``."""
+    events = sorted([(e, 0) for e in ends] + [(a, 1) for a in arrivals])
+    ready, under_way, since, waits = buffer, [], None, []
+    for at, arrival in events:
+        while under_way and under_way[0] <= at:
+            heapq.heappop(under_way)
+            ready += 1
+        if since is not None and at >= since + cooldown:
+            ready = min(ready, max(buffer - len(under_way), 0)) if ready > buffer else ready
+            since = None
+        if not arrival:
+            ready += 1
+        elif ready:
+            ready -= 1
+            waits.append(0.0)
+        else:
+            done = heapq.heappop(under_way) if under_way else at + lead
+            waits.append(done - at)
+        if arrival:
+            while ready + len(under_way) < buffer:
+                heapq.heappush(under_way, at + lead)
+        if ready + len(under_way) <= buffer:
+            since = None
+        elif since is None:
+            since = at
+    return waits
+
+
+def steady_leases(rate, hours, median, seed=3):
+    rng = random.Random(seed)
+    t, arrivals, ends = 0.0, [], []
+    while t < hours * sizing.HOUR:
+        t += rng.expovariate(rate)
+        arrivals.append(t)
+        ends.append(t + rng.lognormvariate(math.log(median), 0.6))
+    return arrivals, sorted(ends)
+
+
+@pytest.mark.parametrize("rate", [1 / 30, 1 / 10])
+def test_a_pool_reset_in_place_counts_the_instances_its_leases_give_back(rate):
+    arrivals, ends = steady_leases(rate, 6, 600.0)
+    now = 2 * sizing.HOUR
+    history = [a for a in arrivals if a <= now]
+    cold = [25.0] * 10
+    returned = sizing.decide(TARGET, history, cold, now, 0.0, ends=ends, cooldown=300.0)
+    model = sizing.decide(TARGET, history, cold, now, 0.0)
+    assert returned.reason == sizing.REASON_FORECAST
+    # The instances given back serve leases the buffer alone would not.
+    assert returned.buffer < model.buffer
+    # What comes next meets the target with the buffer chosen.
+    future = [a for a in arrivals if a > now]
+    later = [e for e in ends if e > now]
+    assert share_late(reset_in_place_waits(future, later, returned.buffer, cold[0], 300.0),
+                      TARGET.wait) <= 0.05
+
+
+def test_given_back_instances_count_only_while_the_cooldown_keeps_them():
+    # Two leases 10 s apart, each cold start 30 s: with one ready, the
+    # second waits 20 s, unless an instance given back is still there.
+    arrivals, ends = [1000.0, 1010.0], [800.0]
+    held = sizing._late(arrivals, ends, (900.0, 1100.0), 1, COLD, 5.0, 300.0)
+    gone = sizing._late(arrivals, ends, (900.0, 1100.0), 1, COLD, 5.0, 60.0)
+    assert held == (0, 2)
+    assert gone == (1, 2)
+    # An end after the second arrival serves nobody.
+    assert sizing._late(arrivals, [1020.0], (900.0, 1100.0), 1, COLD, 5.0, 300.0) == (1, 2)
+
+
+def test_lease_ends_are_recorded_and_counted_once_each():
+    from pool_builders import exporter_set, lease
+
+    the_set = exporter_set(recycle=c.RECYCLE_IN_PLACE_REUSE)
+    ended = [lease(f"e{i}", created=-900, ended=True) for i in range(3)]
+    for i, obj in enumerate(ended):
+        obj["status"]["endTime"] = f"2026-11-21T07:59:0{i // 2}Z"
+    running = lease("r", created=-30)
+    ends = sizing.lease_ends(the_set, ended + [running])
+    assert len(ends) == 3
+    # Recorded, then its Leases garbage-collected: the record still holds them,
+    # and a Lease that ends in the record's last second counts once more.
+    the_set["status"] = {"sizing": {"ends": sizing.encode_arrivals(ends)}}
+    late = lease("e3", created=-60, ended=True)
+    late["status"]["endTime"] = "2026-11-21T07:59:01Z"
+    assert sizing.lease_ends(the_set, ended + [late]) == sorted(ends + [ends[-1]])
+    assert sizing.lease_ends(the_set, []) == ends
+    # A Lease of another board is not the set's.
+    other = lease("o", created=-60, ended=True, selector={"matchLabels": {"board": "imx8"}})
+    other["status"]["endTime"] = "2026-11-21T07:59:30Z"
+    assert sizing.lease_ends(the_set, [other]) == ends
+
+
+def test_only_a_set_reset_in_place_counts_what_its_leases_give_back():
+    from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import policy
+    from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.plan import scale_plan
+    from pool_builders import NOW, at, exporter_set, lease, target_class
+
+    arrivals, ends = steady_leases(1 / 30, 3, 600.0)
+    now = 3 * sizing.HOUR
+    leases = []
+    for i, (a, e) in enumerate(zip(arrivals, ends, strict=True)):
+        if a < now and e < now:
+            obj = lease(f"h{i}", created=a - now, ended=True)
+            obj["status"]["endTime"] = at(e - now)
+            leases.append(obj)
+    spec = policy.normalize({"leaseWait": {"percentile": 95, "target": "5s"}})
+    buffers = {}
+    for recycle in (c.RECYCLE_IN_PLACE_REUSE, c.RECYCLE_EXIT_AND_REPLACE):
+        the_set = exporter_set(recycle=recycle)
+        the_set["metadata"]["creationTimestamp"] = "2026-11-21T04:00:00Z"
+        plan = scale_plan(the_set, target_class(), [], [], NOW, leases=leases, options={"policy": spec})
+        buffers[recycle] = plan["status"]["sizing"]["buffer"]
+        assert sizing.decode_arrivals(plan["status"]["sizing"]["ends"]) == (
+            sorted(sizing.seconds_of(x["status"]["endTime"]) for x in leases)
+            if recycle == c.RECYCLE_IN_PLACE_REUSE else [])
+    assert buffers[c.RECYCLE_IN_PLACE_REUSE] < buffers[c.RECYCLE_EXIT_AND_REPLACE]
+
+
+@settings(max_examples=150, deadline=None)
+@given(arrival_lists, st.lists(st.floats(min_value=0.0, max_value=3 * sizing.DAY), max_size=200),
+       st.lists(st.floats(min_value=1.0, max_value=600.0), min_size=1, max_size=20),
+       st.floats(min_value=0.0, max_value=3 * sizing.DAY), st.integers(0, 3),
+       st.sampled_from([0.0, 60.0, 300.0]))
+def test_what_leases_give_back_only_lowers_the_buffer_to_one_its_replay_meets(arrivals, ends, cold, now, floor,
+                                                                             cooldown):
+    returned = sizing.decide(TARGET, arrivals, cold, now, 0.0, floor=floor, ends=ends, cooldown=cooldown)
+    model = sizing.decide(TARGET, arrivals, cold, now, 0.0, floor=floor)
+    assert floor <= returned.buffer <= model.buffer
+    assert sizing.decide(TARGET, list(reversed(arrivals)), cold, now, 0.0, floor=floor,
+                         ends=list(reversed(ends)), cooldown=cooldown) == returned
+    if returned.model_buffer < model.model_buffer:
+        # The buffer chosen lets no more than the target's share wait in the
+        # replay of the history the forecast read; ends after now are not known.
+        history = sorted(a for a in arrivals if a <= now)
+        known = sorted(e for e in ends if e <= now)
+        samples = sorted(cold)
+        window = sum(max(s - TARGET.wait, 0.0) for s in samples) / len(samples)
+        cold_start = sizing.quantile(samples, TARGET.percentile)
+        found = [d for d in sizing.demand(history, 0.0, now, cold_start + window, window,
+                                          max(cold_start - TARGET.wait, window))
+                 if d.source == returned.source]
+        late = [sizing._late(history, known, span, returned.model_buffer, samples, TARGET.wait, cooldown)
+                for span in found[0].spans]
+        assert sum(x for x, _ in late) <= 0.05 * sum(n for _, n in late)
+
+
+def test_the_leases_of_quiet_hours_leave_the_given_back_instances_no_misses_to_spend():
+    # Two busy hours after a day of one lease an hour: those 22 leases come
+    # when no buffer is kept, over the 5 % the target lets wait.
+    arrivals, ends = steady_leases(1 / 30, 2, 600.0)
+    quiet = [h * sizing.HOUR + 1800.0 for h in range(-22, 0)]
+    start = 22 * sizing.HOUR
+    history = [start + t for t in quiet + arrivals]
+    ends = [start + e for e in ends]
+    now = start + 2 * sizing.HOUR
+    cold = [25.0] * 10
+    assert sizing.quiet_share(history, now, 45.0) > 0.05
+    returned = sizing.decide(TARGET, history, cold, now, 0.0, ends=ends, cooldown=300.0)
+    assert returned.buffer == sizing.decide(TARGET, history, cold, now, 0.0).buffer
+    # Without those hours the same busy ones count what is given back.
+    busy = [a for a in history if a >= start]
+    assert sizing.quiet_share(busy, now, 45.0) == 0.0
+    assert sizing.decide(TARGET, busy, cold, now, start, ends=ends, cooldown=300.0).buffer \
+        < sizing.decide(TARGET, busy, cold, now, start).buffer
+
+
+@pytest.mark.parametrize(("leases", "buffer"), [(20, 3), (60, 1)])
+def test_a_replay_lowers_the_buffer_only_over_arrivals_enough_to_spend_two_misses(leases, buffer):
+    # Each lease finds the instance an earlier one gave back 30 s before.
+    arrivals = [1000.0 + 60.0 * i for i in range(leases)]
+    ends = [a - 30.0 for a in arrivals]
+    seen = sizing.Demand((), 0.0, "recent", spans=((1000.0, arrivals[-1] + 1.0),))
+    assert sizing.replayed(seen, arrivals, ends, 3, COLD, TARGET, 300.0, 0.05) == buffer
