@@ -9,6 +9,7 @@ import sys
 
 import pytest
 import yaml
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import module_base
 
 MODULE = "jumpstarter.virtual_exporters.corellium_instance"
 INFO_MODULE = "jumpstarter.virtual_exporters.corellium_info"
@@ -199,7 +200,7 @@ def test_ansible_doc_documents_exactly_the_argument_spec(monkeypatch, module_nam
     def capture(argument_spec, **_):
         raise SpecCaptured(argument_spec)
 
-    monkeypatch.setattr(module, "AnsibleModule", capture)
+    monkeypatch.setattr(module_base, "AnsibleModule", capture)
     with pytest.raises(SpecCaptured) as captured:
         module.main()
     spec = captured.value.args[0]

@@ -68,12 +68,12 @@ sets:
   elements: dict
 """
 
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants, provisioners
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants, module_base, provisioners
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import apply as k8s_apply
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import objects as k8s_objects
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import status as k8s_status
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.client import (
-    k8s_module,
+    AUTH_ARG_SPEC,
     module_api_client,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.module_diff import with_diff
@@ -195,7 +195,7 @@ def run(module):
 
 
 def main():
-    run(k8s_module(ARGUMENT_SPEC, supports_check_mode=True))
+    module_base.main(run, ARGUMENT_SPEC, connection=AUTH_ARG_SPEC)
 
 
 if __name__ == "__main__":

@@ -189,8 +189,11 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants, exporterset_options
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (
+    constants,
+    exporterset_options,
+    module_base,
+)
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.module_diff import Changes, with_diff
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu_baremetal import (
     hosts as baremetal,
@@ -725,31 +728,28 @@ def set_lock(module):
             time.sleep(0.1)
 
 
-def main():
-    names = dict(type="list", elements="str", default=[])
-    module = AnsibleModule(
-        argument_spec=dict(
-            **exporterset_options.SET_NAME,
-            parameters=dict(type="dict", default={}),
-            configs=dict(type="dict", default={}),
-            tokens=dict(type="dict", default={}, no_log=True),
-            uids=dict(type="dict", default={}),
-            present=names,
-            reset=names,
-            remove=names,
-            retain=names,
-            keep=dict(type="list", elements="str"),
-            work_dir=dict(type="path", default=baremetal.DEFAULT_WORK_DIR),
-            prefix=dict(type="path", default=baremetal.DEFAULT_PREFIX),
-            lock_timeout=dict(type="float", default=300.0),
-            image_cache_quota=dict(type="int", default=image_fetch.DEFAULT_CACHE_QUOTA_BYTES),
-            image_max_size=dict(type="int", default=image_fetch.DEFAULT_MAX_BYTES),
-            image_hosts=dict(type="list", elements="str", default=[]),
-        ),
-        supports_check_mode=True,
-    )
-    if qemu_qmp.QMP_IMPORT_ERROR is not None:
-        module.fail_json(msg=f"qemu.qmp is required on the lab host: {qemu_qmp.QMP_IMPORT_ERROR}")
+_NAMES = dict(type="list", elements="str", default=[])
+ARGUMENT_SPEC = dict(
+    **exporterset_options.SET_NAME,
+    parameters=dict(type="dict", default={}),
+    configs=dict(type="dict", default={}),
+    tokens=dict(type="dict", default={}, no_log=True),
+    uids=dict(type="dict", default={}),
+    present=_NAMES,
+    reset=_NAMES,
+    remove=_NAMES,
+    retain=_NAMES,
+    keep=dict(type="list", elements="str"),
+    work_dir=dict(type="path", default=baremetal.DEFAULT_WORK_DIR),
+    prefix=dict(type="path", default=baremetal.DEFAULT_PREFIX),
+    lock_timeout=dict(type="float", default=300.0),
+    image_cache_quota=dict(type="int", default=image_fetch.DEFAULT_CACHE_QUOTA_BYTES),
+    image_max_size=dict(type="int", default=image_fetch.DEFAULT_MAX_BYTES),
+    image_hosts=dict(type="list", elements="str", default=[]),
+)
+
+
+def run(module):
     host = HostInstances(module)
     p = module.params
     lock = set_lock(module)
@@ -773,6 +773,10 @@ def main():
     module.exit_json(**with_diff(module, dict(
         changed=bool(host.changed or pruned), changed_instances=host.changed, instances=instances,
         images_downloaded=host.downloaded, images_pruned=pruned), host.changes.before, host.changes.after))
+
+
+def main():
+    module_base.main(run, ARGUMENT_SPEC, requires=("qemu.qmp", qemu_qmp.QMP_IMPORT_ERROR))
 
 
 if __name__ == "__main__":

@@ -126,12 +126,16 @@ import copy
 import os
 from datetime import UTC, datetime
 
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants, exporterset_options
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import (
+    constants,
+    exporterset_options,
+    module_base,
+)
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import apply as k8s_apply
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import credentials, exporter_config
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.client import (
+    AUTH_ARG_SPEC,
     ClusterModule,
-    k8s_module,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.module_diff import Changes, with_diff
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import set_overrides
@@ -298,7 +302,7 @@ def run(module):
 
 
 def main():
-    run(k8s_module(ARGUMENT_SPEC, supports_check_mode=True))
+    module_base.main(run, ARGUMENT_SPEC, connection=AUTH_ARG_SPEC)
 
 
 if __name__ == "__main__":

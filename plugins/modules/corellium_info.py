@@ -89,7 +89,7 @@ corellium_error:
 """
 
 # Imports follow the documentation blocks, as Ansible modules lay them out.
-from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import module_base  # noqa: E402
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.corellium import (  # noqa: E402
     client as corellium_client,
 )
@@ -100,6 +100,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.prov
 INSTANCE_FIELDS = ("id", "name", "project", "flavor", "os", "state")
 
 
+ERRORS = corellium_client.MODULE_ERRORS
 ARGUMENT_SPEC = {
     **corellium_steps.connection_argument_spec(),
     "name_prefix": {"type": "str"},
@@ -108,22 +109,17 @@ ARGUMENT_SPEC = {
 
 def run(module) -> None:
     params = module.params
-    try:
-        client = corellium_steps.client_from_params(params)
-        project = client.get_project(params["project"])
-        if project is None:
-            module.fail_json(msg=f"Corellium project {params['project']!r} not found")
-        prefix = params["name_prefix"] or ""
-        instances = sorted(
-            ({field: instance.get(field) for field in INSTANCE_FIELDS}
-             for instance in client.list_instances(project=project["id"])
-             if (instance.get("name") or "").startswith(prefix)),
-            key=lambda instance: instance["name"] or "",
-        )
-    except corellium_client.CorelliumError as error:
-        module.fail_json(msg=str(error), corellium_error=error.as_dict())
-    except (ValueError, OSError) as error:
-        module.fail_json(msg=str(error))
+    client = corellium_steps.client_from_params(params)
+    project = client.get_project(params["project"])
+    if project is None:
+        module.fail_json(msg=f"Corellium project {params['project']!r} not found")
+    prefix = params["name_prefix"] or ""
+    instances = sorted(
+        ({field: instance.get(field) for field in INSTANCE_FIELDS}
+         for instance in client.list_instances(project=project["id"])
+         if (instance.get("name") or "").startswith(prefix)),
+        key=lambda instance: instance["name"] or "",
+    )
     module.exit_json(
         changed=False,
         project={
@@ -137,7 +133,7 @@ def run(module) -> None:
 
 
 def main() -> None:
-    run(AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True))
+    module_base.main(run, ARGUMENT_SPEC, errors=ERRORS)
 
 
 if __name__ == "__main__":

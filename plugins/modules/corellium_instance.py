@@ -154,7 +154,7 @@ corellium_error:
 """
 
 # Imports follow the documentation blocks, as Ansible modules lay them out.
-from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import module_base  # noqa: E402
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.ansible_compat import diff_mode  # noqa: E402
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.corellium import (  # noqa: E402
     client as corellium_client,
@@ -178,7 +178,7 @@ def summarize(instance: dict | None, name: str) -> dict:
 class InstanceManager:
     """Moves one named instance towards the requested state, honouring check mode."""
 
-    def __init__(self, module: AnsibleModule, client: corellium_client.CorelliumClient):
+    def __init__(self, module, client: corellium_client.CorelliumClient):
         self.module = module
         self.client = client
         self.params = module.params
@@ -230,6 +230,7 @@ class InstanceManager:
                                  f"{instance.get(option)!r}, not {wanted!r}; it is left as it is")
 
 
+ERRORS = corellium_client.MODULE_ERRORS
 ARGUMENT_SPEC = {
     **corellium_steps.connection_argument_spec(),
     "name": {"type": "str", "required": True},
@@ -244,19 +245,14 @@ ARGUMENT_SPEC = {
 
 
 def run(module) -> None:
-    try:
-        result = InstanceManager(module, corellium_steps.client_from_params(module.params)).run()
-    except corellium_client.CorelliumError as error:
-        module.fail_json(msg=str(error), corellium_error=error.as_dict())
-    except (ValueError, OSError) as error:
-        module.fail_json(msg=str(error))
+    result = InstanceManager(module, corellium_steps.client_from_params(module.params)).run()
     if not diff_mode(module):
         result.pop("diff")
     module.exit_json(**result)
 
 
 def main() -> None:
-    run(AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True))
+    module_base.main(run, ARGUMENT_SPEC, errors=ERRORS)
 
 
 if __name__ == "__main__":

@@ -187,7 +187,7 @@ set_changes:
 
 from datetime import UTC, datetime  # noqa: E402
 
-from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import module_base  # noqa: E402
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.module_diff import with_diff  # noqa: E402
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import backend_refusal  # noqa: E402
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners import (  # noqa: E402
@@ -213,7 +213,7 @@ def summarize(instance: dict | None) -> dict:
 class PoolInstances:
     """Moves each named instance towards the requested state, honouring check mode."""
 
-    def __init__(self, module: AnsibleModule, client: corellium_client.CorelliumClient | None):
+    def __init__(self, module, client: corellium_client.CorelliumClient | None):
         self.module = module
         self.client = client
         self.params = module.params
@@ -353,6 +353,7 @@ class PoolInstances:
         return instance
 
 
+ERRORS = corellium_client.MODULE_ERRORS
 ARGUMENT_SPEC = {
     **corellium_steps.connection_argument_spec(ca_data=True),
     "names": {"type": "list", "elements": "str", "required": True},
@@ -371,21 +372,16 @@ ARGUMENT_SPEC = {
 
 def run(module) -> None:
     params = module.params
-    try:
-        client = None
-        token = (params["api_token"] or "").strip()
-        if token:
-            client = corellium_steps.client_from_params({**params, "api_token": token})
-        result = PoolInstances(module, client).run()
-    except corellium_client.CorelliumError as error:
-        module.fail_json(msg=str(error), corellium_error=error.as_dict())
-    except (ValueError, OSError) as error:
-        module.fail_json(msg=str(error))
+    client = None
+    token = (params["api_token"] or "").strip()
+    if token:
+        client = corellium_steps.client_from_params({**params, "api_token": token})
+    result = PoolInstances(module, client).run()
     module.exit_json(**result)
 
 
 def main() -> None:
-    run(AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True))
+    module_base.main(run, ARGUMENT_SPEC, errors=ERRORS)
 
 
 if __name__ == "__main__":

@@ -162,14 +162,15 @@ reset:
   elements: str
 """
 
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import module_base
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import exporter_pods
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.client import k8s_module
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.client import AUTH_ARG_SPEC
 
 
 def main():
     # The work is in module_utils/k8s/exporter_pods.py; the action plugin of
     # this name does it in process on a local connection.
-    exporter_pods.run(k8s_module(exporter_pods.ARGUMENT_SPEC, supports_check_mode=True))
+    module_base.main(exporter_pods.run, exporter_pods.ARGUMENT_SPEC, connection=AUTH_ARG_SPEC)
 
 
 if __name__ == "__main__":

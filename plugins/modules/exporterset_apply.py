@@ -162,12 +162,12 @@ finalizer_changed:
   type: bool
 """
 
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import exporterset_options
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import exporterset_options, module_base
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import reconcile_pass
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import status as k8s_status
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.apply import ApplyError
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.client import (
-    k8s_module,
+    AUTH_ARG_SPEC,
     module_api_client,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.module_diff import with_diff
@@ -175,7 +175,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool
 
 try:
     from kubernetes.client.rest import ApiException
-except ImportError:  # reported by k8s_module, which needs the kubernetes client
+except ImportError:  # reported by module_api_client, which needs the kubernetes client
     ApiException = Exception
 
 
@@ -231,7 +231,7 @@ def run(module):
 
 
 def main():
-    run(k8s_module(ARGUMENT_SPEC, supports_check_mode=True))
+    module_base.main(run, ARGUMENT_SPEC, connection=AUTH_ARG_SPEC)
 
 
 if __name__ == "__main__":

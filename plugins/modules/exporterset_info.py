@@ -95,10 +95,11 @@ finalizer:
   type: str
 """
 
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import module_base
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import lifecycle, reconcile_pass
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import observe as k8s_observe
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.client import (
-    k8s_module,
+    AUTH_ARG_SPEC,
     module_api_client,
 )
 
@@ -131,7 +132,7 @@ def run(module):
 
 
 def main():
-    run(k8s_module(ARGUMENT_SPEC, supports_check_mode=True))
+    module_base.main(run, ARGUMENT_SPEC, connection=AUTH_ARG_SPEC)
 
 
 if __name__ == "__main__":

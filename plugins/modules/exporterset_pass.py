@@ -149,12 +149,12 @@ report:
 
 from datetime import UTC, datetime
 
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import exporterset_options
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import exporterset_options, module_base
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import lifecycle, reconcile_pass
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import observe as k8s_observe
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.apply import ApplyError
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.client import (
-    k8s_module,
+    AUTH_ARG_SPEC,
     module_api_client,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.module_diff import with_diff
@@ -162,7 +162,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool
 
 try:
     from kubernetes.client.rest import ApiException
-except ImportError:  # reported by k8s_module, which needs the kubernetes client
+except ImportError:  # reported by module_api_client, which needs the kubernetes client
     ApiException = Exception
 
 
@@ -255,7 +255,7 @@ def run(module):
 
 
 def main():
-    run(k8s_module(ARGUMENT_SPEC, supports_check_mode=True))
+    module_base.main(run, ARGUMENT_SPEC, connection=AUTH_ARG_SPEC)
 
 
 if __name__ == "__main__":

@@ -93,7 +93,7 @@ before:
   sample: paused
 """
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import module_base
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.ansible_compat import diff_mode
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu.qmp import (
     COMMANDS,
@@ -103,18 +103,14 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu
     control_vm,
 )
 
+ARGUMENT_SPEC = {
+    "socket": {"type": "path", "required": True},
+    "command": {"type": "str", "choices": list(COMMANDS), "default": "status"},
+    "timeout": {"type": "float", "default": DEFAULT_TIMEOUT},
+}
 
-def main():
-    module = AnsibleModule(
-        argument_spec={
-            "socket": {"type": "path", "required": True},
-            "command": {"type": "str", "choices": list(COMMANDS), "default": "status"},
-            "timeout": {"type": "float", "default": DEFAULT_TIMEOUT},
-        },
-        supports_check_mode=True,
-    )
-    if QMP_IMPORT_ERROR is not None:
-        module.fail_json(msg=missing_required_lib("qemu.qmp"), exception=str(QMP_IMPORT_ERROR))
+
+def run(module):
     params = module.params
     try:
         result = control_vm(
@@ -133,6 +129,10 @@ def main():
         result["diff"] = {"before": {"status": result["before"]},
                           "after": {"status": result["status"]}}
     module.exit_json(**result)
+
+
+def main():
+    module_base.main(run, ARGUMENT_SPEC, requires=("qemu.qmp", QMP_IMPORT_ERROR))
 
 
 if __name__ == "__main__":

@@ -85,11 +85,11 @@ status:
   type: dict
 """
 
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants, module_base
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.ansible_compat import diff_mode
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import reconcile_pass
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.client import (
-    k8s_module,
+    AUTH_ARG_SPEC,
     module_api_client,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.module_diff import with_diff
@@ -137,7 +137,7 @@ def _written_parts(vclass):
 
 
 def main():
-    run(k8s_module(ARGUMENT_SPEC, supports_check_mode=True))
+    module_base.main(run, ARGUMENT_SPEC, connection=AUTH_ARG_SPEC)
 
 
 if __name__ == "__main__":

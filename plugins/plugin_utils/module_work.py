@@ -35,7 +35,7 @@ from ansible.module_utils.errors import UnsupportedError
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 from ansible.utils.vars import merge_hash
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import ansible_compat
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import ansible_compat, module_base
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.client import AUTH_ARG_SPEC
 
 COLLECTION = "jumpstarter.virtual_exporters"
@@ -87,12 +87,14 @@ class TaskModule:
 class ModuleWork:
     """The work ``run`` of the module ``name`` (its FQCN), which takes
     ``argument_spec`` (with the connection options of the kubernetes
-    client when ``kubernetes``)."""
+    client when ``kubernetes``), failing on ``errors`` as its module does
+    (``module_base.call``)."""
 
-    def __init__(self, name, argument_spec, run, kubernetes=True):
+    def __init__(self, name, argument_spec, run, kubernetes=True, errors=()):
         self.name = name
-        self.argument_spec = {**argument_spec, **AUTH_ARG_SPEC} if kubernetes else dict(argument_spec)
+        self.argument_spec = module_base.argument_spec(argument_spec, AUTH_ARG_SPEC if kubernetes else None)
         self.work = run
+        self.errors = errors
         # Whether the work can run in this Python; the client is imported now.
         self.available = not kubernetes or kubernetes_client()
 
@@ -112,7 +114,7 @@ class ModuleWork:
             result = {"failed": True, "msg": msg}
         else:
             try:
-                self.work(module)
+                module_base.call(self.work, module, self.errors)
                 result = {"failed": True, "msg": f"{self.name} ended without a result"}
             except Ended as ended:
                 result = ended.result
@@ -176,7 +178,8 @@ class ModuleWorkAction(ActionBase):
 
 def action_for(module, kubernetes=True):
     """The action plugin of ``module`` (one of this collection's modules,
-    with ``ARGUMENT_SPEC`` and ``run``)."""
+    with ``ARGUMENT_SPEC``, ``run`` and maybe ``ERRORS``)."""
     name = f"{COLLECTION}.{module.__name__.rsplit('.', 1)[1]}"
     return type("ActionModule", (ModuleWorkAction,),
-                {"WORK": ModuleWork(name, module.ARGUMENT_SPEC, module.run, kubernetes=kubernetes)})
+                {"WORK": ModuleWork(name, module.ARGUMENT_SPEC, module.run, kubernetes=kubernetes,
+                                     errors=getattr(module, "ERRORS", ()))})

@@ -186,7 +186,8 @@ def connect(**options):
 
 
 def module_api_client(module):
-    """The API client of a module built with ``k8s_module``; fails the module
+    """The API client of a module taking ``AUTH_ARG_SPEC`` (``module_base.main``
+    with ``connection=AUTH_ARG_SPEC``); fails the module
     with a message naming the host or option at fault."""
     try:
         import kubernetes  # noqa: F401
@@ -198,20 +199,10 @@ def module_api_client(module):
         module.fail_json(msg=str(error))
 
 
-def k8s_module(argument_spec, **kwargs):
-    """An ``AnsibleModule`` taking ``argument_spec`` and the connection options."""
-    from ansible.module_utils.basic import AnsibleModule
-
-    overlap = set(argument_spec) & set(AUTH_ARG_SPEC)
-    if overlap:
-        raise ValueError(f"options {sorted(overlap)} are the connection options of k8s_client")
-    return AnsibleModule(argument_spec={**argument_spec, **AUTH_ARG_SPEC}, **kwargs)
-
-
 class ClusterModule:
     """The base of a module's work on the cluster, as kubernetes.core's
-    AnsibleK8SModule is for its modules: the ``AnsibleModule`` built with
-    ``k8s_module``, its parameters, check mode, and one API client (with the
+    AnsibleK8SModule is for its modules: the module taking ``AUTH_ARG_SPEC``
+    (``module_base.main``), its parameters, check mode, and one API client (with the
     core and custom-object APIs) connected from the connection options."""
 
     def __init__(self, module):

@@ -103,6 +103,15 @@ class InstanceFailed(CorelliumError):
     """The instance went to the ``error`` state while waiting for another one."""
 
 
+def _error_fields(error):
+    return {"corellium_error": error.as_dict()}
+
+
+# What a Corellium module fails with for each error (module_base.call): the
+# message, and for an API error its summary too.
+MODULE_ERRORS = ((CorelliumError, _error_fields), ((ValueError, OSError), None))
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
     """Bounds for retrying one request.
