@@ -17,16 +17,20 @@ import hashlib
 import http.server
 import json
 import os
+import shutil
 import socket
 import threading
 
+import image_servers
 import pytest
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import pod as k8s_pod
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu import images as image_fetch
 from image_servers import ImageServer, instance_pod, run_images_container, sha256
 from jumpstarter_standin import wait_for
 from kubernetes import client
+from labhosts import GUEST
 from pool_helpers import QEMU_PARAMETERS, condition, get_set, make_class, make_set, settle_pool
+from test_baremetal_role import Bed
 
 LOCAL = "127.0.0.1"
 IMAGE = os.urandom(64 * 1024)
@@ -461,3 +465,53 @@ def test_a_set_that_names_a_file_url_is_refused_and_one_naming_its_own_image_get
     assert ftp.connections == 0
     assert server.gets["/guest/vmlinuz"] == 0  # kwok runs no container; the operator fetches nothing
 
+
+# -- on a lab host ----------------------------------------------------------------
+
+def test_a_lab_host_follows_a_redirect_only_to_the_classs_image_hosts(testbed, namespace, standin, lab_hosts,
+                                                                      tmp_path):
+    """The class's kernel url on this machine redirects to the lab host's own
+    link address, where a second server counts connections: refused on the
+    lab host (ImageInvalid, no connection, nothing cached) until the class
+    lists that host, and then fetched from it through baremetal_targets,
+    the role and baremetal_instances."""
+    host = "lab1"
+    shutil.rmtree(lab_hosts.work_dir(host) / "image-cache", ignore_errors=True)
+    prefix, last = lab_hosts.hosts[host].rsplit(".", 1)
+    # This machine's side of the host's link: an address of the lab's network.
+    link = f"{prefix}.{int(last) - 1}"
+    redirecting = HostileHTTP(image_servers.ADDRESS)
+    elsewhere = ImageServer(tmp_path / "elsewhere", address=link)
+    try:
+        kernel_there, kernel_digest = elsewhere.add("guest/vmlinuz", GUEST / "vmlinuz")
+        redirecting.routes["/vmlinuz"] = (302, {"Location": kernel_there}, b"")
+        # A wrong initramfs: the second instance stops after its kernel, booting nothing.
+        redirecting.routes["/initramfs"] = (200, {}, b"not the initramfs")
+        kernel_url = f"http://{redirecting.host}/vmlinuz"
+        bed = Bed(testbed, namespace, standin, lab_hosts, tmp_path)
+        parameters = lab_hosts.parameters({host: 2})
+        parameters.update(kernel={"url": kernel_url, "digest": kernel_digest},
+                          initrd={"url": f"http://{redirecting.host}/initramfs",
+                                  "digest": sha256(GUEST / "initramfs.cpio.gz")})
+        bed.vclass["spec"]["parameters"] = parameters
+        bed.create_exporters(["pool-0", "pool-1"])
+        cache = lab_hosts.work_dir(host) / "image-cache" / "sha256"
+
+        results, _ = bed.run("provision", ["pool-0"])
+        state = results[host]["instances"]["pool-0"]
+        assert (state["phase"], state["reason"]) == ("Failed", "ImageInvalid"), state
+        assert state["message"].startswith(f"{kernel_url}: redirected to a host it may not name"), state
+        assert elsewhere.connections == 0
+        assert not cache.exists() or kernel_digest.split(":")[1] not in {p.name for p in cache.iterdir()}
+
+        bed.vclass["metadata"]["annotations"] = {
+            "virtualtarget.jumpstarter.dev/set-overridable": f"image-hosts={link}"}
+        results, _ = bed.run("provision", ["pool-1"])
+        state = results[host]["instances"]["pool-1"]
+        assert (state["phase"], state["reason"]) == ("Failed", "ImageDigestMismatch"), state
+        assert elsewhere.gets["/guest/vmlinuz"] == 1
+        assert kernel_digest.split(":")[1] in {p.name for p in cache.iterdir()}
+        bed.run("remove", ["pool-0", "pool-1"])
+    finally:
+        redirecting.close()
+        elsewhere.close()
