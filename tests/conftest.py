@@ -19,6 +19,7 @@ import os
 import time
 from pathlib import Path
 
+import hypothesis_profile  # noqa: F401
 import pytest
 import split
 from testbed import STARTUPS, BedFactory, failure_report, mark_failed, namespace_name, processes, shared_bed
