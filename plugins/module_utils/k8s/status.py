@@ -12,7 +12,11 @@ from datetime import UTC, datetime
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import core as k8s_core
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import guarded_write
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import operator_state, status_compare
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import (
+    operator_state,
+    sizing,
+    status_compare,
+)
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.status import merge_conditions
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.timeutil import format_time
 
@@ -78,8 +82,12 @@ def desired_status(status, current_status, outcome=None, state=None):
     """What a status write leaves on the set: ``status`` with the outcome
     (``status_with_outcome``) and the current operator state with ``state``
     (a patch) over it; the operator state ``status`` was planned with is
-    not written, so a writer never undoes another's keys."""
-    return operator_state.rebased(status_with_outcome(status, current_status, outcome), current_status, state)
+    not written, so a writer never undoes another's keys; nor is an older
+    lease record than the current one (``sizing.rebased``)."""
+    status = operator_state.rebased(status_with_outcome(status, current_status, outcome), current_status, state)
+    if "sizing" in status:
+        status["sizing"] = sizing.rebased(status["sizing"], (current_status or {}).get("sizing"))
+    return status
 
 
 def write_status(api_client, namespace, name, status, outcome=None, attempts=guarded_write.ATTEMPTS, state=None):

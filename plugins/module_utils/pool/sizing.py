@@ -51,6 +51,7 @@ import bisect
 import functools
 import heapq
 import math
+from collections import Counter
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
@@ -491,6 +492,38 @@ def _merged(recorded, times):
     if last is not None:
         out.extend([last] * max(at_last - recorded.count(last), 0))
     return sorted(out)
+
+
+def rebased(wanted, current):
+    """``wanted`` (a ``status.sizing`` planned on a cached copy of the set)
+    to be written over ``current`` (a fresh read's): its record holds what
+    the current record holds too. A cache that has not shown the last
+    status write yet plans from an older record, while the Leases it held
+    may be gone with their Exporters: written as planned, those arrivals
+    would be lost. Times of one second count as often as the fuller record
+    says; the decision's own fields stay the plan's."""
+    if not isinstance(wanted, dict) or not isinstance(current, dict):
+        return wanted
+    out = dict(wanted)
+    for key in ("arrivals", "ends"):
+        times = _union(decode_arrivals(wanted.get(key)), decode_arrivals(current.get(key)))
+        if times:
+            out[key] = encode_arrivals(times)
+    pairs = sorted(set(decode_cold_starts(wanted.get("coldStarts")))
+                   | set(decode_cold_starts(current.get("coldStarts"))))
+    if pairs:
+        out["coldStarts"] = encode_cold_starts(pairs[-MAX_COLD_STARTS:])
+    starts = [seconds_of(record.get("since")) for record in (wanted, current)]
+    starts = [start for start in starts if start is not None]
+    if starts:
+        out["since"] = format_time(datetime.fromtimestamp(min(starts), UTC))
+    return out
+
+
+def _union(first, second):
+    """The sorted times of either list, each second as often as in the one
+    that holds it more often."""
+    return sorted((Counter(first) | Counter(second)).elements())
 
 
 def encode_cold_starts(pairs):

@@ -531,3 +531,32 @@ def test_a_replay_lowers_the_buffer_only_over_arrivals_enough_to_spend_two_misse
     ends = [a - 30.0 for a in arrivals]
     seen = sizing.Demand((), 0.0, "recent", spans=((1000.0, arrivals[-1] + 1.0),))
     assert sizing.replayed(seen, arrivals, ends, 3, COLD, TARGET, 300.0, 0.05) == buffer
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=2 ** 20), max_size=60),
+       st.lists(st.integers(min_value=0, max_value=2 ** 20), max_size=60),
+       st.lists(st.tuples(st.integers(0, 2 ** 20), st.integers(0, 600)), max_size=64),
+       st.lists(st.tuples(st.integers(0, 2 ** 20), st.integers(0, 600)), max_size=64))
+def test_a_status_planned_on_an_older_record_keeps_the_current_ones_arrivals(planned_on, current, cold_a, cold_b):
+    from collections import Counter
+
+    from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.status import desired_status
+
+    wanted = {"buffer": 2, "reason": sizing.REASON_FORECAST, "arrivals": sizing.encode_arrivals(planned_on),
+              "ends": sizing.encode_arrivals(planned_on[:5]), "coldStarts": sizing.encode_cold_starts(cold_a),
+              "since": "2026-11-20T00:00:00Z"}
+    fresh = {"buffer": 0, "reason": sizing.REASON_QUIET, "arrivals": sizing.encode_arrivals(current),
+             "ends": sizing.encode_arrivals(current), "coldStarts": sizing.encode_cold_starts(cold_b),
+             "since": "2026-11-19T00:00:00Z"}
+    written = desired_status({"sizing": wanted}, {"sizing": fresh})["sizing"]
+    # The decision is the plan's; each second is as often in the record as
+    # the fuller of the two holds it, nothing from nowhere.
+    assert (written["buffer"], written["reason"]) == (2, sizing.REASON_FORECAST)
+    for key, first, second in (("arrivals", planned_on, current), ("ends", planned_on[:5], current)):
+        assert Counter(sizing.decode_arrivals(written[key])) == Counter(map(float, first)) | Counter(map(float, second))
+    assert set(sizing.decode_cold_starts(written["coldStarts"])) == \
+        set(sorted(set(cold_a) | set(cold_b))[-sizing.MAX_COLD_STARTS:])
+    assert written["since"] == "2026-11-19T00:00:00Z"
+    # Over a record that already holds them, writing changes nothing.
+    assert desired_status({"sizing": written}, {"sizing": written})["sizing"] == written
