@@ -103,7 +103,7 @@ class ExporterWatch:
 def plan_now(api, namespace, name="pool"):
     """What the operator would plan right now, read from the API (for a failure report)."""
     from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import observe as k8s_observe
-    from ansible_collections.jumpstarter.virtual_exporters.plugins.modules.exporterset_info import read_namespace
+    from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.reconcile_pass import read_namespace
 
     objects = read_namespace(api, namespace)
     exporter_set = next(s for s in objects["ExporterSet"] if s["metadata"]["name"] == name)

@@ -103,10 +103,6 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.
     module_api_client,
 )
 
-# Where a run reads the namespace (bench/bench_operator.py reads it so too).
-read_namespace = reconcile_pass.read_namespace
-
-
 ARGUMENT_SPEC = dict(
     name=dict(type="str", required=True),
     namespace=dict(type="str", required=True),

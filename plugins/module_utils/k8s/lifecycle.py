@@ -166,11 +166,6 @@ def write_waiting_for_leases(api_client, exporter_set, leased, now, check_mode=F
     return changed
 
 
-def may_drop_finalizer(observed):
-    """Whether the teardown is done (``teardown_remaining`` is empty)."""
-    return not teardown_remaining(observed)
-
-
 def plan_options(given=None, where="reconcile_plan_options"):
     """The scale plan's options: the pool logic's defaults with the ``given``
     ones over them. An unknown option, or one that is not a number >= 0, is

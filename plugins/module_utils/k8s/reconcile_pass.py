@@ -304,11 +304,7 @@ def read_namespace(api_client, namespace):
     """What ``k8s/observe.py`` ``observe`` reads, listed from the API: the
     namespace's classes, sets, Exporters, Leases, the Pods labelled with a
     set and the ExporterSetPolicies (none where their CRD is not installed)."""
-    from kubernetes import client
-
-    custom = client.CustomObjectsApi(api_client)
-    objects = {gvr.kind: custom.list_namespaced_custom_object(*gvr.at(namespace))["items"]
-               for gvr in NAMESPACE_KINDS}
+    objects = {gvr.kind: _list(api_client, gvr, namespace) for gvr in NAMESPACE_KINDS}
     objects["Pod"] = CoreApi(api_client).list("Pod", namespace, label_selector=c.LABEL_EXPORTER_SET)["items"]
     objects[c.EXPORTER_SET_POLICY.kind] = _list(api_client, c.EXPORTER_SET_POLICY, namespace, missing_ok=True)
     return objects

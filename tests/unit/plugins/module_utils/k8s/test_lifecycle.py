@@ -55,7 +55,7 @@ def test_teardown_remaining_skips_exporters_already_going():
     pod = {"metadata": {"name": "pool-0"}}
     assert lifecycle.teardown_remaining({"owned": [going, live], "pods": []}) == ["pool-1"]
     assert lifecycle.teardown_remaining({"owned": [going], "pods": [pod]}) == ["pool-0"]
-    assert lifecycle.may_drop_finalizer({"owned": [going], "pods": []})
+    assert lifecycle.teardown_remaining({"owned": [going], "pods": []}) == []
 
 
 def test_plan_options_are_the_pool_defaults_with_overrides():
