@@ -1,15 +1,14 @@
-"""PlanApplier against an in-memory API: write order, orphaning deletes with
-preconditions, what goes with an Exporter, names blocked by a stale credential."""
+"""PlanApplier against the in-memory API server (fake_kube.py): write order,
+orphaning deletes with preconditions, what goes with an Exporter, names
+blocked by a stale credential."""
 
 import copy
 
 import pytest
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants as c
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import apply as k8s_apply
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import core as k8s_core
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.module_diff import projection
-from kubernetes import client
-from kubernetes.client.rest import ApiException
+from fake_kube import FakeKube
 
 NAMESPACE = "lab"
 THE_SET = {"apiVersion": "virtualtarget.jumpstarter.dev/v1alpha1", "kind": "ExporterSet",
@@ -18,145 +17,9 @@ THE_SET = {"apiVersion": "virtualtarget.jumpstarter.dev/v1alpha1", "kind": "Expo
            "spec": {}}
 
 
-def merge_patch(target, patch):
-    """A JSON merge patch (RFC 7386), as the API server applies one: null removes."""
-    for key, value in patch.items():
-        if value is None:
-            target.pop(key, None)
-        elif isinstance(value, dict) and isinstance(target.get(key), dict):
-            merge_patch(target[key], value)
-        else:
-            target[key] = copy.deepcopy(value) if not isinstance(value, dict) else merge_patch({}, value)
-    return target
-
-
-class MemoryApi:
-    """Exporters, Secrets and Pods of one namespace, and every call made."""
-
-    def __init__(self):
-        self.objects = {}  # (kind, name) -> object
-        self.calls = []
-        self.events = []
-        self.serial = 0
-
-    def put(self, kind, name, **fields):
-        self.serial += 1
-        meta = {"name": name, "namespace": NAMESPACE, "uid": f"{name}-uid",
-                "resourceVersion": str(self.serial)}
-        meta.update(fields.pop("metadata", {}))
-        self.objects[(kind, name)] = {"metadata": meta, **fields}
-        return self.objects[(kind, name)]
-
-    def get(self, kind, name):
-        self.calls.append(("get", kind, name))
-        if (kind, name) not in self.objects:
-            raise ApiException(status=404, reason="Not Found")
-        return copy.deepcopy(self.objects[(kind, name)])
-
-    def delete(self, kind, name, body):
-        self.calls.append(("delete", kind, name))
-        found = self.objects.get((kind, name))
-        if found is None:
-            raise ApiException(status=404, reason="Not Found")
-        preconditions = (body or {}).get("preconditions") or {}
-        if preconditions.get("uid") and preconditions["uid"] != found["metadata"]["uid"] or (
-                preconditions.get("resourceVersion")
-                and preconditions["resourceVersion"] != found["metadata"]["resourceVersion"]):
-            raise ApiException(status=409, reason="Conflict")
-        if kind == "Exporter":
-            assert body["propagationPolicy"] == "Orphan"
-        del self.objects[(kind, name)]
-
-    def create(self, kind, manifest):
-        name = manifest["metadata"]["name"]
-        self.calls.append(("create", kind, name))
-        if (kind, name) in self.objects:
-            raise ApiException(status=409, reason="AlreadyExists")
-        self.put(kind, name, **copy.deepcopy({k: v for k, v in manifest.items()
-                                              if k in ("spec", "status")}))
-
-    def patch(self, kind, name, body):
-        self.calls.append(("patch", kind, name))
-        target = self.objects[(kind, name)]
-        body = copy.deepcopy(body)
-        expected = (body.get("metadata") or {}).pop("resourceVersion", None)
-        if expected is not None and expected != target["metadata"]["resourceVersion"]:
-            raise ApiException(status=409, reason="Conflict")
-        merge_patch(target, body)
-        self.serial += 1
-        target["metadata"]["resourceVersion"] = str(self.serial)
-
-    def list(self, kind, label_selector=None):
-        self.calls.append(("list", kind, label_selector))
-        items = [copy.deepcopy(obj) for (k, _), obj in sorted(self.objects.items()) if k == kind]
-        if label_selector and label_selector.startswith("!"):
-            items = [obj for obj in items if label_selector[1:] not in (obj["metadata"].get("labels") or {})]
-        return {"metadata": {"resourceVersion": str(self.serial)}, "items": items}
-
-
-KINDS = {"exporters": "Exporter", "leases": "Lease", "exportersets": "ExporterSet"}
-
-
-class FakeCustom:
-    def __init__(self, api):
-        self.api = api
-
-    def get_namespaced_custom_object(self, group, version, namespace, plural, name):
-        return self.api.get(KINDS[plural], name)
-
-    def list_namespaced_custom_object(self, group, version, namespace, plural, label_selector=None):
-        return self.api.list(KINDS[plural], label_selector)
-
-    def delete_namespaced_custom_object(self, group, version, namespace, plural, name, body):
-        self.api.delete(KINDS[plural], name, body)
-
-    def create_namespaced_custom_object(self, group, version, namespace, plural, manifest):
-        self.api.create(KINDS[plural], manifest)
-
-    def patch_namespaced_custom_object(self, group, version, namespace, plural, name, body):
-        self.api.patch(KINDS[plural], name, body)
-
-    def patch_namespaced_custom_object_status(self, group, version, namespace, plural, name, body):
-        self.api.patch(KINDS[plural], name, body)
-
-
-class FakeCore:
-    """k8s/core.CoreApi over the memory: plain dicts in and out."""
-
-    def __init__(self, api):
-        self.api = api
-
-    def read(self, kind, namespace, name, missing_ok=False):
-        if kind == "Event" and ("Event", name) not in self.api.objects:
-            if missing_ok:
-                return None
-            raise ApiException(status=404, reason="Not Found")
-        try:
-            return self.api.get(kind, name)
-        except ApiException as exc:
-            if missing_ok and exc.status == 404:
-                return None
-            raise
-
-    def delete(self, kind, namespace, name, body=None, grace_period_seconds=None):
-        self.api.delete(kind, name, body)
-
-    def create(self, kind, namespace, body):
-        assert kind == "Event", kind
-        self.api.events.append(body)
-
-
-class FakeApiClient:
-    def sanitize_for_serialization(self, obj):
-        return obj
-
-
 @pytest.fixture
-def api(monkeypatch):
-    memory = MemoryApi()
-    monkeypatch.setattr(client, "CustomObjectsApi", lambda _: FakeCustom(memory))
-    monkeypatch.setattr(k8s_core, "CoreApi", lambda _: FakeCore(memory))
-    return memory
+def api():
+    return FakeKube(NAMESPACE)
 
 
 def owned_by(uid, name="rpi4-0"):
@@ -172,7 +35,7 @@ def exporter(api, name, lease=None, enabled=True, annotations=None):
 
 
 def apply(api, plan, provisioner=c.PROVISIONER_QEMU, check_mode=False):
-    applier = k8s_apply.PlanApplier(FakeApiClient(), THE_SET, check_mode=check_mode)
+    applier = k8s_apply.PlanApplier(api.api_client(), THE_SET, check_mode=check_mode)
     applier.apply_plan(plan, provisioner)
     return applier.result
 
@@ -188,9 +51,14 @@ def test_delete_orphans_leases_and_removes_what_belongs_to_the_exporter(api):
     api.put("Secret", "rpi4-0-config", metadata=owned_by(uid))
     api.put("Pod", "rpi4-0", metadata=owned_by(uid))
     api.put("Pod", "unrelated")
+    # The controller owns each Lease by its Exporter; an ended one is the lessee's record.
+    api.put("Lease", "ended", status={"exporterRef": {"name": "rpi4-0"}, "ended": True},
+            metadata={"labels": {"jumpstarter.dev/lease-ended": "true"}, **owned_by(uid)})
     result = apply(api, {"delete": [{"name": "rpi4-0", "reason": "ScaleDown", "uid": uid}]})
     assert result["deleted"] == ["rpi4-0"]
-    assert set(api.objects) == {("Pod", "unrelated")}
+    api.collect_garbage()
+    assert set(api.objects) == {("Pod", "unrelated"), ("Lease", "ended")}
+    assert "ownerReferences" not in api.objects[("Lease", "ended")]["metadata"]
     # Read before the Exporter goes (orphaning strips the owner references), deleted after.
     exporter_gone = api.calls.index(("delete", "Exporter", "rpi4-0"))
     assert api.calls.index(("get", "Secret", "rpi4-0-exporter")) < exporter_gone
@@ -245,15 +113,9 @@ def test_delete_is_held_unless_disabled_and_unleased_from_both_sides(api, lease,
 
 def test_a_delete_refused_by_its_precondition_is_not_forced(api):
     exporter(api, "rpi4-0", enabled=False)
-    real_delete = api.delete
-
-    def changed_meanwhile(kind, name, body):
-        if kind == "Exporter":
-            # The controller wrote the Exporter between the fresh read and the delete.
-            api.objects[(kind, name)]["metadata"]["resourceVersion"] = "changed"
-        real_delete(kind, name, body)
-
-    api.delete = changed_meanwhile
+    # The controller writes the Exporter between the fresh read and the delete.
+    api.before("delete", "Exporter", lambda name: api.write("Exporter", name, {"status": {"devices": []}},
+                                                            subresource="status"))
     result = apply(api, {"delete": [{"name": "rpi4-0", "reason": "Recycle"}]})
     assert ("Exporter", "rpi4-0") in api.objects
     assert result["held"] == ["rpi4-0"] and result["conflicts"] == 1
@@ -281,7 +143,7 @@ def test_disable_only_while_unleased_from_both_sides(api, lease, lease_side, hel
 def test_a_disable_records_the_lease_list_that_showed_it_unleased_and_an_enable_drops_it(api):
     exporter(api, "rpi4-0")
     lease_object(api, "elsewhere", "rpi4-9")
-    read_at = str(api.serial)
+    read_at = str(api.revision)
     apply(api, {"disable": ["rpi4-0"]})
     notes = api.objects[("Exporter", "rpi4-0")]["metadata"]["annotations"]
     assert notes[c.ANNOTATION_LEASES_CHECKED_AT] == read_at
@@ -293,13 +155,7 @@ def test_a_disable_records_the_lease_list_that_showed_it_unleased_and_an_enable_
 
 def test_a_disable_refused_by_its_precondition_is_not_forced(api):
     exporter(api, "rpi4-0")
-    real_patch = api.patch
-
-    def changed_meanwhile(kind, name, body):
-        api.objects[(kind, name)]["metadata"]["resourceVersion"] = "changed"
-        real_patch(kind, name, body)
-
-    api.patch = changed_meanwhile
+    api.before("patch", "Exporter", lambda name: api.write("Exporter", name, {"metadata": {"labels": {"a": "b"}}}))
     result = apply(api, {"disable": ["rpi4-0"]})
     assert api.objects[("Exporter", "rpi4-0")]["spec"]["enabled"] is True
     assert result["held"] == ["rpi4-0"] and result["conflicts"] == 1
@@ -327,7 +183,7 @@ def test_confirm_keeps_only_what_may_be_removed_or_reset_now(api):
     exporter(api, "leased-since", enabled=False)
     lease_object(api, "l9", "leased-since")
     exporter(api, "enabled-again")
-    applier = k8s_apply.PlanApplier(FakeApiClient(), THE_SET)
+    applier = k8s_apply.PlanApplier(api.api_client(), THE_SET)
     plan = {"delete": [{"name": "gone-ok", "reason": "Recycle"}, {"name": "enabled-again", "reason": "Failed"},
                        {"name": "never-there", "reason": "Recycle"}],
             "recycle": [{"name": "reset-ok", "strategy": "InPlaceReuse"},
@@ -349,7 +205,7 @@ def test_a_reset_a_lease_stopped_keeps_the_exporter_marked(api):
     plan = {"recycle": [{"name": "rpi4-0", "strategy": "InPlaceReuse"}],
             "exporter_annotations": {"rpi4-0": {c.ANNOTATION_RETIRING: None, c.ANNOTATION_REUSED_AFTER: "x"}},
             "events": [{"type": "Normal", "reason": "Recycling", "message": "m", "exporter": "rpi4-0"}]}
-    confirmed = k8s_apply.PlanApplier(FakeApiClient(), THE_SET).confirm(plan)
+    confirmed = k8s_apply.PlanApplier(api.api_client(), THE_SET).confirm(plan)
     assert confirmed["recycle"] == [] and confirmed["exporter_annotations"] == {} and confirmed["events"] == []
     apply(api, confirmed)
     kept = api.objects[("Exporter", "rpi4-0")]
@@ -458,11 +314,13 @@ def test_check_mode_writes_nothing(api):
     ("detach", {"rpi4-0"}),
 ])
 def test_teardown(api, mode, left):
-    kept = exporter(api, "rpi4-0", lease="still-leased")
-    kept["metadata"]["ownerReferences"] = [{"uid": "set-uid", "controller": True}]
+    exporter(api, "rpi4-0", lease="still-leased")
+    kept = api.write("Exporter", "rpi4-0", {"metadata": {"ownerReferences": [
+        {"apiVersion": THE_SET["apiVersion"], "kind": "ExporterSet", "name": "rpi4", "uid": "set-uid",
+         "controller": True}]}})
     sleeper = exporter(api, "rpi4-dormant-0", annotations={c.ANNOTATION_DORMANT: "true"})
     _the_set(api)
-    applier = k8s_apply.PlanApplier(FakeApiClient(), THE_SET)
+    applier = k8s_apply.PlanApplier(api.api_client(), THE_SET)
     applier.teardown(mode, [copy.deepcopy(kept), copy.deepcopy(sleeper)], c.PROVISIONER_QEMU)
     assert {name for kind, name in api.objects if kind == "Exporter"} == left
     assert ("rpi4-0" in applier.result["held"]) == (mode == "delete")
@@ -486,7 +344,7 @@ def test_teardown_waits_for_a_lease_from_either_side(api, enabled):
     by_ref = exporter(api, "rpi4-0", lease="lease-a", enabled=enabled)
     by_lease = exporter(api, "rpi4-1", enabled=enabled)
     lease_object(api, "lease-b", "rpi4-1")
-    applier = k8s_apply.PlanApplier(FakeApiClient(), THE_SET)
+    applier = k8s_apply.PlanApplier(api.api_client(), THE_SET)
     applier.teardown("delete", [copy.deepcopy(by_ref), copy.deepcopy(by_lease)], c.PROVISIONER_QEMU)
     assert {name for kind, name in api.objects if kind == "Exporter"} == {"rpi4-0", "rpi4-1"}
     assert not [call for call in api.calls if call[:2] == ("patch", "Exporter")]
@@ -504,14 +362,14 @@ def test_teardown_disables_first_and_deletes_once_seen_disabled(api):
     _the_set(api)
     api.put("Exporter", "rpi4-0", spec={"enabled": True}, status={}, metadata={"annotations": {}})
     owned = [copy.deepcopy(api.objects[("Exporter", "rpi4-0")])]
-    first = k8s_apply.PlanApplier(FakeApiClient(), THE_SET)
+    first = k8s_apply.PlanApplier(api.api_client(), THE_SET)
     assert first.confirm_teardown("delete", owned) == []
     first.teardown("delete", owned, c.PROVISIONER_QEMU, only=[])
     now = api.objects[("Exporter", "rpi4-0")]
     assert now["spec"]["enabled"] is False
     assert now["metadata"]["annotations"][c.ANNOTATION_RETIRING] == k8s_apply.RETIRING_TEARDOWN
     assert first.result["held"] == ["rpi4-0"]
-    second = k8s_apply.PlanApplier(FakeApiClient(), THE_SET)
+    second = k8s_apply.PlanApplier(api.api_client(), THE_SET)
     owned = [copy.deepcopy(now)]
     assert second.confirm_teardown("delete", owned) == ["rpi4-0"]
     second.teardown("delete", owned, c.PROVISIONER_QEMU, only=["rpi4-0"])
@@ -523,12 +381,12 @@ def test_teardown_disables_first_and_deletes_once_seen_disabled(api):
 def test_teardown_deletes_once_the_lease_ended(api):
     _the_set(api)
     exporter(api, "rpi4-0", enabled=False)
-    lease = lease_object(api, "lease-a", "rpi4-0")
+    lease_object(api, "lease-a", "rpi4-0")
     owned = [copy.deepcopy(api.objects[("Exporter", "rpi4-0")])]
-    k8s_apply.PlanApplier(FakeApiClient(), THE_SET).teardown("delete", owned, c.PROVISIONER_QEMU)
+    k8s_apply.PlanApplier(api.api_client(), THE_SET).teardown("delete", owned, c.PROVISIONER_QEMU)
     assert _waiting(api)["status"] == "True"
-    lease["metadata"]["labels"] = {"jumpstarter.dev/lease-ended": "true"}
-    applier = k8s_apply.PlanApplier(FakeApiClient(), THE_SET)
+    api.write("Lease", "lease-a", {"metadata": {"labels": {"jumpstarter.dev/lease-ended": "true"}}})
+    applier = k8s_apply.PlanApplier(api.api_client(), THE_SET)
     applier.teardown("delete", owned, c.PROVISIONER_QEMU)
     assert ("Exporter", "rpi4-0") not in api.objects and applier.result["held"] == []
     assert _waiting(api)["status"] == "False"
@@ -547,12 +405,12 @@ def test_check_mode_changes_are_what_a_run_writes(api):
             "exporter_annotations": {"rpi4-1": {c.ANNOTATION_SCALE_DOWN: "now"},
                                      "rpi4-3": {c.ANNOTATION_REUSED_AFTER: None}}}
     before = copy.deepcopy(api.objects)
-    checked = k8s_apply.PlanApplier(FakeApiClient(), THE_SET, check_mode=True)
+    checked = k8s_apply.PlanApplier(api.api_client(), THE_SET, check_mode=True)
     # As exporterset_apply gives it the owned Exporters it was handed.
     checked.seen.update({name: copy.deepcopy(obj) for (kind, name), obj in before.items() if kind == "Exporter"})
     checked.apply_plan(copy.deepcopy(plan), c.PROVISIONER_QEMU)
     assert api.objects == before
-    ran = k8s_apply.PlanApplier(FakeApiClient(), THE_SET)
+    ran = k8s_apply.PlanApplier(api.api_client(), THE_SET)
     ran.apply_plan(copy.deepcopy(plan), c.PROVISIONER_QEMU)
     changes = checked.changes
     assert sorted(changes.after) == ["Exporter/rpi4-0", "Exporter/rpi4-1", "Exporter/rpi4-2", "Exporter/rpi4-3",
