@@ -14,11 +14,12 @@ and here, and asserts the same outcomes):
 - create: 201, or 409 AlreadyExists; a new uid, generation 1 for custom
   resources, the status dropped where the kind has a status subresource
   (a Pod starts Pending), a Secret's stringData made data;
-- a JSON merge patch (RFC 7386) only: a ``metadata.resourceVersion`` or
-  ``metadata.uid`` in the body that is not the object's is a 409 Conflict;
-  a patch of the object keeps its status, a patch of ``/status`` keeps
-  everything but the status; generation grows when anything but metadata
-  and status changes;
+- a JSON merge patch (RFC 7386) or a replace (PUT): a
+  ``metadata.resourceVersion`` or ``metadata.uid`` in the body that is not
+  the object's is a 409 Conflict; a replace without a resourceVersion is
+  refused (422) for a custom resource only; a write of the object keeps its
+  status, a patch of ``/status`` keeps everything but the status;
+  generation grows when anything but metadata and status changes;
 - delete: preconditions (uid, resourceVersion) refused with 409, 404 on a
   missing object; with finalizers the object is only marked
   (deletionTimestamp) and goes once a write empties them; a bound Pod with
@@ -29,8 +30,8 @@ and here, and asserts the same outcomes):
   when a test calls ``collect_garbage`` (the window before it is what a
   test of a stale owner reference stands in).
 
-Everything else (field pruning, schema defaults, managedFields, watches,
-PUT) is not served: a request it does not know fails the test.
+Everything else (field pruning, schema defaults, validation, managedFields,
+watches, other patch types) is not served: a request it does not know fails the test.
 """
 
 import base64
@@ -198,6 +199,16 @@ class FakeKube:
         """Run ``action(name)`` once, just before the next ``verb`` of ``kind`` is served."""
         self._before.append((verb, kind, action))
 
+    def exec(self, namespace, name, container, command, timeout):
+        """``k8s/core.CoreApi.exec`` for a test to put in its place (an exec
+        is a WebSocket, not served here): recorded as a create of
+        ``pods/exec``; the command exits 0."""
+        if ("Pod", namespace, name) not in self._store:
+            return None, f'pods "{name}" not found'
+        self.requests.append(Request("create", "pods/exec", name, None, {"container": container,
+                                                                       "command": command}, {}))
+        return 0, ""
+
     def collect_garbage(self):
         """The garbage collector's pass: an object whose owners are all gone
         goes; one with some owners gone loses the references to those."""
@@ -231,8 +242,9 @@ class FakeKube:
         name = rest[3] if len(rest) > 3 else None
         subresource = rest[4] if len(rest) > 4 else None
         decoded = json.loads(body) if body else None
-        verb = {"GET": "get" if name else "list", "POST": "create", "PATCH": "patch", "DELETE": "delete"}.get(method)
-        if verb is None or (subresource and (subresource != "status" or not resource.status)):
+        verb = {"GET": "get" if name else "list", "POST": "create", "PUT": "update", "PATCH": "patch",
+                "DELETE": "delete"}.get(method)
+        if verb is None or (subresource and (subresource != "status" or not resource.status or verb == "update")):
             raise NotImplementedError(f"{method} {parts.path} is not served by the fake")
         if verb == "patch" and (headers or {}).get("Content-Type") != "application/merge-patch+json":
             raise NotImplementedError(f"a {headers.get('Content-Type')} patch is not served by the fake")
@@ -251,6 +263,8 @@ class FakeKube:
                 return _Response(201, self._create(resource, namespace, decoded or {}))
             if verb == "patch":
                 return _Response(200, self._patch(resource.kind, namespace, name, subresource, decoded))
+            if verb == "update":
+                return _Response(200, self._update(resource, namespace, name, decoded or {}))
             return _Response(200, self._delete((resource.kind, namespace, name), decoded or {}, query))
         except Refused as refused:
             return _Response(refused.code, {
@@ -312,39 +326,62 @@ class FakeKube:
                 k: base64.b64encode(v.encode()).decode() for k, v in obj.pop("stringData").items()}}
         return self._write(key, obj)
 
-    def _patch(self, kind, namespace, name, subresource, body):
-        key = (kind, namespace, name)
-        current = self._store.get(key)
+    def _current(self, kind, namespace, name, body):
+        """The object a write of ``body`` is made on, after its preconditions."""
+        current = self._store.get((kind, namespace, name))
         if current is None:
             raise Refused(404, "NotFound", f'{kind} "{name}" not found')
         if not isinstance(body, dict):
-            raise Refused(400, "BadRequest", "a merge patch must be a JSON object")
+            raise Refused(400, "BadRequest", "the body must be a JSON object")
         wanted = body.get("metadata") or {}
         for field in ("resourceVersion", "uid"):
             if wanted.get(field) and wanted[field] != current["metadata"][field]:
                 raise Refused(409, "Conflict", f'Operation cannot be fulfilled on {kind} "{name}": the object has '
                                                "been modified; please apply your changes to the latest version "
                                                "and try again")
+        return current
+
+    def _patch(self, kind, namespace, name, subresource, body):
+        current = self._current(kind, namespace, name, body)
         patched = merge_patch(current, body)
-        resource = BY_KIND[kind]
         if subresource == "status":
             new = copy.deepcopy(current)
             new.pop("status", None)
             if "status" in patched:
                 new["status"] = patched["status"]
-        else:
-            new = patched
-            new["metadata"] = {**{k: v for k, v in patched.get("metadata", {}).items() if k not in SYSTEM_FIELDS},
-                               **{k: v for k, v in current["metadata"].items() if k in SYSTEM_FIELDS}}
-            for field in ("apiVersion", "kind"):
-                new[field] = current[field]
-            if resource.status:
-                new.pop("status", None)
-                if "status" in current:
-                    new["status"] = copy.deepcopy(current["status"])
-            if resource.custom and {k: v for k, v in new.items() if k not in ("metadata", "status")} != {
-                    k: v for k, v in current.items() if k not in ("metadata", "status")}:
-                new["metadata"]["generation"] = current["metadata"]["generation"] + 1
+            return self._store_update((kind, namespace, name), current, new)
+        return self._store_update((kind, namespace, name), current, self._as_written(current, patched))
+
+    def _update(self, resource, namespace, name, body):
+        current = self._current(resource.kind, namespace, name, body)
+        if resource.custom and not (body.get("metadata") or {}).get("resourceVersion"):
+            raise Refused(422, "Invalid", f'{resource.kind} "{name}" is invalid: metadata.resourceVersion: '
+                                          "Invalid value: 0x0: must be specified for an update")
+        new = copy.deepcopy(body)
+        if resource.kind == "Secret" and "stringData" in new:
+            new["data"] = {**(new.get("data") or {}), **{
+                k: base64.b64encode(v.encode()).decode() for k, v in new.pop("stringData").items()}}
+        return self._store_update((resource.kind, namespace, name), current, self._as_written(current, new))
+
+    def _as_written(self, current, new):
+        """``new`` as a write of the object (not its status) leaves it: the
+        server's metadata and, with a status subresource, the status kept."""
+        resource = BY_KIND[current["kind"]]
+        new = copy.deepcopy(new)
+        new["metadata"] = {**{k: v for k, v in (new.get("metadata") or {}).items() if k not in SYSTEM_FIELDS},
+                           **{k: v for k, v in current["metadata"].items() if k in SYSTEM_FIELDS}}
+        for field in ("apiVersion", "kind"):
+            new[field] = current[field]
+        if resource.status:
+            new.pop("status", None)
+            if "status" in current:
+                new["status"] = copy.deepcopy(current["status"])
+        if resource.custom and {k: v for k, v in new.items() if k not in ("metadata", "status")} != {
+                k: v for k, v in current.items() if k not in ("metadata", "status")}:
+            new["metadata"]["generation"] = current["metadata"]["generation"] + 1
+        return new
+
+    def _store_update(self, key, current, new):
         if new == current:
             return copy.deepcopy(current)
         return self._write(key, new)
