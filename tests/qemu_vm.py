@@ -12,14 +12,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu.argv import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu.argv import (
     QMP_SOCKET,
     SERIAL_SOCKET,
     disk_create_argv,
     qemu_argv,
     uefi_vars_argv,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu.qmp import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu.qmp import (
     probe_accel,
     wait_for_qmp,
 )

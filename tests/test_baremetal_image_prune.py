@@ -10,7 +10,9 @@ import os
 import shutil
 import time
 
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu import images as image_fetch
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu import (
+    images as image_fetch,
+)
 from image_servers import ImageServer
 from jumpstarter_standin import wait_for
 from labhosts import GUEST

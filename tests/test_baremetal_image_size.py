@@ -9,7 +9,7 @@ from __future__ import annotations
 import shutil
 
 import pytest
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu import images
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu import images
 from image_servers import ImageServer
 from labhosts import GUEST
 from test_baremetal_images import HOST, qemu_running_for

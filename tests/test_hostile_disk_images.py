@@ -12,8 +12,10 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu import argv as qemu_argv
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu import images as image_fetch
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu import argv as qemu_argv
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu import (
+    images as image_fetch,
+)
 from image_servers import ImageServer, instance_pod, run_images_container
 from qemu_vm import GUEST_BANNER, SerialConsole, guest_parameters, running_vm
 

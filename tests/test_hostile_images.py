@@ -24,7 +24,9 @@ import threading
 import image_servers
 import pytest
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import pod as k8s_pod
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu import images as image_fetch
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu import (
+    images as image_fetch,
+)
 from image_servers import ImageServer, instance_pod, run_images_container, sha256
 from jumpstarter_standin import wait_for
 from kubernetes import client

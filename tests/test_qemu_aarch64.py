@@ -8,12 +8,12 @@ import re
 import time
 
 import pytest
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu.argv import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu.argv import (
     SERIAL_LOG,
     UEFI_FIRMWARE,
     UEFI_VARS,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu.qmp import vm_status
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu.qmp import vm_status
 from jumpstarter_standin import wait_for
 from qemu_vm import AARCH64_GUEST_DIR, SerialConsole, running_vm
 

@@ -10,8 +10,8 @@ is refused naming the field."""
 import struct
 
 import pytest
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu.argv import SERIAL_LOG
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu.qmp import vm_status
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu.argv import SERIAL_LOG
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu.qmp import vm_status
 from jumpstarter_standin import wait_for
 from kubernetes import client
 from pool_helpers import GROUP, condition, make_class, make_set, settle_pool

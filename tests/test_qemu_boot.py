@@ -7,11 +7,11 @@ import subprocess
 import time
 
 import pytest
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu.argv import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu.argv import (
     disk_create_argv,
     qemu_argv,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu.qmp import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu.qmp import (
     probe_accel,
     wait_for_qmp,
 )

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.constants import PROVISIONER_QEMU
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu.argv import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu.argv import (
     disk_create_argv,
     qemu_argv,
 )

@@ -15,10 +15,10 @@ from contextlib import contextmanager
 
 import pexpect
 import pytest
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu_common import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu import (
     qemu_driver_overrides,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu.qmp import vm_status
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu.qmp import vm_status
 from jumpstarter.common.utils import serve
 from jumpstarter_driver_virtual_qemu.driver import VirtualQemu
 from qemu_vm import GUEST_BANNER, GUEST_DIR, guest_parameters, running_vm

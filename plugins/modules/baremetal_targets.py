@@ -139,13 +139,15 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.module_diff import Changes, with_diff
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import set_overrides
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu import (
+    images as image_fetch,
+)
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu_baremetal import (
     hosts as baremetal,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu_baremetal import (
     pool as baremetal_pool,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu import images as image_fetch
 
 
 class Targets(ClusterModule):

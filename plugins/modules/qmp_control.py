@@ -95,7 +95,7 @@ before:
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import module_base
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.ansible_compat import diff_mode
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu.qmp import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu.qmp import (
     COMMANDS,
     DEFAULT_TIMEOUT,
     QMP_IMPORT_ERROR,

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu import qmp as qemu_qmp
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu import qmp as qemu_qmp
 from testbed import processes
 from testbed.bed import CACHE_DIR
 

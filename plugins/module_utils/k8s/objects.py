@@ -17,7 +17,9 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool
     controller_ref,
     controller_reference,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu import images as image_fetch
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu import (
+    images as image_fetch,
+)
 
 # Container waiting reasons after which a Pod will not get better by itself.
 FATAL_WAITING_REASONS = frozenset(

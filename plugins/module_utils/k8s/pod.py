@@ -49,7 +49,9 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.prov
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.base import (
     POD_RUN_DIR as RUN_DIR,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu import images as image_fetch
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu import (
+    images as image_fetch,
+)
 
 CONFIG_DIR = "/etc/jumpstarter/exporters"
 CA_DIR = "/etc/jumpstarter/ca"
@@ -189,7 +191,7 @@ def _container(name, image, extra):
 
 
 def digest_mounts(files):
-    """The node cache's files of ``files`` (``qemu.argv.runtime_files``' form)
+    """The node cache's files of ``files`` (``provisioners.qemu.argv.runtime_files``' form)
     alone, each mounted read-only at its own path in the cache directory: the
     ``subPath`` of one file, ``sha256/<hex>``, where the run directory's links
     point. One mount per digest; a digest that is not ``sha256:<64 hex>`` gets

@@ -21,7 +21,6 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils impo
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.base import (
     Field,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu import images as image_fetch
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.quantity import (
     parse_quantity,
 )
@@ -163,7 +162,7 @@ def _validator(provisioner):
         types = base.TYPE_CHECKER.redefine(
             "integer", lambda _checker, value: isinstance(value, int) and not isinstance(value, bool))
         formats = jsonschema.FormatChecker(formats=())
-        for name, check in _FORMATS.items():
+        for name, check in _formats(provisioner).items():
             formats.checks(name)(lambda value, check=check: not isinstance(value, str) or check(value) is None)
         cls = jsonschema.validators.extend(
             base, type_checker=types,
@@ -199,7 +198,7 @@ def _schema_errors(provisioner, parameters):
             unit = {"maxLength": "characters", "maxItems": "items", "maxProperties": "keys"}[error.validator]
             found.append((path, False, f"{path}: more than {error.validator_value} {unit}"))
         elif error.validator == "format":
-            found.append((path, False, f"{path}: {_FORMATS[error.validator_value](value)}"))
+            found.append((path, False, f"{path}: {_formats(provisioner)[error.validator_value](value)}"))
         else:
             found.append((path, False, f"{path}: {error.message}"))
     mistyped = {path for path, is_type, _ in found if is_type}
@@ -316,7 +315,10 @@ _FORMATS = {
     "hostname": _hostname,
     "hostname-port": _hostname_port,
     "uuid": _uuid,
-    # The rule lives with the fetch code, which applies it again before any request.
-    "image-url": image_fetch.url_problem,
 }
+
+
+def _formats(provisioner):
+    """Format -> check: the core's, and those the provisioner's schema adds."""
+    return {**_FORMATS, **provisioners.get(provisioner).value_formats}
 

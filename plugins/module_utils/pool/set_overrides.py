@@ -118,7 +118,7 @@ SHARED_LABELS_FIELD = "shared-labels"
 _REACH_WHY = ("the exporter connects to it from where the instance runs, the Pod's or the lab "
               "host's network")
 _IMAGE_HOSTS_WHY = "the image is fetched from where the instance runs, by the operator's fetch"
-# The schemes the image fetch takes (qemu/images.py URL_SCHEMES, which this
+# The schemes the image fetch takes (provisioners/qemu/images.py URL_SCHEMES, which this
 # module may not import); a url of any other form is refused by validation
 # (the image-url format), not here.
 FETCHED_SCHEMES = ("http", "https", "oci")
@@ -587,7 +587,7 @@ def _urls(parameters, path=()):
 def image_hosts(virtual_target_class, allowed=None):
     """The hosts a set's image urls may name: those of the class's own urls
     and its ``image-hosts`` entry, lowercased, without port. The fetch
-    (qemu/images.py) follows a redirect only to one of them or the url's own host."""
+    (provisioners/qemu/images.py) follows a redirect only to one of them or the url's own host."""
     if allowed is None:
         allowed, _ = read_allowlist(virtual_target_class)
     class_parameters = ((virtual_target_class or {}).get("spec") or {}).get("parameters") or {}

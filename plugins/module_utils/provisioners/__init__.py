@@ -22,6 +22,8 @@ REGISTRY = {provisioner.name: provisioner for provisioner in (QemuPod(), QemuBar
 # What an unknown name gets from ``get``: a provisioner with no schema, no
 # backends and nothing a set may use, so the core needs no special case.
 UNKNOWN = Provisioner()
+# The instance failure reasons no retry mends, whichever backend reports them.
+UNRECOVERABLE_REASONS = frozenset().union(*(p.unrecoverable_reasons for p in REGISTRY.values()))
 
 
 def get(name):

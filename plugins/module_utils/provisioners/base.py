@@ -11,7 +11,8 @@ Pure data and small pure functions: nothing here talks to the API, and the
 package imports nothing from ``pool/`` (the pool reads it) or ``k8s/``. A
 provisioner renders its own parts of what the core writes (its Pod's
 containers, its driver overrides, its instances' names) with the pure code
-below it (``qemu/``) and its own package's (``corellium/identity.py``).
+below it (the QEMU library, ``qemu/``) and its own package's
+(``corellium/identity.py``).
 """
 
 from collections.abc import Callable
@@ -115,7 +116,7 @@ class PodParts:
     # security context every container of the Pod has.
     container: Callable
     # (files) -> the mounts of those files of the node's image cache alone,
-    # each read-only: the core fetches ``files`` (``qemu.argv.runtime_files``'
+    # each read-only: the core fetches ``files`` (``provisioners.qemu.argv.runtime_files``'
     # form) into it first, in an init container of its own choice of image
     # and user that no class or set reaches, the only one mounting the cache.
     fetch_images: Callable
@@ -196,6 +197,14 @@ class Provisioner:
     resource_ceilings = {}
     # The class's own value is the ceiling unless it names a higher one.
     ceiling_by_default = False
+
+    # --- Checks and failures the core reads (pool/) ----------------------
+    # The value formats its schema uses beyond the core's (``Field.format``):
+    # {format: check}, a check giving what is wrong with a string, or None.
+    value_formats = {}
+    # The reasons an instance of its fails with that no retry mends: the set
+    # reports ReplicaFailure at the first one (the registry's union).
+    unrecoverable_reasons = frozenset()
 
     def exporter_env(self, class_spec, parameters):
         """Environment of the exporter container beyond the CA bundle's."""

@@ -32,7 +32,7 @@ import shlex
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners import (
-    qemu_common,
+    qemu,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.base import (
     EXPORTER_STOPPED_MARKER,
@@ -41,11 +41,13 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.prov
     Field,
     named_drivers,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu_common import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu import (
     TCP_NETWORK_DRIVER_TYPE,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu import argv as qemu_argv
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu import images as image_fetch
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu import argv as qemu_argv
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu import (
+    images as image_fetch,
+)
 
 # JEP-0014's template reaches the guest's SSH with a TcpNetwork entry that
 # names a port and no host. In the Pod QEMU forwards a local port of the Pod
@@ -127,15 +129,15 @@ def runtime_command(qemu, disk, uefi_vars=None):
     return ["/bin/sh", "-c", script, "qemu", *qemu]
 
 
-class QemuPod(qemu_common.QemuProvisioner):
+class QemuPod(qemu.QemuProvisioner):
     name = constants.PROVISIONER_QEMU
     role = "jumpstarter.virtual_exporters.qemu_pod"
-    schema = Field("object", "qemu.jumpstarter.dev parameters.", properties=qemu_common.QEMU_PROPERTIES)
-    cross_field_rules = qemu_common.QEMU_RULES
+    schema = Field("object", "qemu.jumpstarter.dev parameters.", properties=qemu.QEMU_PROPERTIES)
+    cross_field_rules = qemu.QEMU_RULES
     class_images = {"runtime": "its containers run QEMU on the instance's images from the node's cache"}
 
     # The Qemu driver's hostfwd: forwards of the Pod's QEMU.
-    served_qemu_config = (qemu_common.HOSTFWD_KEY,)
+    served_qemu_config = (qemu.HOSTFWD_KEY,)
 
     has_pods = True
     removed_with_exporter = True
@@ -161,7 +163,7 @@ class QemuPod(qemu_common.QemuProvisioner):
         """The exporter sidecar drives the QEMU of the Pod through the sockets
         in the shared run directory, and each TcpNetwork entry without a host
         reaches the guest through QEMU's forward on the Pod's loopback."""
-        overrides = qemu_common.qemu_driver_overrides(drivers, POD_RUN_DIR)
+        overrides = qemu.qemu_driver_overrides(drivers, POD_RUN_DIR)
         overrides.update(network_driver_overrides(drivers))
         return overrides
 
@@ -219,7 +221,7 @@ def _guest_network_entries(drivers):
     of QEMU's forward to the guest: to the guest port a ``hostfwd`` of the
     template's Qemu driver gives for that host port, else to the guest's SSH.
     """
-    hostfwd, errors = qemu_common.qemu_hostfwd(drivers)
+    hostfwd, errors = qemu.qemu_hostfwd(drivers)
     if errors:
         raise ValueError(errors[0].removeprefix("spec.template.spec."))
     entries = []
@@ -252,7 +254,7 @@ def guest_network_violations(drivers):
 def _forwarded(drivers):
     """Host-side port -> guest port: each TcpNetwork entry's, each hostfwd of
     the Qemu driver, and the guest's SSH port always."""
-    hostfwd, _ = qemu_common.qemu_hostfwd(drivers)
+    hostfwd, _ = qemu.qemu_hostfwd(drivers)
     wanted = dict(hostfwd)
     wanted.update({host: guest for _, _, host, guest in _guest_network_entries(drivers)})
     if GUEST_SSH_PORT not in wanted.values():

@@ -7,12 +7,10 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants as c
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import provisioners
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import operator_state
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.exporter_state import (
     find_condition,
-)
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu.images import (
-    UNRECOVERABLE_REASONS,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.timeutil import (
     backoff_delay,
@@ -137,7 +135,7 @@ class FailureLog:
             # Never became ready (unschedulable, or could not start): the
             # unschedulable backoff spaces the attempts.
             self.last["start"] = True
-        if any((entry.member.instance or {}).get("reason") in UNRECOVERABLE_REASONS for entry in fresh):
+        if any((entry.member.instance or {}).get("reason") in provisioners.UNRECOVERABLE_REASONS for entry in fresh):
             # A wrong image digest fails every retry alike: degraded at once.
             self.last["unrecoverable"] = True
         draft.remember(operator_state.CONSECUTIVE_FAILURES, self.count)

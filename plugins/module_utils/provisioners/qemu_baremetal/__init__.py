@@ -8,12 +8,12 @@ among them and ask for no more resources or slots than the class gives.
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners import (
-    qemu_common,
+    qemu,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.base import (
     Field,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu import argv as qemu_argv
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu import argv as qemu_argv
 
 RECONNECT_TIMEOUT_BOUNDS = (1.0, 3600.0)
 
@@ -35,13 +35,13 @@ _HOST = Field(
 )
 
 PROPERTIES = dict(
-    qemu_common.QEMU_PROPERTIES,
+    qemu.QEMU_PROPERTIES,
     hosts=Field("list", "Lab servers; at least one.", required=True, items=_HOST),
     runtime=Field(
         "object",
         "QEMU on the hosts.",
         properties={
-            "binary": Field("string", "Absolute path of qemu-system-*." + qemu_common.CLASS_ONLY,
+            "binary": Field("string", "Absolute path of qemu-system-*." + qemu.CLASS_ONLY,
                             format="absolute-path"),
             "kvm": Field("boolean", "Use KVM on the hosts."),
         },
@@ -56,7 +56,7 @@ PROPERTIES = dict(
     ),
     workDir=Field(
         "string",
-        "Directory on the hosts for instance state." + qemu_common.CLASS_ONLY,
+        "Directory on the hosts for instance state." + qemu.CLASS_ONLY,
         default="/var/lib/jumpstarter-virtual",
         format="absolute-path",
     ),
@@ -71,15 +71,15 @@ def _host_names_unique(parameters, errors):
         if not isinstance(name, str):
             continue
         if name in seen:
-            errors.append(f"{qemu_common.ROOT}.hosts[{index}].name: duplicate host {name!r}")
+            errors.append(f"{qemu.ROOT}.hosts[{index}].name: duplicate host {name!r}")
         seen.add(name)
 
 
-class QemuBaremetal(qemu_common.QemuProvisioner):
+class QemuBaremetal(qemu.QemuProvisioner):
     name = constants.PROVISIONER_QEMU_BAREMETAL
     role = "jumpstarter.virtual_exporters.qemu_baremetal"
     schema = Field("object", "qemu-baremetal.jumpstarter.dev parameters.", properties=PROPERTIES)
-    cross_field_rules = qemu_common.QEMU_RULES + (_host_names_unique,)
+    cross_field_rules = qemu.QEMU_RULES + (_host_names_unique,)
 
     def template_parameters(self, drivers):
         parameters, warnings, errors = super().template_parameters(drivers)
@@ -87,7 +87,7 @@ class QemuBaremetal(qemu_common.QemuProvisioner):
         warnings += [f"spec.template.spec.drivers[{index}]: a TcpNetwork without config.host is left out of "
                      "the exporter: it reaches the guest through QEMU's forward, and a lab-host guest has no "
                      "NIC (give config.host to reach another machine)"
-                     for index, _ in qemu_common.hostless_tcp_networks(drivers)]
+                     for index, _ in qemu.hostless_tcp_networks(drivers)]
         return parameters, warnings, errors
 
     runs_on_lab_hosts = True

@@ -8,7 +8,7 @@ Pure: no I/O.
 import hashlib
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners import qemu_common
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners import qemu
 
 DEFAULT_WORK_DIR = "/var/lib/jumpstarter-virtual"
 DEFAULT_PREFIX = "/opt/jumpstarter-exporter"
@@ -59,8 +59,8 @@ def driver_overrides(drivers, parameters, run_dir):
     """The QEMU drivers of the template drive the VM the host runs in
     ``run_dir``; a TcpNetwork without a host is left out (the guest has no
     NIC to forward to; the set names it under FieldsIgnored)."""
-    overrides = qemu_common.qemu_driver_overrides(drivers, run_dir)
-    overrides.update({name: None for _, name in qemu_common.hostless_tcp_networks(drivers)})
+    overrides = qemu.qemu_driver_overrides(drivers, run_dir)
+    overrides.update({name: None for _, name in qemu.hostless_tcp_networks(drivers)})
     return overrides
 
 

@@ -2,8 +2,8 @@
 
 The sub-packages stand in layers (``LAYERS``), each importing only from
 those below it. At the bottom the backends' code that imports nothing of
-the other sub-packages: QEMU's (``qemu/``: the command line, the image
-fetcher, the QMP client) and Corellium's (``provisioners/corellium/``: its
+the other sub-packages: QEMU's (``provisioners/qemu/``: the command line,
+the image fetcher, the QMP client) and Corellium's (``provisioners/corellium/``: its
 REST client, its instance steps and how its instances are named). Above it
 the pure pool logic (``pool/``), which imports nothing that talks to the
 API server (neither ``k8s/`` nor the ``kubernetes`` client), and beside it
@@ -47,8 +47,8 @@ PREFIX = "ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils
 # Whatever talks to the API server.
 API = ("k8s", "kubernetes")
 # Each sub-package of plugins/module_utils, bottom (0) to top.
-LAYERS = {"qemu": 0, "provisioners/corellium": 0, "pool": 1, "provisioners": 1, "provisioners/qemu_baremetal": 2,
-          "k8s": 3}
+LAYERS = {"provisioners/qemu": 0, "provisioners/corellium": 0, "pool": 1, "provisioners": 1,
+          "provisioners/qemu_baremetal": 2, "k8s": 3}
 
 # (importing file, what it imports): the imports against the layers that are
 # still there, and why.
@@ -63,7 +63,7 @@ CORE = ("k8s", "pool")
 # A provisioner constant (constants.PROVISIONER_QEMU, POD_PROVISIONERS, ...).
 _PROVISIONER_CONSTANT = re.compile(r"^PROVISIONER_|_PROVISIONERS$")
 # What the core may import of provisioners/: the registry and the interface
-# (base.py). A provisioner's own module (qemu_common, qemu_pod, corellium...)
+# (base.py). A provisioner's own module (qemu, qemu_pod, corellium...)
 # it reads through ``provisioners.get(name)``.
 CORE_READS_OF_PROVISIONERS = ("__init__", "base")
 # Modules of the core that import no backend's code either: what they know
@@ -71,7 +71,7 @@ CORE_READS_OF_PROVISIONERS = ("__init__", "base")
 # change of its class is each provisioner's to say (resource ceilings,
 # driver type hints, the entries a template may not have).
 BACKEND_FREE = ("pool/set_overrides.py",)
-BACKENDS = ("qemu", "provisioners/corellium", "provisioners/qemu_baremetal")
+BACKENDS = ("provisioners/qemu", "provisioners/corellium", "provisioners/qemu_baremetal")
 
 
 def imports(path):
@@ -175,22 +175,22 @@ def test_the_reader_sees_an_api_import_and_a_cycle(tmp_path, monkeypatch):
     packages of one layer that import each other, and an import upwards (a
     provisioner package's backend code reading the pool), are found; an
     import downwards (the provisioner reading its own backend code) is not."""
-    for package in ("pool", "provisioners/corellium", "k8s", "qemu"):
+    for package in ("pool", "provisioners/corellium", "k8s", "provisioners/qemu"):
         (tmp_path / package).mkdir(parents=True)
     (tmp_path / "pool" / "a.py").write_text(
         "def f():\n    from kubernetes import client\n"
-        f"from {PREFIX}.provisioners import p\nfrom {PREFIX}.qemu import argv\n")
+        f"from {PREFIX}.provisioners import p\nfrom {PREFIX}.provisioners.qemu import argv\n")
     (tmp_path / "provisioners" / "p.py").write_text(f"from {PREFIX}.pool.a import f\n")
-    (tmp_path / "qemu" / "argv.py").write_text(f"from {PREFIX}.pool.a import f\n")
+    (tmp_path / "provisioners" / "qemu" / "argv.py").write_text(f"from {PREFIX}.pool.a import f\n")
     (tmp_path / "provisioners" / "corellium" / "c.py").write_text(
-        f"from {PREFIX}.qemu.argv import g\nfrom {PREFIX}.pool.a import f\n")
+        f"from {PREFIX}.provisioners.qemu.argv import g\nfrom {PREFIX}.pool.a import f\n")
     (tmp_path / "provisioners" / "corellium" / "__init__.py").write_text(
         f"from {PREFIX}.provisioners.corellium import c\n")
     (tmp_path / "k8s" / "b.py").write_text(f"from {PREFIX}.pool import a\n")
     monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
     assert against_the_layers(edges()) == {
         ("pool/a.py", "kubernetes"), ("pool/a.py", "provisioners.p"), ("provisioners/p.py", "pool.a"),
-        ("qemu/argv.py", "pool.a"), ("provisioners/corellium/c.py", "pool.a")}
+        ("provisioners/qemu/argv.py", "pool.a"), ("provisioners/corellium/c.py", "pool.a")}
 
 
 def provisioner_names(path):
@@ -282,32 +282,34 @@ def test_the_registry_check_sees_a_provisioners_module_and_a_backend(tmp_path, m
     k8s/ importing a provisioner's module or package, and the set's policy
     importing a provisioner package's backend code; the registry, base.py
     and a backend's code elsewhere in the core are not."""
-    for package in ("pool", "k8s", "provisioners/corellium", "qemu"):
+    for package in ("pool", "k8s", "provisioners/corellium", "provisioners/qemu"):
         (tmp_path / package).mkdir(parents=True)
-    for name in ("__init__", "base", "qemu_common", "qemu_pod", "corellium/__init__", "corellium/identity"):
+    for name in ("__init__", "base", "qemu/__init__", "qemu/argv", "qemu/images", "qemu_pod", "corellium/__init__",
+                 "corellium/identity"):
         (tmp_path / "provisioners" / f"{name}.py").write_text("")
     (tmp_path / "pool" / "set_overrides.py").write_text(
         f"from {PREFIX} import provisioners\n"
         f"from {PREFIX}.provisioners.base import DEFAULT_IMAGES\n"
-        f"from {PREFIX}.provisioners.qemu_common import DEFAULT_CPU\n"
-        f"from {PREFIX}.qemu.argv import DEFAULT_MEMORY\n"
+        f"from {PREFIX}.provisioners.qemu import DEFAULT_CPU\n"
+        f"from {PREFIX}.provisioners.qemu.argv import DEFAULT_MEMORY\n"
         f"from {PREFIX}.provisioners.corellium import identity\n")
-    (tmp_path / "pool" / "parameters.py").write_text(f"from {PREFIX}.qemu import images\n")
+    (tmp_path / "pool" / "parameters.py").write_text(f"from {PREFIX}.provisioners.qemu import images\n")
     (tmp_path / "k8s" / "pod.py").write_text(
         f"from {PREFIX}.provisioners import corellium\nfrom {PREFIX}.provisioners import qemu_pod\n"
         f"from {PREFIX}.provisioners.corellium import identity\n")
     monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
     assert provisioner_internals(edges()) == {
-        ("pool/set_overrides.py", "provisioners.qemu_common"), ("pool/set_overrides.py", "qemu.argv"),
+        ("pool/set_overrides.py", "provisioners.qemu"), ("pool/set_overrides.py", "provisioners.qemu.argv"),
         ("pool/set_overrides.py", "provisioners.corellium.identity"),
         ("k8s/pod.py", "provisioners.corellium"), ("k8s/pod.py", "provisioners.qemu_pod")}
 
 
 # What the provisioners share: the registry, the interface, and QEMU's
-# shared module (qemu_common.py: the schema, facts and rendering qemu_pod
-# and qemu_baremetal both use). Every other module of provisioners/ is one
-# provisioner's, and a provisioner's package is all its own.
-SHARED_BY_PROVISIONERS = ("__init__", "base", "qemu_common")
+# package (qemu/: the schema, facts and rendering qemu_pod and
+# qemu_baremetal both use, in its __init__.py, and the QEMU library below
+# it). Every other module of provisioners/ is one provisioner's, and a
+# provisioner's package is all its own.
+SHARED_BY_PROVISIONERS = ("__init__", "base", "qemu")
 REGISTRY = "provisioners/__init__.py"
 
 
@@ -348,21 +350,23 @@ def test_the_pool_and_each_provisioner_keep_out_of_the_provisioners_code():
 def test_the_provisioner_check_sees_each_import_across(tmp_path, monkeypatch):
     """The check above can fail: pool/ importing a provisioner's backend
     code, a provisioner's module or package importing another's, and the
-    shared module importing one, are found; the registry importing them all,
-    a provisioner importing its own package's code, the shared module and
-    the interface, are not."""
-    for package in ("pool", "provisioners/corellium", "provisioners/qemu_baremetal"):
+    shared QEMU package (its facts or its library) importing one, are found;
+    the registry importing them all, a provisioner importing its own
+    package's code, the shared package and the interface, are not."""
+    for package in ("pool", "provisioners/corellium", "provisioners/qemu_baremetal", "provisioners/qemu"):
         (tmp_path / package).mkdir(parents=True)
     files = {
         "provisioners/__init__.py": "from {p}.provisioners import base, corellium, qemu_baremetal, qemu_pod\n",
         "provisioners/base.py": "",
-        "provisioners/qemu_common.py": "from {p}.provisioners import qemu_pod\n",
-        "provisioners/qemu_pod.py": "from {p}.provisioners import base, qemu_common\n"
+        "provisioners/qemu/__init__.py": "from {p}.provisioners import qemu_pod\n",
+        "provisioners/qemu/argv.py": "from {p}.provisioners.qemu_baremetal import hosts\n",
+        "provisioners/qemu_pod.py": "from {p}.provisioners import base, qemu\n"
                                     "from {p}.provisioners.corellium import identity\n",
         "provisioners/corellium/__init__.py": "from {p}.provisioners.corellium import identity\n",
         "provisioners/corellium/identity.py": "",
         "provisioners/corellium/client.py": "from {p}.provisioners.qemu_baremetal import hosts\n",
-        "provisioners/qemu_baremetal/__init__.py": "from {p}.provisioners import qemu_common\n",
+        "provisioners/qemu_baremetal/__init__.py": "from {p}.provisioners import qemu\n"
+                                                   "from {p}.provisioners.qemu import argv\n",
         "provisioners/qemu_baremetal/hosts.py": "from {p}.provisioners import qemu_baremetal\n",
         "pool/a.py": "from {p} import provisioners\nfrom {p}.provisioners import base\n"
                      "from {p}.provisioners.corellium import identity\n",
@@ -371,7 +375,8 @@ def test_the_provisioner_check_sees_each_import_across(tmp_path, monkeypatch):
         (tmp_path / name).write_text(text.format(p=PREFIX))
     monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
     assert across_provisioners(edges()) == {
-        ("provisioners/qemu_common.py", "provisioners.qemu_pod"),
+        ("provisioners/qemu/__init__.py", "provisioners.qemu_pod"),
+        ("provisioners/qemu/argv.py", "provisioners.qemu_baremetal.hosts"),
         ("provisioners/qemu_pod.py", "provisioners.corellium.identity"),
         ("provisioners/corellium/client.py", "provisioners.qemu_baremetal.hosts"),
         ("pool/a.py", "provisioners.corellium.identity")}

@@ -13,7 +13,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.base import (
     named_drivers,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu_common import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu import (
     VIRTUAL_QEMU_DRIVER_TYPE,
     qemu_driver_overrides,
 )

@@ -7,11 +7,13 @@ directory has a sizeLimit."""
 import re
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import pod as k8s_pod
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu import argv as qemu_argv
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu import (
+    images as image_fetch,
+)
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu_pod import (
     RUN_DIR_HEADROOM,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu import argv as qemu_argv
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu import images as image_fetch
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.quantity import quantity_to_bytes
 from hypothesis import given
 from hypothesis import strategies as st

@@ -1,7 +1,7 @@
 """config/tenancy's admission policies say what the Python rules say: the
 driver types each provisioner allows by default (``default_driver_types``,
 which ``pool/set_overrides`` applies on every pass) and the digest the
-image fetch takes (``qemu/images.py``). On the bed's API server:
+image fetch takes (``provisioners/qemu/images.py``). On the bed's API server:
 tests/test_admission_set_policy.py."""
 
 import re
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants, provisioners
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners import qemu_common
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners import qemu
 
 TENANCY = Path(__file__).resolve().parents[5] / "config/tenancy"
 
@@ -38,7 +38,7 @@ def test_the_driver_type_policy_reads_the_annotation_the_operator_reads():
 def test_the_digest_policy_checks_every_image_the_qemu_schema_has():
     variables = _variables("image_digest_policy.yaml")
     checked = re.findall(r"'(\w+)'", variables["refused"].split("]", 1)[0])
-    with_digest = sorted(name for name, field in qemu_common.QEMU_PROPERTIES.items() if "digest" in field.properties)
+    with_digest = sorted(name for name, field in qemu.QEMU_PROPERTIES.items() if "digest" in field.properties)
     assert sorted(checked) == with_digest
     assert "'^sha256:[0-9a-f]{64}$'" in variables["refused"]
 

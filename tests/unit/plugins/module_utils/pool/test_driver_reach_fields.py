@@ -15,7 +15,7 @@ import typing
 
 import pytest
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import set_overrides
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners import corellium, qemu_common
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners import corellium, qemu
 from test_driver_reach import FIELD, refused
 from test_set_overrides import lab_class, qemu_class, reaching, resolve
 
@@ -48,15 +48,15 @@ def test_the_default_types_whose_config_reaches_the_exporter_are_known():
     """QEMU drivers are replaced by the instance's virtual driver, power and
     serial become refs, Corellium's fields are the class's: only TcpNetwork's
     config reaches the exporter as the set wrote it."""
-    passed_through = set(qemu_common.DEFAULT_DRIVER_TYPES) - set(qemu_common.QEMU_DRIVER_TYPES) \
-        - set(qemu_common.QEMU_COMPANION_CHILDREN)
-    assert passed_through == {qemu_common.TCP_NETWORK_DRIVER_TYPE}
+    passed_through = set(qemu.DEFAULT_DRIVER_TYPES) - set(qemu.QEMU_DRIVER_TYPES) \
+        - set(qemu.QEMU_COMPANION_CHILDREN)
+    assert passed_through == {qemu.TCP_NETWORK_DRIVER_TYPE}
     overrides = corellium.Corellium().driver_overrides(
         [{"name": "c", "type": corellium.DRIVER_TYPE}], {"api": {"projectId": "p"}, "device": {}}, "i")
     assert overrides["c"]["config"]["project_id"] == "p"
 
 
-@pytest.mark.parametrize("dotted", [qemu_common.TCP_NETWORK_DRIVER_TYPE])
+@pytest.mark.parametrize("dotted", [qemu.TCP_NETWORK_DRIVER_TYPE])
 @pytest.mark.parametrize("klass", [qemu_class, lab_class])
 def test_every_string_field_of_a_default_driver_is_read_as_a_host_whatever_its_value(dotted, klass):
     fields = _string_fields(_driver_class(dotted))

@@ -18,11 +18,11 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.base import (
     named_drivers,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu_common import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu import (
     VIRTUAL_QEMU_DRIVER_TYPE,
     qemu_driver_overrides,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu.argv import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu.argv import (
     guest_arch,
 )
 from jep_examples import (

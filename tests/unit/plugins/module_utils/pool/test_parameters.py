@@ -5,8 +5,8 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool
     json_schema,
     validate_parameters,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu import argv as qemu_argv
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu.argv import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu import argv as qemu_argv
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu.argv import (
     DEFAULT_MEMORY,
     guest_arch,
     guest_memory,
@@ -228,7 +228,7 @@ def test_json_schema_errors_read_as_the_field_at_fault(parameters, errors):
 
 @pytest.mark.parametrize("provisioner", [QEMU, BAREMETAL])
 def test_the_paths_qemu_reads_are_in_the_schema(provisioner):
-    """firmware.path and disk.format reach QEMU (qemu/argv.py): they are
+    """firmware.path and disk.format reach QEMU (provisioners/qemu/argv.py): they are
     checked like any field, not warned about as unknown and ignored."""
     base = {} if provisioner == QEMU else GOOD_BAREMETAL
     fine = validate_parameters(provisioner, {**base, "firmware": {"path": "/usr/share/OVMF.fd"},

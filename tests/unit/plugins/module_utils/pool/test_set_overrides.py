@@ -22,7 +22,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool
     resolve,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.base import DEFAULT_IMAGES
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu import images
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu import images
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.quantity import (
     quantity_to_bytes,
 )
@@ -465,7 +465,7 @@ def test_the_default_driver_types_are_the_provisioners_and_the_jeps():
     assert resolve(qemu_class(), with_drivers(*jep))["violations"] == []
     assert resolve(lab_class(), with_drivers(*jep))["violations"] == []
     # The seed's template lists power and serial without a QEMU driver: the
-    # provisioner adds one for them (qemu_common.qemu_driver_overrides).
+    # provisioner adds one for them (qemu.qemu_driver_overrides).
     seed = with_drivers(QEMU_POWER, "jumpstarter_driver_network.driver.TcpNetwork", QEMU_SERIAL)
     for cls in (qemu_class(), lab_class()):
         assert resolve(cls, seed)["violations"] == []
@@ -759,7 +759,7 @@ def test_the_class_lists_more_image_hosts_and_without_urls_allows_none():
 
 
 def test_a_url_no_fetch_takes_is_left_to_validation():
-    """file:, ftp: and the like are InvalidParameters (qemu/images.py url_problem)."""
+    """file:, ftp: and the like are InvalidParameters (provisioners/qemu/images.py url_problem)."""
     for url in ("file:///etc/shadow", "ftp://10.0.0.1/x", "file:/etc/shadow", "data:,x"):
         assert resolve(qemu_class(), a_set({"disk": {"url": url}}))["violations"] == [], url
 
@@ -846,7 +846,7 @@ def test_what_the_qemu_drivers_config_cannot_say_is_named():
 @given(st.integers(min_value=1, max_value=10**6), st.sampled_from(["", "K", "M", "G", "T", "k", "g"]),
        st.sampled_from(["", "B"]))
 def test_qemu_sizes_read_as_qemu_reads_them(number, unit, byte):
-    from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu_common import (
+    from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu import (
         qemu_size,
     )
     powers = {"": None, "K": 1, "M": 2, "G": 3, "T": 4}

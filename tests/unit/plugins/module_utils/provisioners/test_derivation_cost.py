@@ -7,14 +7,14 @@ import sys
 from pathlib import Path
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import set_overrides
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners import qemu_common
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners import qemu
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.base import named_drivers
 from hypothesis import given
 from hypothesis import strategies as st
 
-PACKAGE = str(Path(qemu_common.__file__).parents[1])
+PACKAGE = str(Path(qemu.__file__).parents[2])
 QEMU = "jumpstarter_driver_qemu.driver.Qemu"
-SERIAL = qemu_common.QEMU_SERIAL_DRIVER_TYPE
+SERIAL = qemu.QEMU_SERIAL_DRIVER_TYPE
 
 
 def lines_run(function, *args):
@@ -76,8 +76,8 @@ def test_the_companions_of_a_template_without_qemu_are_resolved_in_one_pass():
 
     assert growth(serial_without_qemu, violations) < 2.5
     assert violations(serial_without_qemu(3))["violations"] == []
-    assert growth(serial_without_qemu, lambda drivers: qemu_common.qemu_driver_overrides(drivers, "/r")) < 2.5
-    overrides = qemu_common.qemu_driver_overrides(serial_without_qemu(3), "/r")
+    assert growth(serial_without_qemu, lambda drivers: qemu.qemu_driver_overrides(drivers, "/r")) < 2.5
+    overrides = qemu.qemu_driver_overrides(serial_without_qemu(3), "/r")
     assert [overrides[name] for name in ("qemuserial", "qemuserial_2", "qemuserial_3")] == [
         {"ref": "qemu.console"}] * 3
 

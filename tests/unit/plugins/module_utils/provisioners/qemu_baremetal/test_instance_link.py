@@ -5,16 +5,16 @@ there and keeps every file in the instance directory."""
 
 import re
 
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu_baremetal.hosts import (
-    DEFAULT_WORK_DIR,
-    instance_dir,
-    instance_link,
-)
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu.argv import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu.argv import (
     QMP_SOCKET,
     SERIAL_LOG,
     SERIAL_SOCKET,
     qemu_argv,
+)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu_baremetal.hosts import (
+    DEFAULT_WORK_DIR,
+    instance_dir,
+    instance_link,
 )
 from hypothesis import given
 from hypothesis import strategies as st

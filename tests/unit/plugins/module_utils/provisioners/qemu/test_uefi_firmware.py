@@ -2,7 +2,7 @@
 read-only and the variables the instance's own copy."""
 
 import pytest
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu.argv import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu.argv import (
     UEFI_FIRMWARE,
     UEFI_VARS,
     guest_arch,

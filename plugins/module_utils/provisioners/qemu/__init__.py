@@ -6,8 +6,9 @@ base), and how the template's QEMU drivers become the instance's
 
 The machine types by architecture, the default memory and how merged
 parameters name the guest's (``guest_arch``, ``guest_memory``) are the
-command line's (``qemu/argv.py``, below this package), read here by the
-schema and the rules.
+command line's (``argv.py``, with the image fetch ``images.py`` and the QMP
+client ``qmp.py`` the QEMU library of this package, below this module),
+read here by the schema and the rules.
 """
 
 import re
@@ -17,8 +18,11 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.prov
     Provisioner,
     named_drivers,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu import argv as qemu_argv
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu.argv import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu import argv as qemu_argv
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu import (
+    images as image_fetch,
+)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu.argv import (
     DEFAULT_MEMORY,
     DISK_NODE,
     MACHINE_TYPES_BY_ARCH,
@@ -378,6 +382,10 @@ class QemuProvisioner(Provisioner):
     path_parameters = PATH_PARAMETERS
     default_driver_types = DEFAULT_DRIVER_TYPES
     resource_ceilings = RESOURCE_CEILINGS
+    # The rule lives with the fetch code, which applies it again before any request.
+    value_formats = {"image-url": image_fetch.url_problem}
+    # A wrong digest or an image that is not one fails every retry alike.
+    unrecoverable_reasons = image_fetch.UNRECOVERABLE_REASONS
     # Keys of the Qemu driver's config this provisioner reads besides
     # ``QEMU_CONFIG_PARAMETERS``.
     served_qemu_config = ()

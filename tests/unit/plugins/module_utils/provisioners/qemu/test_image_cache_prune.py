@@ -11,7 +11,9 @@ import time
 
 import pytest
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import pod as k8s_pod
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu import images as image_fetch
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu import (
+    images as image_fetch,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

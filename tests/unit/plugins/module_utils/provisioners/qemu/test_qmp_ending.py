@@ -12,7 +12,7 @@ import threading
 import time
 
 import pytest
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu import qmp
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu import qmp
 
 GREETING = {"QMP": {"version": {"qemu": {"micro": 0, "minor": 2, "major": 7}, "package": ""},
                     "capabilities": []}}

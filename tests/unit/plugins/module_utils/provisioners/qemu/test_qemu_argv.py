@@ -3,7 +3,7 @@
 import json
 
 import pytest
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu.argv import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu.argv import (
     disk_create_argv,
     qemu_argv,
     runtime_files,

@@ -13,7 +13,7 @@ import shutil
 import subprocess
 
 import pytest
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu import images
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu import images
 
 QEMU_IMG = shutil.which("qemu-img")
 

@@ -8,7 +8,9 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.parameters import (
     validate_parameters,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu import images as image_fetch
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu import (
+    images as image_fetch,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

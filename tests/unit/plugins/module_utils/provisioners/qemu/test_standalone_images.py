@@ -8,7 +8,7 @@ from __future__ import annotations
 import struct
 
 import pytest
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu import images
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu import images
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -11,7 +11,7 @@ import subprocess
 import tempfile
 import time
 
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.qemu.argv import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu.argv import (
     ACCEL_KVM,
     ACCEL_TCG,
     QMP_SOCKET,
