@@ -21,9 +21,11 @@ and here, and asserts the same outcomes):
   status, a patch of ``/status`` keeps everything but the status;
   generation grows when anything but metadata and status changes;
 - delete: preconditions (uid, resourceVersion) refused with 409, 404 on a
-  missing object; with finalizers the object is only marked
-  (deletionTimestamp) and goes once a write empties them; a bound Pod with
-  a grace period is only marked (its kubelet would finish it);
+  missing object; the answer a Status, or a Pod; with finalizers the
+  object is only marked (deletionTimestamp, its generation grown) and goes
+  once a write empties them (answered with its last resourceVersion); a
+  bound Pod with a grace period is only marked (its kubelet would finish
+  it);
 - the garbage collector's orphaning (``propagationPolicy: Orphan``) done at
   once: the dependents lose their owner reference to the object, then the
   object goes; its deletion of dependents whose owners are all gone only
@@ -103,6 +105,19 @@ class _Response:
         self.headers = HTTPHeaderDict({"Content-Type": "application/json"})
 
 
+class _Wire:
+    """The client's urllib3 pool, as RESTClientObject uses it, answered by the fake."""
+
+    def __init__(self, fake):
+        self.fake = fake
+
+    def request(self, method, url, body=None, headers=None, **_):
+        return self.fake.serve(method, url, body, headers or {})
+
+    def clear(self):
+        pass
+
+
 def merge_patch(target, patch):
     """``target`` with the JSON merge patch ``patch`` (RFC 7386) applied: a
     null removes its key, an object merges, anything else replaces."""
@@ -156,7 +171,7 @@ class FakeKube:
     def api_client(self):
         """A kubernetes ``ApiClient`` whose requests this fake answers."""
         api_client = client.ApiClient(client.Configuration(host=HOST))
-        api_client.rest_client.pool_manager = self
+        api_client.rest_client.pool_manager = _Wire(self)
         return api_client
 
     @property
@@ -228,10 +243,9 @@ class FakeKube:
             if not changed:
                 return
 
-    # -- the wire (urllib3.PoolManager.request, as RESTClientObject calls it) --
+    # -- the wire --------------------------------------------------------------
 
-    def request(self, method, url, body=None, fields=None, timeout=None, headers=None, preload_content=False,
-                **_):
+    def serve(self, method, url, body, headers):
         parts = urlsplit(url)
         query = {key: values[-1] for key, values in parse_qs(parts.query).items()}
         path = parts.path.strip("/").split("/")
@@ -246,7 +260,7 @@ class FakeKube:
                 "DELETE": "delete"}.get(method)
         if verb is None or (subresource and (subresource != "status" or not resource.status or verb == "update")):
             raise NotImplementedError(f"{method} {parts.path} is not served by the fake")
-        if verb == "patch" and (headers or {}).get("Content-Type") != "application/merge-patch+json":
+        if verb == "patch" and headers.get("Content-Type") != "application/merge-patch+json":
             raise NotImplementedError(f"a {headers.get('Content-Type')} patch is not served by the fake")
         logged = {"list": query.get("labelSelector"),
                   "create": ((decoded or {}).get("metadata") or {}).get("name")}.get(verb, name)
@@ -289,16 +303,17 @@ class FakeKube:
 
     def _write(self, key, obj):
         self.revision += 1
-        obj["metadata"]["resourceVersion"] = str(self.revision)
         meta = obj["metadata"]
-        if meta.get("deletionTimestamp") and ORPHAN in (meta.get("finalizers") or []):
-            self._store[key] = obj
-            self._orphan(key)
-        elif meta.get("deletionTimestamp") and not meta.get("finalizers"):
+        if meta.get("deletionTimestamp") and not meta.get("finalizers"):
+            # Its last finalizer gone: it goes, answered as last written.
             self._store.pop(key, None)
-        else:
-            self._store[key] = obj
-        return copy.deepcopy(obj)
+            return copy.deepcopy(obj)
+        meta["resourceVersion"] = str(self.revision)
+        self._store[key] = obj
+        written = copy.deepcopy(obj)
+        if meta.get("deletionTimestamp") and ORPHAN in meta["finalizers"]:
+            self._orphan(key)
+        return written
 
     def _create(self, resource, namespace, body):
         meta = body.get("metadata") or {}
@@ -408,7 +423,11 @@ class FakeKube:
             grace = 0
         if not finalizers and not grace:
             del self._store[key]
-            return copy.deepcopy(current)
+            self.revision += 1
+            if key[0] == "Pod":
+                return copy.deepcopy(current)
+            return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                    "details": {"name": key[2], "kind": current["kind"], "uid": meta["uid"]}}
         if meta.get("deletionTimestamp") and finalizers == list(meta.get("finalizers") or []):
             return copy.deepcopy(current)
         marked = copy.deepcopy(current)
@@ -416,8 +435,9 @@ class FakeKube:
                                   deletionGracePeriodSeconds=grace)
         if finalizers:
             marked["metadata"]["finalizers"] = finalizers
-        self._write(key, marked)
-        return marked
+        if "generation" in meta and not meta.get("deletionTimestamp"):
+            marked["metadata"]["generation"] = meta["generation"] + 1
+        return self._write(key, marked)
 
     def _orphan(self, key):
         """The garbage collector orphaning the dependents of ``key``, then

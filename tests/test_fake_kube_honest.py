@@ -1,0 +1,201 @@
+"""The in-memory API server of the writers' unit tests (tests/unit/fake_kube.py)
+answers as the bed's kube-apiserver does: one sequence of the calls the
+writers make (k8s/apply.py, guarded_write.py, status.py, credentials.py,
+exporter_pods.py), through the same CustomObjectsApi and k8s/core.CoreApi,
+run on both, with the same status codes and the same resulting objects
+(the fields the writers read; resourceVersions as grown or not, uids by
+whose they are). A fake that grew kinder (a stale resourceVersion let
+through, a precondition ignored, a status written by a patch of the object)
+fails here before a unit test could pass on it."""
+
+from __future__ import annotations
+
+import base64
+import json
+import pprint
+import time
+
+import pytest
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import core as k8s_core
+from fake_kube import FakeKube
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+pytestmark = pytest.mark.testbed
+
+EXPORTERS = ("jumpstarter.dev", "v1alpha1")
+# How long the bed's garbage collector may take to orphan or collect.
+GC_SECONDS = 10
+
+
+class Run:
+    """The outcomes of the sequence on one API server, as plain data."""
+
+    def __init__(self, api_client, namespace, settle):
+        self.custom = client.CustomObjectsApi(api_client)
+        self.core = k8s_core.CoreApi(api_client)
+        self.namespace = namespace
+        self.settle = settle  # settle(done): until the garbage collector made done() true
+        self.outcomes = []
+        self.versions = {}  # object name -> its last resourceVersion seen
+        self.uids = {}  # uid -> the name of the object it was first seen on
+
+    def step(self, what, call):
+        """Record what ``call`` answered: the view of the object it returned, or the refusal."""
+        try:
+            answer = call()
+        except ApiException as exc:
+            reason = json.loads(exc.body).get("reason") if exc.body else None
+            self.outcomes.append((what, exc.status, reason))
+            return None
+        self.outcomes.append((what, "ok", self.view(answer)))
+        return answer
+
+    def view(self, obj):
+        if obj.get("kind") == "Status":
+            return "Status"
+        if "items" in obj:
+            return {"names": [item["metadata"]["name"] for item in obj["items"]],
+                    "version not behind its items": all(
+                        int(obj["metadata"]["resourceVersion"]) >= int(item["metadata"]["resourceVersion"])
+                        for item in obj["items"])}
+        meta = obj["metadata"]
+        name = meta["name"]
+        self.uids.setdefault(meta["uid"], name)
+        version = int(meta["resourceVersion"])
+        before = self.versions.get(name)
+        self.versions[name] = version
+        return {
+            "resourceVersion": "new" if before is None else "grew" if version > before else
+            "same" if version == before else "went back",
+            "generation": meta.get("generation"),
+            "labels": meta.get("labels"), "annotations": meta.get("annotations"),
+            "finalizers": meta.get("finalizers"), "terminating": bool(meta.get("deletionTimestamp")),
+            "owners": [self.uids.get(ref["uid"], "unknown") for ref in meta.get("ownerReferences") or []] or None,
+            **{key: obj.get(key) for key in ("spec", "status", "data", "count")},
+        }
+
+    def get(self, name):
+        return self.custom.get_namespaced_custom_object(*EXPORTERS, self.namespace, "exporters", name)
+
+    def patch(self, name, body, status=False):
+        write = (self.custom.patch_namespaced_custom_object_status if status
+                 else self.custom.patch_namespaced_custom_object)
+        return write(*EXPORTERS, self.namespace, "exporters", name, body)
+
+    def delete(self, name, **options):
+        return self.custom.delete_namespaced_custom_object(
+            *EXPORTERS, self.namespace, "exporters", name, body=k8s_core.delete_options(**options))
+
+    def exporter(self, name, **meta):
+        return self.custom.create_namespaced_custom_object(*EXPORTERS, self.namespace, "exporters", {
+            "apiVersion": "jumpstarter.dev/v1alpha1", "kind": "Exporter",
+            "metadata": {"name": name, **meta}, "spec": {"enabled": True},
+            # Dropped: the status is written through its subresource only.
+            "status": {"leaseRef": {"name": "at-create"}}})
+
+    def secret(self, name, owner, **fields):
+        return self.core.create("Secret", self.namespace, {
+            "apiVersion": "v1", "kind": "Secret", **fields,
+            "metadata": {"name": name, "ownerReferences": [{
+                "apiVersion": "jumpstarter.dev/v1alpha1", "kind": "Exporter", "name": owner["metadata"]["name"],
+                "uid": owner["metadata"]["uid"], "controller": True}]}})
+
+    def exporter_gone(self, name):
+        try:
+            self.get(name)
+        except ApiException as exc:
+            return exc.status == 404
+        return False
+
+    def run(self):
+        made = self.step("create", lambda: self.exporter("e1", labels={"pool": "a"}, annotations={"note": "1"}))
+        first = made["metadata"]["resourceVersion"]
+        self.step("create a taken name", lambda: self.exporter("e1"))
+        self.step("get a missing one", lambda: self.get("missing"))
+        self.step("patch the spec on its version", lambda: self.patch(
+            "e1", {"spec": {"enabled": False}, "metadata": {"resourceVersion": first}}))
+        self.step("patch on a stale version", lambda: self.patch(
+            "e1", {"metadata": {"resourceVersion": first, "annotations": {"stale": "yes"}}}))
+        self.step("merge patch: null removes", lambda: self.patch(
+            "e1", {"metadata": {"annotations": {"note": None, "other": "x"}}}))
+        self.step("status in a patch of the object", lambda: self.patch(
+            "e1", {"status": {"leaseRef": {"name": "by-object-patch"}}}))
+        self.step("patch of the status", lambda: self.patch(
+            "e1", {"status": {"leaseRef": {"name": "l1"}}, "metadata": {"annotations": {"by-status": "x"}}},
+            status=True))
+        stale = self.versions["e1"] - 1
+        self.step("status patch on a stale version", lambda: self.patch(
+            "e1", {"status": {"leaseRef": None}, "metadata": {"resourceVersion": str(stale)}}, status=True))
+        self.step("a patch that changes nothing", lambda: self.patch("e1", {"spec": {"enabled": False}}))
+        self.step("patch a missing one", lambda: self.patch("missing", {"spec": {"enabled": True}}))
+
+        e1 = self.get("e1")
+        self.step("secret with stringData", lambda: self.secret("s1", e1, stringData={"token": "t"}))
+        self.step("list by a missing label", lambda: self.custom.list_namespaced_custom_object(
+            *EXPORTERS, self.namespace, "exporters", label_selector="!gone"))
+        self.step("list by a label", lambda: self.custom.list_namespaced_custom_object(
+            *EXPORTERS, self.namespace, "exporters", label_selector="pool=a"))
+
+        secret = self.core.read("Secret", self.namespace, "s1")
+        self.versions["s1"] = int(secret["metadata"]["resourceVersion"])
+        self.step("replace on a stale version", lambda: self.core.replace("Secret", self.namespace, "s1", {
+            **secret, "metadata": {**secret["metadata"], "resourceVersion": str(self.versions["e1"])},
+            "data": {"token": base64.b64encode(b"u").decode()}}))
+        self.step("replace on its version", lambda: self.core.replace("Secret", self.namespace, "s1", {
+            **secret, "data": {"token": base64.b64encode(b"u").decode()}}))
+
+        event = {"apiVersion": "v1", "kind": "Event", "metadata": {"name": "e1.held"},
+                 "involvedObject": {"apiVersion": "jumpstarter.dev/v1alpha1", "kind": "Exporter", "name": "e1",
+                                    "namespace": self.namespace, "uid": e1["metadata"]["uid"]},
+                 "reason": "ExporterHeld", "message": "held", "type": "Normal", "count": 1,
+                 "firstTimestamp": "2026-01-01T00:00:00Z", "lastTimestamp": "2026-01-01T00:00:00Z",
+                 "source": {"component": "fake-kube-honest"}}
+        self.step("create an Event", lambda: self.core.create("Event", self.namespace, event))
+        self.step("create it again", lambda: self.core.create("Event", self.namespace, event))
+        self.step("bump its count on a stale version", lambda: self.core.patch("Event", self.namespace, "e1.held", {
+            "count": 2, "metadata": {"resourceVersion": str(self.versions["e1.held"] - 1)}}))
+        self.step("bump its count", lambda: self.core.patch("Event", self.namespace, "e1.held", {
+            "count": 2, "metadata": {"resourceVersion": str(self.versions["e1.held"])}}))
+
+        e1 = self.get("e1")
+        self.step("delete with another uid", lambda: self.delete("e1", uid="another-uid"))
+        self.step("delete on a stale version", lambda: self.delete(
+            "e1", uid=e1["metadata"]["uid"], resource_version=first))
+        self.step("orphaning delete", lambda: self.delete(
+            "e1", uid=e1["metadata"]["uid"], resource_version=e1["metadata"]["resourceVersion"],
+            propagation_policy="Orphan"))
+        self.settle(lambda: self.exporter_gone("e1"))
+        self.step("orphaned gone", lambda: self.get("e1"))
+        self.step("its dependent, orphaned", lambda: self.core.read("Secret", self.namespace, "s1"))
+        self.step("delete it again", lambda: self.delete("e1"))
+
+        self.step("create another", lambda: self.exporter("e2"))
+        self.secret("s2", self.get("e2"))
+        self.step("background delete", lambda: self.delete("e2", propagation_policy="Background"))
+        self.settle(lambda: self.core.read("Secret", self.namespace, "s2", missing_ok=True) is None)
+        self.step("its dependent, collected", lambda: self.core.read("Secret", self.namespace, "s2"))
+
+        self.step("create with a finalizer", lambda: self.exporter("e3", finalizers=["example.com/keep"]))
+        self.step("delete it", lambda: self.delete("e3", uid=self.get("e3")["metadata"]["uid"]))
+        self.step("terminating", lambda: self.get("e3"))
+        self.step("finalizer off", lambda: self.patch("e3", {"metadata": {"finalizers": None}}))
+        self.step("then gone", lambda: self.get("e3"))
+        return self.outcomes
+
+
+def poll(done):
+    deadline = time.monotonic() + GC_SECONDS
+    while not done() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def test_the_fake_answers_as_the_api_server(api, namespace):
+    on_the_bed = Run(api, namespace, poll).run()
+    fake = FakeKube(namespace)
+    with fake.api_client() as api_client:
+        in_memory = Run(api_client, namespace, lambda done: fake.collect_garbage()).run()
+    assert len(in_memory) == len(on_the_bed)
+    differ = [(bed[0], {"bed": bed[1:], "fake": faked[1:]}) for bed, faked in zip(on_the_bed, in_memory, strict=True)
+              if bed != faked]
+    assert not differ, pprint.pformat(differ, width=120)
