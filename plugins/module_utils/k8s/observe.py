@@ -31,9 +31,6 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.phases.model import Plan
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.plan import scale_plan
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu_baremetal import (
-    pool as baremetal_pool,
-)
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.timeutil import parse_time
 
 # The playbook that re-syncs the config Secrets of a Pod-backed set's running
@@ -96,11 +93,8 @@ def observe(exporter_set, namespace_objects, now):
     # policy is invalid or not the only one (pool/policy.py).
     set_policy, policy_condition = policy.policy_for(
         exporter_set, namespace_objects.get(constants.EXPORTER_SET_POLICY.kind) or ())
-    lab = None
-    if provisioners.get(((vclass or {}).get("spec") or {}).get("provisioner")).runs_on_lab_hosts:
-        placed = [e for e in exporters if _labels(e).get(constants.LABEL_HOST)]
-        lab = baremetal_pool.LabView(exporter_set, vclass, owned, placed, now,
-                                     parameters=resolved["parameters"])
+    lab = provisioners.get(((vclass or {}).get("spec") or {}).get("provisioner")).lab_view(
+        exporter_set, vclass, owned, exporters, now, (resolved or {}).get("parameters"))
     # Why its template labels are refused (another set's, or reserved).
     label_conflicts = selectors.template_label_conflicts(exporter_set, sets, constants.LABEL_EXPORTER_SET, groups,
                                                          consented(exporter_set))
@@ -403,7 +397,7 @@ def _credentialed_without_backend(observed):
     the Exporter's own status update brings the set back for another look.
     While the backend's refusal holds, nothing can be made: the plan requeues
     the set for the moment it may be asked again. Lab hosts say themselves
-    what runs on them (``baremetal_pool``). The dormant Exporter never has a
+    what runs on them (``Provisioner.lab_view``). The dormant Exporter never has a
     backend. A set that is ``held`` (refused by its class, its template
     labels refused, or its merged parameters invalid) gets no backend at all.
     """

@@ -150,7 +150,7 @@ class Provisioner:
     removed_with_exporter = False
     # An InPlaceReuse recycle starts a fresh Pod, so it makes a backend.
     resets_with_fresh_pod = False
-    # Its backends run on the class's lab hosts (qemu_baremetal/pool.py's LabView).
+    # Its backends run on the class's lab hosts (``lab_view``).
     runs_on_lab_hosts = False
     # The playbook that probes its hosts when their last report is old.
     probe_playbook = None
@@ -205,6 +205,14 @@ class Provisioner:
     # The reasons an instance of its fails with that no retry mends: the set
     # reports ReplicaFailure at the first one (the registry's union).
     unrecoverable_reasons = frozenset()
+
+    def lab_view(self, exporter_set, virtual_target_class, owned, exporters, now, parameters=None):
+        """What the set's lab hosts last reported of its instances, their
+        slots and placement (``qemu_baremetal/pool.py``'s ``LabView``), from
+        the set's ``owned`` Exporters and the namespace's ``exporters``; the
+        set over its class's ``parameters`` when resolved already. None for a
+        provisioner whose backends the API shows."""
+        return None
 
     def exporter_env(self, class_spec, parameters):
         """Environment of the exporter container beyond the CA bundle's."""

@@ -93,5 +93,15 @@ class QemuBaremetal(qemu.QemuProvisioner):
     runs_on_lab_hosts = True
     probe_playbook = "playbooks/baremetal_probe.yml"
 
+    def lab_view(self, exporter_set, virtual_target_class, owned, exporters, now, parameters=None):
+        # Its hosts' code reads the pool's Exporter state: it stands above
+        # the pool, which imports this module, so it is imported when asked.
+        from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu_baremetal import (
+            pool as lab_pool,
+        )
+
+        placed = [e for e in exporters if (e["metadata"].get("labels") or {}).get(constants.LABEL_HOST)]
+        return lab_pool.LabView(exporter_set, virtual_target_class, owned, placed, now, parameters=parameters)
+
     credential_hosts = "it is reached with the class's SSH key and receives the exporters' tokens"
     ceiling_by_default = True
