@@ -121,6 +121,24 @@ def trace_bursts(rng):
 TRACES = {"steady": trace_steady, "office": trace_office, "bursts": trace_bursts}
 
 
+def _hours(days, start, end):
+    return frozenset(day * 24 + hour for day in days for hour in range(start, end))
+
+
+WEEKDAYS, WEEKEND = range(5), range(5, 7)
+# Parts of the week for --by-period, hours of the week from Monday 0:00.
+PERIODS = {
+    "weekday 0-8": _hours(WEEKDAYS, 0, 8),
+    "weekday 8-9": _hours(WEEKDAYS, 8, 9),
+    "weekday 9-12": _hours(WEEKDAYS, 9, 12),
+    "weekday 12-13": _hours(WEEKDAYS, 12, 13),
+    "weekday 13-18": _hours(WEEKDAYS, 13, 18),
+    "weekday 18-21": _hours(WEEKDAYS, 18, 21),
+    "weekday 21-24": _hours(WEEKDAYS, 21, 24),
+    "weekend": _hours(WEEKEND, 0, 24),
+}
+
+
 def cold_start(rng, median=25.0, sigma=0.25):
     return rng.lognormvariate(math.log(median), sigma)
 
@@ -148,6 +166,9 @@ class World:
         self.options = {"policy": policy.normalize({"leaseWait": TARGET} if self.adaptive else None)}
         # Reset in place: the Jumpstarter controller garbage-collects the Leases
         # of a deleted Exporter, and with them the history a target reads.
+        # A schedule: (weekday nights, weekday office hours 8-18, weekends).
+        self.schedule_of = buffer if isinstance(buffer, tuple) else None
+        buffer = self.schedule_of[0] if self.schedule_of else buffer
         self.set = exporter_set(min_available=0 if buffer is None else buffer, max_replicas=0,
                                 recycle=c.RECYCLE_IN_PLACE_REUSE)
         self.set["metadata"]["creationTimestamp"] = stamp(0)
@@ -159,6 +180,11 @@ class World:
         self.idle_seconds, self.last_idle_at = 0.0, 0.0
         # By hour of day: idle instance-seconds, leases measured, leases late.
         self.by_hour = [[0.0, 0, 0] for _ in range(24)]
+        # By hour of the week: seconds measured, buffer-seconds (the buffer in
+        # force), idle instance-seconds within the buffer and beyond it.
+        self.by_week_hour = [[0.0, 0.0, 0.0, 0.0] for _ in range(168)]
+        self.fixed = buffer
+        self.late_of = {}
         self.decisions = {}
         self.plans = 0
         self.requeue_at = None
@@ -194,6 +220,13 @@ class World:
                            c.ANNOTATION_DORMANT))
             self.idle_seconds += idle * (at - start)
             self.by_hour[int(start % sizing.DAY // sizing.HOUR)][0] += idle * (at - start)
+            buffer = self.fixed if not self.adaptive else \
+                ((self.set.get("status") or {}).get("sizing") or {}).get("buffer", 0)
+            week = self.by_week_hour[int(start % sizing.WEEK // sizing.HOUR)]
+            week[0] += at - start
+            week[1] += buffer * (at - start)
+            week[2] += min(idle, buffer) * (at - start)
+            week[3] += max(idle - buffer, 0) * (at - start)
         self.now = at
 
     # -- events
@@ -248,10 +281,18 @@ class World:
                 hour = self.by_hour[int(arrived % sizing.DAY // sizing.HOUR)]
                 hour[1] += 1
                 hour[2] += wait > TARGET_WAIT
+                self.late_of[index] = wait > TARGET_WAIT
             self.schedule(self.now + self.lengths[index], "end", obj)
 
     # -- the operator
+    def scheduled(self):
+        night, day, weekend = self.schedule_of
+        week_day, hour = divmod(int(self.now % sizing.WEEK // sizing.HOUR), 24)
+        return weekend if week_day >= 5 else day if 8 <= hour < 18 else night
+
     def reconcile(self):
+        if self.schedule_of:
+            self.fixed = self.set["spec"]["minAvailableReplicas"] = self.scheduled()
         for _ in range(3):
             pending = self.pending()
             plan = scale_plan(self.set, self.klass, [self.exporters[n] for n in sorted(self.exporters)],
@@ -327,20 +368,41 @@ class World:
             "plans": self.plans,
             "by_hour": [{"idle_h": round(idle / sizing.HOUR, 2), "leases": leases, "late": late}
                         for idle, leases, late in self.by_hour],
+            "by_period": self.by_period(),
         }
 
+    def by_period(self):
+        """The hours of the week in PERIODS: the mean buffer in force, the
+        idle instance-hours within it and beyond it (instances a lease gave
+        back, held through the cooldown), the leases and the late ones."""
+        out = {}
+        for name, hours in PERIODS.items():
+            seconds, buffer, within, beyond = (sum(self.by_week_hour[h][k] for h in hours) for k in range(4))
+            leases = late = 0
+            for index, arrived in enumerate(self.arrivals):
+                if arrived >= self.measure_from and int(arrived % sizing.WEEK // sizing.HOUR) in hours:
+                    leases += 1
+                    late += self.late_of.get(index, False)
+            out[name] = {"mean_buffer": round(buffer / seconds, 2) if seconds else None,
+                         "idle_within_h": round(within / sizing.HOUR, 1),
+                         "idle_beyond_h": round(beyond / sizing.HOUR, 1), "leases": leases, "late": late}
+        return out
 
-def replay(name, seed, quick, adaptive_only=False, buffers=None, by_hour=False):
+
+def replay(name, seed, quick, adaptive_only=False, buffers=None, by_hour=False, by_period=False, schedules=(),
+           adaptive=True):
     arrivals, lengths, measure_from = TRACES[name](random.Random(seed))
     peak = peak_concurrency(arrivals, lengths)
     target_wait = sizing.parse_target(TARGET)[0].wait
     rows = []
     runs = [None] if adaptive_only else [None, *(range(peak + 1) if buffers is None else buffers)]
+    runs = (runs if adaptive else runs[1:]) + list(schedules)
     for buffer in runs:
         started = time.process_time()
         world = World(arrivals, lengths, measure_from, buffer, seed + 1)
         figures = world.run().figures()
-        figures["buffer"] = "adaptive" if buffer is None else buffer
+        figures["buffer"] = "adaptive" if buffer is None else ":".join(map(str, buffer)) \
+            if isinstance(buffer, tuple) else buffer
         figures["cpu_s"] = round(time.process_time() - started, 1)
         if buffer is None:
             figures["decisions"] = world.decisions
@@ -352,18 +414,25 @@ def replay(name, seed, quick, adaptive_only=False, buffers=None, by_hour=False):
             print("    idle instance-h / leases / late, by hour of day: " + ", ".join(
                 f"{hour}: {h['idle_h']:.1f}/{h['leases']}/{h['late']}"
                 for hour, h in enumerate(figures["by_hour"])), flush=True)
-        if quick and buffer is not None and sum(r["p95_wait_s"] <= target_wait for r in rows[1:]) > 1:
+        if by_period:
+            print("    mean buffer, idle instance-h within it + beyond it, leases / late: " + "; ".join(
+                f"{part}: {p['mean_buffer']}, {p['idle_within_h']} + {p['idle_beyond_h']} h, "
+                f"{p['leases']}/{p['late']}" for part, p in figures["by_period"].items()), flush=True)
+        if quick and isinstance(buffer, int) and sum(r["p95_wait_s"] <= target_wait for r in rows
+                                                     if isinstance(r["buffer"], int)) > 1:
             break
-    adaptive, fixed = rows[0], rows[1:]
+    adaptive = rows[0] if adaptive else None
+    fixed = [r for r in rows if isinstance(r["buffer"], int)]
+    scheduled = [r for r in rows if ":" in str(r["buffer"])]
     meeting = [r for r in fixed if r["p95_wait_s"] <= target_wait]
     cheapest = min(meeting, key=lambda r: r["idle_instance_hours"]) if meeting else None
     summary = {
         "trace": name, "leases": len(arrivals), "peak_concurrent": peak,
-        "adaptive": adaptive, "fixed": fixed,
+        "adaptive": adaptive, "fixed": fixed, "schedules": scheduled,
         "cheapest_fixed_meeting_target": cheapest["buffer"] if cheapest else None,
-        "adaptive_meets_target": adaptive["p95_wait_s"] <= target_wait,
+        "adaptive_meets_target": adaptive["p95_wait_s"] <= target_wait if adaptive else None,
     }
-    if cheapest:
+    if cheapest and adaptive:
         summary["idle_saving_vs_cheapest"] = round(
             1 - adaptive["idle_instance_hours"] / cheapest["idle_instance_hours"], 3) \
             if cheapest["idle_instance_hours"] else None
@@ -375,7 +444,7 @@ def replay(name, seed, quick, adaptive_only=False, buffers=None, by_hour=False):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--traces", default=",".join(TRACES))
+    parser.add_argument("--traces", default=",".join(TRACES), help="of " + ", ".join(TRACES))
     parser.add_argument("--seed", type=int, default=14)
     parser.add_argument("--quick", action="store_true",
                         help="stop the fixed buffers at the second that meets the target")
@@ -384,13 +453,21 @@ def main():
     parser.add_argument("--buffers", help="the fixed buffers to run, e.g. 0,1 (default: 0 to the peak)")
     parser.add_argument("--by-hour", action="store_true",
                         help="print idle instance-hours, leases and late leases by hour of day")
+    parser.add_argument("--by-period", action="store_true",
+                        help="print, by part of the week (nights, mornings, ...), the mean buffer in force, "
+                             "the idle instance-hours within it and beyond it, leases and late leases")
+    parser.add_argument("--schedules", help="fixed buffers by part of the week, night:day:weekend, comma "
+                        "separated (e.g. 1:1:0): weekday nights, weekdays 8:00-18:00, weekends")
+    parser.add_argument("--no-adaptive", action="store_true", help="the fixed buffers and schedules alone")
     parser.add_argument("--json")
     args = parser.parse_args()
     print(f"target: p{TARGET['percentile']} lease wait <= {TARGET['target']}", flush=True)
     results = {"target": TARGET, "seed": args.seed,
                "traces": [replay(name, args.seed, args.quick, args.adaptive_only,
                                  [int(b) for b in args.buffers.split(",")] if args.buffers else None,
-                                 args.by_hour)
+                                 args.by_hour, args.by_period,
+                                 [tuple(int(b) for b in x.split(":")) for x in args.schedules.split(",")]
+                                 if args.schedules else (), not args.no_adaptive)
                           for name in args.traces.split(",")]}
     if args.json:
         with open(args.json, "w") as out:
