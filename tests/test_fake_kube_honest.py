@@ -54,6 +54,8 @@ class Run:
     def view(self, obj):
         if obj.get("kind") == "Status":
             return "Status"
+        if "metadata" not in obj:
+            return obj
         if "items" in obj:
             return {"names": [item["metadata"]["name"] for item in obj["items"]],
                     "version not behind its items": all(
@@ -71,8 +73,11 @@ class Run:
             "generation": meta.get("generation"),
             "labels": meta.get("labels"), "annotations": meta.get("annotations"),
             "finalizers": meta.get("finalizers"), "terminating": bool(meta.get("deletionTimestamp")),
+            "grace": meta.get("deletionGracePeriodSeconds"),
             "owners": [self.uids.get(ref["uid"], "unknown") for ref in meta.get("ownerReferences") or []] or None,
-            **{key: obj.get(key) for key in ("spec", "status", "data", "count")},
+            # A Pod's spec and status get the server's defaults, which the fake does not know.
+            **({"phase": obj["status"]["phase"]} if obj["kind"] == "Pod" else
+               {key: obj.get(key) for key in ("spec", "status", "data", "count")}),
         }
 
     def get(self, name):
@@ -100,6 +105,14 @@ class Run:
             "metadata": {"name": name, "ownerReferences": [{
                 "apiVersion": "jumpstarter.dev/v1alpha1", "kind": "Exporter", "name": owner["metadata"]["name"],
                 "uid": owner["metadata"]["uid"], "controller": True}]}})
+
+    def pod(self, name, **spec):
+        return self.core.create("Pod", self.namespace, {
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"containers": [{"name": "c", "image": "example.invalid/none"}],
+                     "terminationGracePeriodSeconds": 7, **spec},
+            # Dropped: a new Pod is Pending.
+            "status": {"phase": "Running"}})
 
     def exporter_gone(self, name):
         try:
@@ -145,6 +158,24 @@ class Run:
         self.step("replace on its version", lambda: self.core.replace("Secret", self.namespace, "s1", {
             **secret, "data": {"token": base64.b64encode(b"u").decode()}}))
 
+        # Left unscheduled (no node has the label): a Pod no kubelet runs goes at once.
+        pod = self.step("create a Pod", lambda: self.pod("p1", nodeSelector={"no": "such-node"}))
+        self.step("delete the Pod with another uid", lambda: self.core.delete(
+            "Pod", self.namespace, "p1", grace_period_seconds=0, body=k8s_core.delete_options(uid="another-uid")))
+        self.step("delete an unscheduled Pod", lambda: self.core.delete(
+            "Pod", self.namespace, "p1", body=k8s_core.delete_options(uid=pod["metadata"]["uid"])))
+        self.step("the Pod gone", lambda: self.core.read("Pod", self.namespace, "p1"))
+        # Bound to a node (none of that name: no kubelet finishes it), a Pod
+        # gets its grace period; one in the query is not read beside a body.
+        self.step("create a bound Pod", lambda: self.pod("p2", nodeName="no-such-node"))
+        self.step("delete it, grace 0 in the query", lambda: self.core.delete(
+            "Pod", self.namespace, "p2", grace_period_seconds=0,
+            body=k8s_core.delete_options(uid=self.core.read("Pod", self.namespace, "p2")["metadata"]["uid"])))
+        self.step("still terminating", lambda: self.core.read("Pod", self.namespace, "p2"))
+        self.step("delete it, grace 0 in the body", lambda: self.core.delete(
+            "Pod", self.namespace, "p2", body={**k8s_core.delete_options(), "gracePeriodSeconds": 0}))
+        self.step("then gone", lambda: self.core.read("Pod", self.namespace, "p2"))
+
         event = {"apiVersion": "v1", "kind": "Event", "metadata": {"name": "e1.held"},
                  "involvedObject": {"apiVersion": "jumpstarter.dev/v1alpha1", "kind": "Exporter", "name": "e1",
                                     "namespace": self.namespace, "uid": e1["metadata"]["uid"]},
@@ -180,7 +211,7 @@ class Run:
         self.step("delete it", lambda: self.delete("e3", uid=self.get("e3")["metadata"]["uid"]))
         self.step("terminating", lambda: self.get("e3"))
         self.step("finalizer off", lambda: self.patch("e3", {"metadata": {"finalizers": None}}))
-        self.step("then gone", lambda: self.get("e3"))
+        self.step("the Exporter then gone", lambda: self.get("e3"))
         return self.outcomes
 
 

@@ -12,7 +12,7 @@ and here, and asserts the same outcomes):
   that changes nothing keeps the object's version; a list carries the
   counter as it is;
 - create: 201, or 409 AlreadyExists; a new uid, generation 1 for custom
-  resources, the status dropped where the kind has a status subresource
+  resources and Pods, the status dropped where the kind has a status subresource
   (a Pod starts Pending), a Secret's stringData made data;
 - a JSON merge patch (RFC 7386) or a replace (PUT): a
   ``metadata.resourceVersion`` or ``metadata.uid`` in the body that is not
@@ -21,7 +21,8 @@ and here, and asserts the same outcomes):
   status, a patch of ``/status`` keeps everything but the status;
   generation grows when anything but metadata and status changes;
 - delete: preconditions (uid, resourceVersion) refused with 409, 404 on a
-  missing object; the answer a Status, or a Pod; with finalizers the
+  missing object; the answer a Status, or a Pod; DeleteOptions in a body
+  make the query's (``gracePeriodSeconds``) unread; with finalizers the
   object is only marked (deletionTimestamp, its generation grown) and goes
   once a write empties them (answered with its last resourceVersion); a
   bound Pod with a grace period is only marked (its kubelet would finish
@@ -51,17 +52,18 @@ HOST = "https://fake-kube.invalid"
 
 
 class Resource:
-    def __init__(self, kind, api_version, status=False, custom=False):
+    def __init__(self, kind, api_version, status=False, custom=False, generation=None):
         self.kind = kind
         self.api_version = api_version
         self.status = status  # served with a status subresource
-        self.custom = custom  # a custom resource: has a generation
+        self.custom = custom
+        self.generation = custom if generation is None else generation
 
 
 _JUMPSTARTER = "jumpstarter.dev/v1alpha1"
 _POOL = "virtualtarget.jumpstarter.dev/v1alpha1"
 RESOURCES = {
-    ("", "pods"): Resource("Pod", "v1", status=True),
+    ("", "pods"): Resource("Pod", "v1", status=True, generation=True),
     ("", "secrets"): Resource("Secret", "v1"),
     ("", "configmaps"): Resource("ConfigMap", "v1"),
     ("", "events"): Resource("Event", "v1"),
@@ -201,7 +203,7 @@ class FakeKube:
                "metadata": {**meta, "name": name, "namespace": namespace, "uid": meta.get("uid") or next(self._uids),
                             "creationTimestamp": _now()}}
         obj["metadata"].pop("resourceVersion", None)
-        if resource.custom:
+        if resource.generation:
             obj["metadata"]["generation"] = 1
         self._write((kind, namespace, name), obj)
         return copy.deepcopy(obj)
@@ -239,7 +241,7 @@ class FakeKube:
                 if alive:
                     self._patch(key[0], key[1], key[2], None, {"metadata": {"ownerReferences": alive}})
                 else:
-                    self._delete(key, {"propagationPolicy": "Background"}, {})
+                    self._delete(key, {"propagationPolicy": "Background"})
             if not changed:
                 return
 
@@ -279,7 +281,10 @@ class FakeKube:
                 return _Response(200, self._patch(resource.kind, namespace, name, subresource, decoded))
             if verb == "update":
                 return _Response(200, self._update(resource, namespace, name, decoded or {}))
-            return _Response(200, self._delete((resource.kind, namespace, name), decoded or {}, query))
+            # A body's DeleteOptions are all there is: the query's are not read then.
+            options = decoded if decoded else {key: int(value) if key == "gracePeriodSeconds" else value
+                                               for key, value in query.items()}
+            return _Response(200, self._delete((resource.kind, namespace, name), options))
         except Refused as refused:
             return _Response(refused.code, {
                 "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
@@ -304,14 +309,14 @@ class FakeKube:
     def _write(self, key, obj):
         self.revision += 1
         meta = obj["metadata"]
-        if meta.get("deletionTimestamp") and not meta.get("finalizers"):
+        if meta.get("deletionTimestamp") and not meta.get("finalizers") and not meta.get("deletionGracePeriodSeconds"):
             # Its last finalizer gone: it goes, answered as last written.
             self._store.pop(key, None)
             return copy.deepcopy(obj)
         meta["resourceVersion"] = str(self.revision)
         self._store[key] = obj
         written = copy.deepcopy(obj)
-        if meta.get("deletionTimestamp") and ORPHAN in meta["finalizers"]:
+        if meta.get("deletionTimestamp") and ORPHAN in (meta.get("finalizers") or []):
             self._orphan(key)
         return written
 
@@ -330,7 +335,7 @@ class FakeKube:
         obj["metadata"] = {k: v for k, v in meta.items() if k not in SYSTEM_FIELDS}
         obj["metadata"].update(name=name, namespace=namespace, uid=str(uuid.uuid4()), creationTimestamp=_now())
         obj.update(apiVersion=resource.api_version, kind=resource.kind)
-        if resource.custom:
+        if resource.generation:
             obj["metadata"]["generation"] = 1
         if resource.status:
             obj.pop("status", None)
@@ -391,7 +396,7 @@ class FakeKube:
             new.pop("status", None)
             if "status" in current:
                 new["status"] = copy.deepcopy(current["status"])
-        if resource.custom and {k: v for k, v in new.items() if k not in ("metadata", "status")} != {
+        if resource.generation and {k: v for k, v in new.items() if k not in ("metadata", "status")} != {
                 k: v for k, v in current.items() if k not in ("metadata", "status")}:
             new["metadata"]["generation"] = current["metadata"]["generation"] + 1
         return new
@@ -401,7 +406,7 @@ class FakeKube:
             return copy.deepcopy(current)
         return self._write(key, new)
 
-    def _delete(self, key, options, query):
+    def _delete(self, key, options):
         current = self._store.get(key)
         if current is None:
             raise Refused(404, "NotFound", f'{key[0]} "{key[2]}" not found')
@@ -410,33 +415,34 @@ class FakeKube:
             if expected is not None and expected != meta.get(field):
                 raise Refused(409, "Conflict", f"Precondition failed: {field} in precondition: {expected}, "
                                                f"{field} in object meta: {meta.get(field)}")
-        policy = options.get("propagationPolicy") or query.get("propagationPolicy") or "Background"
+        policy = options.get("propagationPolicy") or "Background"
         if policy not in ("Orphan", "Background"):
             raise NotImplementedError(f"propagationPolicy {policy} is not served by the fake")
         finalizers = list(meta.get("finalizers") or [])
         if policy == "Orphan" and ORPHAN not in finalizers:
             finalizers.append(ORPHAN)
-        grace = options.get("gracePeriodSeconds", query.get("gracePeriodSeconds"))
+        grace = options.get("gracePeriodSeconds")
         if key[0] == "Pod" and (current.get("spec") or {}).get("nodeName"):
             grace = int(grace if grace is not None else current["spec"].get("terminationGracePeriodSeconds", 30))
         else:
             grace = 0
+        marked = copy.deepcopy(current)
+        marked["metadata"].update(deletionTimestamp=meta.get("deletionTimestamp") or _now(),
+                                  deletionGracePeriodSeconds=grace)
+        if "generation" in meta and not meta.get("deletionTimestamp"):
+            marked["metadata"]["generation"] = meta["generation"] + 1
         if not finalizers and not grace:
             del self._store[key]
             self.revision += 1
             if key[0] == "Pod":
-                return copy.deepcopy(current)
+                marked["metadata"]["resourceVersion"] = str(self.revision)
+                return marked
             return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
                     "details": {"name": key[2], "kind": current["kind"], "uid": meta["uid"]}}
         if meta.get("deletionTimestamp") and finalizers == list(meta.get("finalizers") or []):
             return copy.deepcopy(current)
-        marked = copy.deepcopy(current)
-        marked["metadata"].update(deletionTimestamp=meta.get("deletionTimestamp") or _now(),
-                                  deletionGracePeriodSeconds=grace)
         if finalizers:
             marked["metadata"]["finalizers"] = finalizers
-        if "generation" in meta and not meta.get("deletionTimestamp"):
-            marked["metadata"]["generation"] = meta["generation"] + 1
         return self._write(key, marked)
 
     def _orphan(self, key):
