@@ -19,7 +19,12 @@ THE_SET = {"apiVersion": "virtualtarget.jumpstarter.dev/v1alpha1", "kind": "Expo
 
 @pytest.fixture
 def api():
-    return FakeKube(NAMESPACE)
+    api = FakeKube(NAMESPACE)
+    yield api
+    # Every Exporter delete orphans (its Leases stay), and of core/v1 only Events are made.
+    assert {r.body["propagationPolicy"] for r in api.requests if (r.verb, r.kind) == ("delete", "Exporter")} <= {
+        "Orphan"}
+    assert {r.kind for r in api.requests if r.verb == "create"} <= {"Exporter", "Event"}
 
 
 def owned_by(uid, name="rpi4-0"):
