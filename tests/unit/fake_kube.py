@@ -46,7 +46,6 @@ from datetime import UTC, datetime
 from urllib.parse import parse_qs, urlsplit
 
 from kubernetes import client
-from urllib3 import HTTPHeaderDict
 
 HOST = "https://fake-kube.invalid"
 
@@ -104,7 +103,7 @@ class _Response:
         self.status = status
         self.reason = "OK" if status < 300 else REASONS.get(status, "Error")
         self.data = json.dumps(body).encode()
-        self.headers = HTTPHeaderDict({"Content-Type": "application/json"})
+        self.headers = {"content-type": "application/json"}
 
 
 class _Wire:
