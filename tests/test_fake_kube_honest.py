@@ -16,10 +16,13 @@ import pprint
 import time
 
 import pytest
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants as c
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import apply as k8s_apply
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import core as k8s_core
 from fake_kube import FakeKube
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+from pool_helpers import make_set
 
 pytestmark = pytest.mark.testbed
 
@@ -221,12 +224,77 @@ def poll(done):
         time.sleep(0.05)
 
 
+def apply_a_plan(api_client, namespace, settle):
+    """PlanApplier's writes for one plan (an orphaning delete with what goes
+    with it, a disable, a disable held by a lease, a create blocked by a
+    credential Secret, a create) and what they leave, as plain data."""
+    custom = client.CustomObjectsApi(api_client)
+    core = k8s_core.CoreApi(api_client)
+    the_set = make_set(custom, namespace)
+    labels = {c.LABEL_EXPORTER_SET: "pool"}
+
+    def exporter(name, enabled, lease=None):
+        made = custom.create_namespaced_custom_object(*EXPORTERS, namespace, "exporters", {
+            "apiVersion": "jumpstarter.dev/v1alpha1", "kind": "Exporter",
+            "metadata": {"name": name, "labels": labels}, "spec": {"enabled": enabled}})
+        if lease:
+            custom.patch_namespaced_custom_object_status(*EXPORTERS, namespace, "exporters", name,
+                                                         {"status": {"leaseRef": {"name": lease}}})
+        return made
+
+    def secret(name, owner):
+        core.create("Secret", namespace, {"apiVersion": "v1", "kind": "Secret", "metadata": {
+            "name": name, "ownerReferences": [{"apiVersion": "jumpstarter.dev/v1alpha1", "kind": "Exporter",
+                                               "name": owner["metadata"]["name"], "uid": owner["metadata"]["uid"],
+                                               "controller": True}]}})
+
+    gone = exporter("pool-0", enabled=False)
+    secret("pool-0-exporter", gone)
+    secret("pool-0-config", gone)
+    exporter("pool-1", enabled=True)
+    exporter("pool-2", enabled=True, lease="l-2")
+    # The credential of another Exporter under the name pool-3 would take.
+    secret("pool-3-exporter", exporter("pool-9", enabled=True))
+    applier = k8s_apply.PlanApplier(api_client, the_set)
+    applier.apply_plan({
+        "delete": [{"name": "pool-0", "reason": "ScaleDown", "uid": gone["metadata"]["uid"]}],
+        "disable": ["pool-1", "pool-2"],
+        "create": [{"name": name, "labels": labels, "annotations": {}} for name in ("pool-3", "pool-4")],
+        "exporter_annotations": {"pool-1": {c.ANNOTATION_RETIRING: "ScaleDown"},
+                                 "pool-2": {c.ANNOTATION_RETIRING: "ScaleDown"}},
+    }, c.PROVISIONER_QEMU)
+
+    def exporters():
+        return custom.list_namespaced_custom_object(*EXPORTERS, namespace, "exporters",
+                                                    label_selector=f"{c.LABEL_EXPORTER_SET}=pool")["items"]
+
+    settle(lambda: "pool-0" not in {e["metadata"]["name"] for e in exporters()})
+    return {
+        "result": {key: applier.result[key] for key in ("created", "deleted", "patched", "blocked", "held",
+                                                        "conflicts")},
+        "exporters": {e["metadata"]["name"]: {
+            "enabled": e["spec"]["enabled"],
+            # The Lease list's resourceVersion is the server's own.
+            "annotations": {k: "set" if k == c.ANNOTATION_LEASES_CHECKED_AT else v
+                            for k, v in (e["metadata"].get("annotations") or {}).items()},
+            "owners": [ref["kind"] for ref in e["metadata"].get("ownerReferences") or []]} for e in exporters()},
+        "secrets": sorted(s["metadata"]["name"] for s in core.list("Secret", namespace)["items"]),
+        "events": sorted((e["reason"], (e.get("related") or {}).get("name", ""))
+                         for e in core.list("Event", namespace)["items"]
+                         # Not the scheduler's about the first run's Pods.
+                         if e["involvedObject"]["kind"] != "Pod"),
+    }
+
+
 def test_the_fake_answers_as_the_api_server(api, namespace):
     on_the_bed = Run(api, namespace, poll).run()
+    bed_plan = apply_a_plan(api, namespace, poll)
     fake = FakeKube(namespace)
     with fake.api_client() as api_client:
         in_memory = Run(api_client, namespace, lambda done: fake.collect_garbage()).run()
+        fake_plan = apply_a_plan(api_client, namespace, lambda done: fake.collect_garbage())
     assert len(in_memory) == len(on_the_bed)
     differ = [(bed[0], {"bed": bed[1:], "fake": faked[1:]}) for bed, faked in zip(on_the_bed, in_memory, strict=True)
               if bed != faked]
     assert not differ, pprint.pformat(differ, width=120)
+    assert fake_plan == bed_plan
