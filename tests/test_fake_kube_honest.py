@@ -1,12 +1,13 @@
 """The in-memory API server of the writers' unit tests (tests/unit/fake_kube.py)
-answers as the bed's kube-apiserver does: one sequence of the calls the
+answers as the bed's kube-apiserver does. One sequence of the calls the
 writers make (k8s/apply.py, guarded_write.py, status.py, credentials.py,
 exporter_pods.py), through the same CustomObjectsApi and k8s/core.CoreApi,
-run on both, with the same status codes and the same resulting objects
+runs on both, with the same status codes and the same resulting objects
 (the fields the writers read; resourceVersions as grown or not, uids by
-whose they are). A fake that grew kinder (a stale resourceVersion let
-through, a precondition ignored, a status written by a patch of the object)
-fails here before a unit test could pass on it."""
+whose they are); then PlanApplier applies one plan on both and leaves the
+same. A fake that grew kinder (a stale resourceVersion let through, a
+precondition ignored, a status written by a patch of the object) fails
+here before a unit test could pass on it."""
 
 from __future__ import annotations
 
