@@ -58,7 +58,10 @@ def test_a_sigkilled_fork_server_leaves_no_process_of_its_runs(server, tmp_path)
     os.kill(server.pid, signal.SIGKILL)
     assert until(lambda: not marked(forked), timeout=30), \
         f"processes of the run outlived the server: {[(p, _cmdline(p)) for p in marked(forked)]}"
-    assert not alive(sleep) and not alive(worker) and not alive(forked)
+    # The run and its worker die by their parent-death signals, which the
+    # kernel delivers when it gets to them: waited for, not read at once.
+    assert until(lambda: not (alive(sleep) or alive(worker) or alive(forked)), timeout=30), \
+        [(pid, alive(pid)) for pid in (sleep, worker, forked)]
     assert until(lambda: not alive(reaper), timeout=10), "the reaper outlived its work"
     run.wait(timeout=60)
     assert run.returncode != 0
@@ -77,7 +80,10 @@ def test_a_fork_server_sigkilled_with_its_reaper_leaves_no_process_of_its_runs(s
     os.kill(server.pid, signal.SIGKILL)
     assert until(lambda: not marked(forked), timeout=30), \
         f"processes of the run outlived the server and its reaper: {[(p, _cmdline(p)) for p in marked(forked)]}"
-    assert not alive(sleep) and not alive(worker) and not alive(forked)
+    # The run and its worker die by their parent-death signals, which the
+    # kernel delivers when it gets to them: waited for, not read at once.
+    assert until(lambda: not (alive(sleep) or alive(worker) or alive(forked)), timeout=30), \
+        [(pid, alive(pid)) for pid in (sleep, worker, forked)]
     run.wait(timeout=60)
     assert run.returncode != 0
     # The next run gets a server of its own, marked apart.
