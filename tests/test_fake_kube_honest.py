@@ -1,7 +1,7 @@
 """The in-memory API server of the writers' unit tests (tests/unit/fake_kube.py)
 answers as the bed's kube-apiserver does. One sequence of the calls the
 writers make (k8s/apply.py, guarded_write.py, status.py, credentials.py,
-exporter_pods.py), through the same CustomObjectsApi and k8s/core.CoreApi,
+exporter_pods.py), through the same CustomObjectsApi and api/core.CoreApi,
 runs on both, with the same status codes and the same resulting objects
 (the fields the writers read; resourceVersions as grown or not, uids by
 whose they are); then PlanApplier applies one plan on both and leaves the
@@ -18,8 +18,8 @@ import time
 
 import pytest
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants as c
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.api import core as k8s_core
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import apply as k8s_apply
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import core as k8s_core
 from fake_kube import FakeKube
 from kubernetes import client
 from kubernetes.client.rest import ApiException

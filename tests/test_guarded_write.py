@@ -1,4 +1,4 @@
-"""The one guarded writer of a pool object's status (k8s/guarded_write.py)
+"""The one guarded writer of a pool object's status (api/guarded_write.py)
 on the real API server: a write that meets a 409 Conflict (another writer
 got in between its read and its write) reads the object again and writes on
 the fresh one; a caller that gave its cached copy gets the 409; a status
@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import pytest
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import guarded_write, pool_writes
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.api import guarded_write
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import pool_writes
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 from pool_helpers import GROUP, make_class, make_set

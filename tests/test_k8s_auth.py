@@ -1,4 +1,4 @@
-"""The connection options of plugins/module_utils/k8s/client.py against the
+"""The connection options of plugins/module_utils/api/client.py against the
 test bed: kubernetes.core's names and K8S_AUTH_* variables, kubeconfig
 contexts, errors that name the host or option at fault, and one
 module_defaults entry for a whole play."""
@@ -10,7 +10,7 @@ from pathlib import Path
 import ansible_runner
 import pytest
 import yaml
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import client as k8s_client
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.api import client as k8s_client
 from kubernetes import client
 
 ROOT = Path(__file__).resolve().parents[1]

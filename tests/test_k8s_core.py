@@ -1,9 +1,9 @@
-"""k8s/core.CoreApi on the bed: the core/v1 calls the collection makes,
+"""api/core.CoreApi on the bed: the core/v1 calls the collection makes,
 through the ApiClient alone, with dicts in and out and the client's
 ApiException for anything but 2xx."""
 
 import pytest
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import core as k8s_core
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.api import core as k8s_core
 from jumpstarter_standin import wait_for
 from kubernetes.client.rest import ApiException
 

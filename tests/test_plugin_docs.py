@@ -35,7 +35,7 @@ KUBERNETES_MODULES = sorted(m for m in RUNTIME["action_groups"]["kubernetes"] if
 
 
 def _uses_k8s_client(module):
-    return "module_utils.k8s.client import" in (ROOT / "plugins" / "modules" / f"{module}.py").read_text()
+    return "module_utils.api.client import" in (ROOT / "plugins" / "modules" / f"{module}.py").read_text()
 
 
 def test_every_module_that_talks_to_kubernetes_is_in_the_group():
@@ -48,7 +48,7 @@ def test_module_takes_the_kubernetes_core_auth_options(module):
     """ansible-doc shows each of kubernetes.core's connection options with
     its aliases and environment variables, and the module's argument spec
     takes them all."""
-    from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import client as k8s_client
+    from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.api import client as k8s_client
 
     result = subprocess.run(["ansible-doc", "--json", f"jumpstarter.virtual_exporters.{module}"],
                             capture_output=True, text=True, timeout=120)

@@ -13,11 +13,11 @@ import threading
 from pathlib import Path
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import provisioners
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import lifecycle
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import status as k8s_status
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.client import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.api.client import (
     api_client as load_client,
 )
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import lifecycle
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import status as k8s_status
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners import base as provisioner_base
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.timeutil import (
     parse_duration,

@@ -4,7 +4,7 @@
 
 class ModuleDocFragment:
     # How the collection's modules reach the API server: the argument spec and
-    # client of module_utils/k8s/client.py. Names, aliases and environment
+    # client of module_utils/api/client.py. Names, aliases and environment
     # variables are kubernetes.core's, so the same module_defaults, AWX
     # Kubernetes credential or kubeconfig serve both collections.
     DOCUMENTATION = r"""

@@ -70,11 +70,11 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils impo
     exporterset_options,
     module_base,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import status as k8s_status
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.client import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.api.client import (
     AUTH_ARG_SPEC,
     module_api_client,
 )
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import status as k8s_status
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.module_diff import with_diff
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu_baremetal import (
     pool as baremetal_pool,

@@ -131,12 +131,12 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils impo
     exporterset_options,
     module_base,
 )
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import apply as k8s_apply
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import credentials, exporter_config
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.client import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.api.client import (
     AUTH_ARG_SPEC,
     ClusterModule,
 )
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import apply as k8s_apply
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import credentials, exporter_config
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.module_diff import Changes, with_diff
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import set_overrides
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu import (

@@ -163,8 +163,8 @@ reset:
 """
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import module_base
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.api.client import AUTH_ARG_SPEC
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import exporter_pods
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.client import AUTH_ARG_SPEC
 
 
 def main():

@@ -163,13 +163,13 @@ finalizer_changed:
 """
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import exporterset_options, module_base
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import reconcile_pass
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import status as k8s_status
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.apply import ApplyError
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.client import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.api.client import (
     AUTH_ARG_SPEC,
     module_api_client,
 )
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import reconcile_pass
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import status as k8s_status
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.apply import ApplyError
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.module_diff import with_diff
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import decision, permissions
 

@@ -96,12 +96,12 @@ finalizer:
 """
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import module_base
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import lifecycle, reconcile_pass
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import observe as k8s_observe
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.client import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.api.client import (
     AUTH_ARG_SPEC,
     module_api_client,
 )
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import lifecycle, reconcile_pass
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import observe as k8s_observe
 
 ARGUMENT_SPEC = dict(
     name=dict(type="str", required=True),

@@ -150,13 +150,13 @@ report:
 from datetime import UTC, datetime
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import exporterset_options, module_base
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import lifecycle, reconcile_pass
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import observe as k8s_observe
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.apply import ApplyError
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.client import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.api.client import (
     AUTH_ARG_SPEC,
     module_api_client,
 )
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import lifecycle, reconcile_pass
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import observe as k8s_observe
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.apply import ApplyError
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.module_diff import with_diff
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import permissions
 

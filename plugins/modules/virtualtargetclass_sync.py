@@ -87,11 +87,11 @@ status:
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants, module_base
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.ansible_compat import diff_mode
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import reconcile_pass
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.client import (
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.api.client import (
     AUTH_ARG_SPEC,
     module_api_client,
 )
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import reconcile_pass
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.module_diff import with_diff
 
 ARGUMENT_SPEC = dict(

@@ -36,7 +36,7 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 from ansible.utils.vars import merge_hash
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import ansible_compat, module_base
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.client import AUTH_ARG_SPEC
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.api.client import AUTH_ARG_SPEC
 
 COLLECTION = "jumpstarter.virtual_exporters"
 _AUTO_INTERPRETERS = ("auto", "auto_legacy", "auto_silent", "auto_legacy_silent")

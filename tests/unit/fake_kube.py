@@ -216,7 +216,7 @@ class FakeKube:
         self._before.append((verb, kind, action))
 
     def exec(self, namespace, name, container, command, timeout):
-        """``k8s/core.CoreApi.exec`` for a test to put in its place (an exec
+        """``api/core.CoreApi.exec`` for a test to put in its place (an exec
         is a WebSocket, not served here): recorded as a create of
         ``pods/exec``; the command exits 0."""
         if ("Pod", namespace, name) not in self._store:

@@ -20,8 +20,8 @@ import hashlib
 import json
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.api import objects as k8s_objects
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import controller_ca, credentials
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import objects as k8s_objects
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import pod as k8s_pod
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import lease_safety
 

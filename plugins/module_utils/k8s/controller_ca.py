@@ -18,7 +18,7 @@ import binascii
 import re
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import core as k8s_core
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.api import core as k8s_core
 
 _PEM_BLOCK = re.compile(r"-----BEGIN ([A-Z0-9 ]+)-----(.*?)-----END \1-----", re.S)
 # A DER certificate is an ASN.1 SEQUENCE.

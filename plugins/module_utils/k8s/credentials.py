@@ -19,8 +19,8 @@ Secrets (k8s/config_sync.py) holds their metadata only.
 import base64
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import core as k8s_core
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import objects as k8s_objects
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.api import core as k8s_core
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.api import objects as k8s_objects
 
 TOKEN_KEY = "token"
 

@@ -19,12 +19,12 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils impo
     exporterset_options,
     provisioners,
 )
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.api import objects as k8s_objects
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.api.client import ClusterModule
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.api.core import delete_options
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import apply as k8s_apply
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import config_sync, credentials
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import objects as k8s_objects
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import pod as k8s_pod
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.client import ClusterModule
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.core import delete_options
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.module_diff import Changes, with_diff
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import permissions
 

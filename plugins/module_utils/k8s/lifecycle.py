@@ -23,7 +23,7 @@ ends the same way whichever of them runs it:
 """
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import guarded_write
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.api import guarded_write
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import status as k8s_status
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import lease_safety
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import plan as pool_plan

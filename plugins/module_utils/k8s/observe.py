@@ -10,8 +10,8 @@ the reader it is given then, and no backend is made without it.
 """
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants, provisioners
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.api import objects as k8s_objects
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import config_sync, lifecycle
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import objects as k8s_objects
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import (
     adoption,
     backend_refusal,

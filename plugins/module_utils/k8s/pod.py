@@ -35,8 +35,8 @@ the config Secret.
 import json
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants, provisioners
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.api import objects as k8s_objects
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import exporter_config
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import objects as k8s_objects
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import set_overrides
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.base import (
     DEFAULT_IMAGES,

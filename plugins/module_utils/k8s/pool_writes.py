@@ -9,7 +9,7 @@ Every write is guarded by the object's resourceVersion
 from datetime import UTC, datetime
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants as c
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import guarded_write
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.api import guarded_write
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import status as k8s_status
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import class_status
 

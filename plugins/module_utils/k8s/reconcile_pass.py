@@ -42,15 +42,12 @@ from typing import NamedTuple
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants as c
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import exporterset_options
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.api import guarded_write
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.api.core import CoreApi
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import apply as k8s_apply
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import (
-    guarded_write,
-    lifecycle,
-    pool_writes,
-)
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import lifecycle, pool_writes
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import observe as k8s_observe
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import status as k8s_status
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.core import CoreApi
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.module_diff import Changes
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import class_status, decision, policy
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import permissions as pool_permissions

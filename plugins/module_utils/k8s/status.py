@@ -10,8 +10,8 @@ import hashlib
 from datetime import UTC, datetime
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import core as k8s_core
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import guarded_write
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.api import core as k8s_core
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.api import guarded_write
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import (
     operator_state,
     sizing,

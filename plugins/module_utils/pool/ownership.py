@@ -5,7 +5,7 @@ to its ExporterSet, a Pod, config Secret or credential Secret to its
 Exporter, a Lease to the Exporter it was given. The UID decides, not the
 name: an object left by an earlier owner of the same name belongs to nobody
 alive. Labels (the set label, the Exporter label) only index objects for
-selectors and never decide ownership. ``k8s/objects.py`` gives the same
+selectors and never decide ownership. ``api/objects.py`` gives the same
 functions to the code that builds objects.
 """
 

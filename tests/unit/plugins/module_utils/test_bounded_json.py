@@ -9,7 +9,7 @@ import json
 import threading
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import bounded_json
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import client as k8s_client
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.api import client as k8s_client
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import set_overrides
 from hypothesis import given, settings
 from hypothesis import strategies as st

@@ -2,8 +2,8 @@
 
 The core is the pool logic (``pool/``) with the decision of a pass
 (``pool/decision.py``). Following its imports through plugins/module_utils
-as far as they go, it reaches neither the API package (``k8s/``, the
-``kubernetes`` client) nor ansible-core; of the provisioners' code it
+as far as they go, it reaches neither the API package (``api/``), ``k8s/``, the
+``kubernetes`` client nor ansible-core; of the provisioners' code it
 imports only the registry and the interface (``provisioners/__init__.py``,
 ``base.py``: a provisioner's own module is the registry's to import), and
 reaches a provisioner's code through the registry alone; the decision of a
@@ -65,7 +65,7 @@ def forbidden(start):
     """What the core may not reach from ``start``: the API package, the
     client, ansible-core; a provisioner's own module, imported directly; a
     provisioner's code reached other than through the registry."""
-    bad = {f for f in reached(start) if f.startswith("k8s/") or f in ("kubernetes", "ansible")}
+    bad = {f for f in reached(start) if f.startswith(("api/", "k8s/")) or f in ("kubernetes", "ansible")}
     bad |= {file_of(name) for name in imports(ROOT / start)
             if name.startswith("provisioners") and file_of(name) not in PROVISIONER_INTERFACE}
     bad |= {f for f in reached(start, stop={REGISTRY}) if provisioner_of(f)}
@@ -87,8 +87,10 @@ def test_the_core_reaches_no_api_no_ansible_and_no_provisioners_own_module():
 
 
 def test_a_forbidden_import_anywhere_down_the_chain_is_found(tmp_path, monkeypatch):
-    for package in ("pool", "k8s", "provisioners"):
+    for package in ("pool", "api", "k8s", "provisioners"):
         (tmp_path / package).mkdir()
+    (tmp_path / "api" / "writer.py").write_text("")
+    (tmp_path / "pool" / "h.py").write_text(f"from {PREFIX}.api import writer\n")
     (tmp_path / "constants.py").write_text("GROUP = 'g'\n")
     (tmp_path / "pool" / "decision.py").write_text(f"from {PREFIX} import constants\n")
     (tmp_path / "pool" / "a.py").write_text(f"from {PREFIX}.pool import b\n")
@@ -113,6 +115,7 @@ def test_a_forbidden_import_anywhere_down_the_chain_is_found(tmp_path, monkeypat
     assert forbidden("pool/d.py") == {"ansible"}
     assert forbidden("pool/e.py") == set()
     assert forbidden("pool/f.py") == {"provisioners/qemu_pod.py"}
+    assert forbidden("pool/h.py") == {"api/writer.py"}
     (tmp_path / "pool" / "decision.py").write_text(f"from {PREFIX}.pool import c\n")
     file_imports.cache_clear()
     assert forbidden("pool/decision.py") == {"pool/c.py", "provisioners/qemu_pod.py", "provisioners/base.py"}

@@ -6,12 +6,14 @@ the other sub-packages: QEMU's (``provisioners/qemu/``: the command line,
 the image fetcher, the QMP client) and Corellium's (``provisioners/corellium/``: its
 REST client, its instance steps and how its instances are named). Above it
 the pure pool logic (``pool/``), which imports nothing that talks to the
-API server (neither ``k8s/`` nor the ``kubernetes`` client), and beside it
+API server (neither ``api/``, ``k8s/`` nor the ``kubernetes`` client), and beside it
 the provisioners (``provisioners/``: their schemas, facts, policy and
 rendering, which the pool reads and which import nothing of the pool). The
 lab hosts' code (``provisioners/qemu_baremetal/``), which reads the pool's
-Exporter state, above those; ``k8s/``, which reads and writes the API and
-renders what is written, on top. An import upwards is against the layers,
+Exporter state, above those; ``api/``, the API access (the client, the
+core/v1 calls, the objects' builders and readers, the one writer), above
+them; ``k8s/``, which reads and writes the API through it and renders what
+is written, on top. An import upwards is against the layers,
 and so is an import cycle between two sub-packages of one layer: no two
 sub-packages import each other, directly or through others.
 
@@ -30,7 +32,7 @@ reason it is still there. The list can only shrink: an import it names that
 is gone fails the test until it is struck from the list, and an import
 against the layers that it does not name fails the test at once.
 
-The core (``pool/``, ``k8s/``) reads a provisioner through the registry:
+The core (``pool/``, ``api/``, ``k8s/``) reads a provisioner through the registry:
 it names none, and of ``provisioners/`` it imports only the registry and
 the interface (``base.py``); the set's policy (``pool/set_overrides.py``)
 imports no backend's code either. The pool imports no provisioner's code at
@@ -50,10 +52,10 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils impo
 ROOT = Path(__file__).resolve().parents[4] / "plugins" / "module_utils"
 PREFIX = "ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils"
 # Whatever talks to the API server.
-API = ("k8s", "kubernetes")
+API = ("api", "k8s", "kubernetes")
 # Each sub-package of plugins/module_utils, bottom (0) to top.
 LAYERS = {"provisioners/qemu": 0, "provisioners/corellium": 0, "pool": 1, "provisioners": 1,
-          "provisioners/qemu_baremetal": 2, "k8s": 3}
+          "provisioners/qemu_baremetal": 2, "api": 3, "k8s": 4}
 
 # (importing file, what it imports): the imports against the layers that are
 # still there, and why.
@@ -64,7 +66,7 @@ KNOWN = {
 
 # The core: it asks the provisioner of a class (``provisioners.get``) what it
 # needs, and never names one.
-CORE = ("k8s", "pool")
+CORE = ("api", "k8s", "pool")
 # A provisioner constant (constants.PROVISIONER_QEMU, POD_PROVISIONERS, ...).
 _PROVISIONER_CONSTANT = re.compile(r"^PROVISIONER_|_PROVISIONERS$")
 # What the core may import of provisioners/: the registry and the interface

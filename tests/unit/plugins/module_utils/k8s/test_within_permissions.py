@@ -7,9 +7,9 @@ records every request."""
 from __future__ import annotations
 
 import pytest
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.api import client as k8s_client
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.api import core as k8s_core
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import apply as k8s_apply
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import client as k8s_client
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import core as k8s_core
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import exporter_pods
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import status as k8s_status
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import permissions

@@ -1,4 +1,4 @@
-"""The in-place reset's exec (k8s/core.py ``CoreApi.exec``) keeps a bounded
+"""The in-place reset's exec (api/core.py ``CoreApi.exec``) keeps a bounded
 end of what the command writes, however much and however fast it writes.
 
 The API server's side of an exec is played by a WebSocket server on loopback
@@ -14,7 +14,7 @@ import struct
 import threading
 
 import pytest
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import core as k8s_core
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.api import core as k8s_core
 from kubernetes import client
 
 STDOUT, ERROR = 1, 3

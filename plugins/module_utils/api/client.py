@@ -9,7 +9,7 @@ documented once, in ``plugins/doc_fragments/kubernetes.py``.
 
 import os
 
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.core import CoreApi
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.api.core import CoreApi
 
 # option: (argument spec, environment variables read when the option is not
 # given, first match wins; the same names kubernetes.core reads)
