@@ -39,8 +39,8 @@ hour compares with the same hour of those cycles; and those of the last
 15 minutes (three hours while no day is known), whichever asks for more:
 the season tells when a busy day ends, the last minutes what it does not
 know. Where almost no lease is expected,
-no buffer, unless most earlier cycles had one around the time to come (the
-day's first lease after a quiet night): one. The cost ceiling
+no buffer, unless most earlier cycles (weeks once one is known) had one
+around the time to come (the day's first lease after a quiet night): one. The cost ceiling
 (``maxBuffer``) and the room the replica ceiling leaves beside the leased
 and pending (``spec.maxReplicas``, what ``/scale`` writes) cap the
 result, the floor (minAvailableReplicas) bounds it below whatever they
@@ -277,18 +277,19 @@ def _seasonal_demand(arrivals, since, now, horizon, window, burst_window):
 
 
 def expecting(arrivals, since, now, horizon):
-    """``(share, source)``: the largest share of the earlier weeks, or days,
-    with a lease around the time to come. After a quiet night the day's
-    first lease comes at a time that moves from day to day, too seldom for
-    the rate to count, yet most days have one then."""
-    best = (0.0, "none")
+    """``(share, source)``: the share of the earlier weeks (once one is
+    known, else days) with a lease around the time to come. After a quiet
+    night the day's first lease comes at a time that moves from day to day,
+    too seldom for the rate to count, yet most days have one then. Not the
+    days once a week is known: five weekdays of seven would keep an instance
+    warm through every weekend morning."""
     for period, cycles, name in ((WEEK, WEEKLY_CYCLES, "weekly"), (DAY, DAILY_CYCLES, "daily")):
         shifts = [k * period for k in range(1, cycles + 1) if now - k * period - SLACK >= since]
         if shifts:
             share = sum(_count(arrivals, now - shift - SLACK, now - shift + horizon + SLACK) > 0
                         for shift in shifts) / len(shifts)
-            best = max(best, (share, f"{name} x{len(shifts)}"))
-    return best
+            return share, f"{name} x{len(shifts)}"
+    return 0.0, "none"
 
 
 def _recent_demand(arrivals, since, now, window, burst_window, span):

@@ -252,6 +252,17 @@ def test_one_instance_is_warm_ahead_of_the_days_first_lease_and_none_at_night():
     assert (night.buffer, night.reason) == (0, sizing.REASON_QUIET)
 
 
+def test_no_instance_is_warm_on_a_weekend_morning_once_the_weeks_are_known():
+    history = office_mornings(14)
+    # Day 12 is a Saturday of the office weeks: five of the last seven days
+    # had a lease at 8:00, the Saturday a week before none.
+    saturday = sizing.decide(TARGET, history, COLD, 12 * sizing.DAY + 8 * sizing.HOUR - 60.0, 0.0)
+    assert (saturday.buffer, saturday.reason) == (0, sizing.REASON_QUIET)
+    # Less than a week known: the days are all there is to go by.
+    early = sizing.decide(TARGET, history, COLD, 5 * sizing.DAY + 8 * sizing.HOUR - 60.0, 0.0)
+    assert (early.buffer, early.reason) == (1, sizing.REASON_FIRST_ARRIVAL)
+
+
 def test_the_pass_that_marks_exporters_first_ready_sizes_as_the_next_pass_does():
     from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import policy
     from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.plan import scale_plan
