@@ -199,6 +199,8 @@ def pytest_collection_modifyitems(config, items):
         if "testbed" in fixturenames:
             item.add_marker(pytest.mark.testbed)
             kind = "testbed"
+        if item.get_closest_marker("realnode"):
+            kind = "realnode"
         if "lab_hosts" in fixturenames:
             item.add_marker(pytest.mark.labhosts)
             lab_files.add(item.path.name)

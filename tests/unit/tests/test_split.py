@@ -69,9 +69,12 @@ def test_both_processes_compute_the_same_split_whatever_the_order_of_files():
 
 
 def test_unmeasured_files_count_by_their_tests_and_a_measurement_replaces_the_estimate(tmp_path, monkeypatch):
-    kinds = {"test_lab.py": ["labhosts"] * 2, "test_bed.py": ["testbed"] * 3, "test_unit.py": ["plain"] * 10}
+    kinds = {"test_lab.py": ["labhosts"] * 2, "test_bed.py": ["testbed"] * 3, "test_unit.py": ["plain"] * 10,
+             "test_node.py": ["realnode"]}
     estimate = split.estimate(kinds)
     assert estimate["test_lab.py"] > estimate["test_bed.py"] > estimate["test_unit.py"] > 0
+    # One test on the real node outweighs three on the bed.
+    assert estimate["test_node.py"] > estimate["test_bed.py"]
     cache = tmp_path / "durations.json"
     cache.write_text(json.dumps({"test_bed.py": 500.0}))
     monkeypatch.setenv("JVE_TEST_DURATIONS", str(cache))
