@@ -131,6 +131,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils impo
     exporterset_options,
     module_base,
 )
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.api import writer
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.api.client import (
     AUTH_ARG_SPEC,
     ClusterModule,
@@ -157,6 +158,7 @@ class Targets(ClusterModule):
         self.namespace = self.p["exporterset"]["metadata"]["namespace"]
         self.changed = False
         self.changes = Changes()
+        self.writer = writer.Writer(self.api_client, check_mode=module.check_mode, changes=self.changes)
 
     def _secret(self, name):
         from kubernetes.client.rest import ApiException
@@ -214,12 +216,12 @@ class Targets(ClusterModule):
             if host is None:
                 continue
             body = {"metadata": {"labels": {constants.LABEL_HOST: host}}}
-            self.changes.patch(f"{constants.EXPORTER.kind}/{exporter['metadata']['name']}", exporter, body)
+            outcome = self.writer.patch(constants.EXPORTER, self.namespace, exporter["metadata"]["name"], body,
+                                        current=exporter)
+            if not outcome.written:
+                raise outcome.error
             exporter["metadata"].setdefault("labels", {})[constants.LABEL_HOST] = host
             self.changed = True
-            if not self.module.check_mode:
-                self.custom.patch_namespaced_custom_object(
-                    *constants.EXPORTER.at(self.namespace), exporter["metadata"]["name"], body)
         return placed, (f"no free slot for {', '.join(limited)}: {lab.capacity()['message']}"
                         if limited else "")
 

@@ -26,6 +26,7 @@ Needs the ``kubernetes`` client; takes an ``ApiClient``.
 import time
 from typing import NamedTuple
 
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.api import writer
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import status_compare
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.timeutil import backoff_delay
 
@@ -73,9 +74,10 @@ def read_modify_write(api_client, gvr, namespace, name, plan, given=None, uid=No
     its resourceVersion, retrying a 409 on a fresh read. Returns
     ``Written``."""
     from kubernetes import client
-    from kubernetes.client.rest import ApiException
 
     api = client.CustomObjectsApi(api_client)
+    # The diff is the callers' to record: they know what a patch means.
+    write = writer.Writer(api_client)
     # What was written, over every attempt: a finalizer written before a
     # status patch met a 409 is still a change.
     written = []
@@ -91,22 +93,18 @@ def read_modify_write(api_client, gvr, namespace, name, plan, given=None, uid=No
             return Written(True, bool(written), current, tuple(written))
         if check_mode:
             return Written(True, True, current, patches)
-        try:
-            for patch in patches:
-                body = dict(patch.body)
-                body["metadata"] = {**body.get("metadata", {}),
-                                    "resourceVersion": current["metadata"]["resourceVersion"]}
-                write = api.patch_namespaced_custom_object
-                if patch.status:
-                    write = api.patch_namespaced_custom_object_status
-                current = write(*gvr.at(namespace), name, body)
-                written.append(patch)
-        except ApiException as exc:
-            if exc.status == 404:
-                return Written(False, bool(written), None, tuple(written))
-            if exc.status != 409 or attempt == attempts - 1:
-                raise
-            time.sleep(backoff_delay(attempt + 1, 0.05))
-            continue
-        return Written(True, True, current, tuple(written))
+        for patch in patches:
+            outcome = write.patch(gvr, namespace, name, patch.body, status=patch.status,
+                                  resource_version=current["metadata"]["resourceVersion"])
+            if not outcome.written:
+                break
+            current = outcome.obj
+            written.append(patch)
+        else:
+            return Written(True, True, current, tuple(written))
+        if outcome.status == writer.GONE:
+            return Written(False, bool(written), None, tuple(written))
+        if attempt == attempts - 1:
+            raise outcome.error
+        time.sleep(backoff_delay(attempt + 1, 0.05))
     raise AssertionError("unreachable")  # pragma: no cover

@@ -33,6 +33,7 @@ from datetime import UTC, datetime
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants, provisioners
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.api import core as k8s_core
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.api import objects as k8s_objects
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.api import writer
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import credentials, lifecycle
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import pod as k8s_pod
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import status as k8s_status
@@ -85,8 +86,6 @@ def restart_unleased(api_client, exporterset, name, uid, restart, check_mode=Fal
     marked: the planner resets it in place once that lease ends, as it does
     if this process dies before the re-enable.
     """
-    from kubernetes.client.rest import ApiException
-
     applier = PlanApplier(api_client, exporterset, check_mode=check_mode)
     current = applier._read_exporter(name)
     if current is None or current["metadata"].get("uid") != uid:
@@ -106,16 +105,11 @@ def restart_unleased(api_client, exporterset, name, uid, restart, check_mode=Fal
     restart()
     if not enabled:
         return None
-    body = {"spec": {"enabled": True},
-            "metadata": {"resourceVersion": current["metadata"]["resourceVersion"],
-                         "annotations": {constants.ANNOTATION_RETIRING: None}}}
-    try:
-        applier.custom.patch_namespaced_custom_object(*constants.EXPORTER.at(applier.namespace), name, body)
-    except ApiException as exc:
-        # Changed since (409) or gone (404): still marked, so the next plan
-        # resets it in place and enables it.
-        if exc.status not in (404, 409):
-            applier._fail(f"enabling Exporter {applier.namespace}/{name} again", exc)
+    body = {"spec": {"enabled": True}, "metadata": {"annotations": {constants.ANNOTATION_RETIRING: None}}}
+    # Changed since (409) or gone (404): still marked, so the next plan
+    # resets it in place and enables it.
+    applier._write_exporter(f"enabling Exporter {applier.namespace}/{name} again", "patch", name, body,
+                            resource_version=current["metadata"]["resourceVersion"], record=None)
     return None
 
 
@@ -147,8 +141,17 @@ class PlanApplier:
         self.not_adopted = set()
         # What was (or, in check mode, would be) written, for --diff; ``seen``
         # the Exporters as last read (a caller may add its own copies).
-        self.changes = Changes()
+        self.writer = writer.Writer(api_client, check_mode=check_mode, changes=Changes())
         self.seen = {}
+
+    @property
+    def changes(self):
+        """What the writes recorded; a caller may give its own (the writer records there)."""
+        return self.writer.changes
+
+    @changes.setter
+    def changes(self, changes):
+        self.writer.changes = changes
 
     def _patched(self, name, written):
         """Keep the resourceVersion an Exporter write left (``versions``)."""
@@ -158,6 +161,13 @@ class PlanApplier:
 
     def _fail(self, what, exc):
         raise ApplyError(f"{what}: {getattr(exc, 'status', '')} {getattr(exc, 'reason', exc)}".strip()) from exc
+
+    def _write_exporter(self, what, verb, *args, **kwargs):
+        """One write of an Exporter (``verb`` of the writer); an error fails as ``what``."""
+        try:
+            return getattr(self.writer, verb)(constants.EXPORTER, self.namespace, *args, **kwargs)
+        except writer.WriteError as exc:
+            self._fail(what, exc)
 
     def _read_exporter(self, name):
         from kubernetes.client.rest import ApiException
@@ -237,8 +247,6 @@ class PlanApplier:
 
     def disable(self, name, annotations=None):
         """Disable an unleased Exporter (with its annotations), guarded by its resourceVersion."""
-        from kubernetes.client.rest import ApiException
-
         current = self.safe_to_act(name, require_disabled=False)
         if current is None:
             return False
@@ -250,25 +258,17 @@ class PlanApplier:
             annotations[constants.ANNOTATION_LEASES_CHECKED_AT] = self.leases_read_at
         if annotations:
             body["metadata"]["annotations"] = annotations
-        if not self.check:
-            try:
-                self._patched(name, self.custom.patch_namespaced_custom_object(
-                    *constants.EXPORTER.at(self.namespace), name, body))
-            except ApiException as exc:
-                if exc.status == 409:
-                    self._hold(name, "changed since it was read (409 Conflict)", conflict=True)
-                    return False
-                if exc.status == 404:
-                    return False
-                self._fail(f"disabling Exporter {self.namespace}/{name}", exc)
-        self._record_patch(name, current, body)
+        outcome = self._write_exporter(f"disabling Exporter {self.namespace}/{name}", "patch", name, body,
+                                       current=current)
+        if outcome.status == writer.CONFLICT:
+            self._hold(name, "changed since it was read (409 Conflict)", conflict=True)
+            return False
+        if outcome.status == writer.GONE:
+            return False
+        self._patched(name, outcome.obj)
         if name not in self.result["patched"]:
             self.result["patched"].append(name)
         return True
-
-    def _record_patch(self, name, current, body):
-        body = {**body, "metadata": {k: v for k, v in (body.get("metadata") or {}).items() if k != "resourceVersion"}}
-        self.changes.patch(f"{constants.EXPORTER.kind}/{name}", current, {k: v for k, v in body.items() if v})
 
     def _owned_objects(self, exporter, provisioner):
         """The Pod, config Secret and credential Secret that belong to this very Exporter.
@@ -296,15 +296,13 @@ class PlanApplier:
         return owned
 
     def _delete_owned(self, kind, obj):
-        from kubernetes.client.rest import ApiException
-
         meta = obj["metadata"]
         try:
-            self.core.delete(kind, self.namespace, meta["name"], body=k8s_core.delete_options(uid=meta["uid"]),
-                             grace_period_seconds=0 if kind == "Pod" else None)
-        except ApiException as exc:
-            if exc.status not in (404, 409):
-                self._fail(f"deleting {kind} {self.namespace}/{meta['name']}", exc)
+            # A 409 is a namesake made since the read; a 404 gone already.
+            self.writer.delete(kind, self.namespace, meta["name"], uid=meta["uid"],
+                               grace_period_seconds=0 if kind == "Pod" else None)
+        except writer.WriteError as exc:
+            self._fail(f"deleting {kind} {self.namespace}/{meta['name']}", exc)
 
     def delete(self, name, uid=None, provisioner="", unleased_only=True, require_disabled=True):
         """Delete one Exporter without its Leases, then what belongs to it.
@@ -315,8 +313,6 @@ class PlanApplier:
         ``unleased_only`` is off, as when the whole set goes. Returns whether
         the Exporter is gone or going.
         """
-        from kubernetes.client.rest import ApiException
-
         current = self._read_exporter(name)
         if current is None:
             self.result["deleted"].append(name)
@@ -335,39 +331,27 @@ class PlanApplier:
             # Its dependents go by garbage collection (the Leases it owns too),
             # its Pod at once.
             owned = [(kind, obj) for kind, obj in owned if kind != "Secret"]
-        if not self.check:
-            options = k8s_core.delete_options(uid=meta["uid"], resource_version=meta["resourceVersion"],
-                                              propagation_policy="Orphan" if self.delete_secrets else "Background")
-            try:
-                self.custom.delete_namespaced_custom_object(
-                    *constants.EXPORTER.at(self.namespace), name, body=options)
-            except ApiException as exc:
-                if exc.status == 409:
-                    # Changed since it was read: the next plan looks again.
-                    self._hold(name, "changed since it was read (409 Conflict)", conflict=True)
-                    return False
-                if exc.status != 404:
-                    self._fail(f"deleting Exporter {self.namespace}/{name}", exc)
-            for kind, obj in owned:
-                self._delete_owned(kind, obj)
-        for kind, obj in [(constants.EXPORTER.kind, current), *owned]:
-            self.changes.record(f"{kind}/{obj['metadata']['name']}", {"metadata": {"uid": obj["metadata"].get("uid")}},
-                                None)
+        outcome = self._write_exporter(
+            f"deleting Exporter {self.namespace}/{name}", "delete", name, uid=meta["uid"],
+            resource_version=meta["resourceVersion"],
+            propagation_policy="Orphan" if self.delete_secrets else "Background")
+        if outcome.status == writer.CONFLICT:
+            # Changed since it was read: the next plan looks again.
+            self._hold(name, "changed since it was read (409 Conflict)", conflict=True)
+            return False
+        for kind, obj in owned:
+            self._delete_owned(kind, obj)
         self.result["deleted"].append(name)
         return True
 
     def patch(self, name, body):
-        from kubernetes.client.rest import ApiException
-
-        if not self.check:
-            try:
-                self._patched(name, self.custom.patch_namespaced_custom_object(
-                    *constants.EXPORTER.at(self.namespace), name, body))
-            except ApiException as exc:
-                if exc.status == 404:
-                    return
-                self._fail(f"patching Exporter {self.namespace}/{name}", exc)
-        self._record_patch(name, self.seen.get(name), body)
+        outcome = self._write_exporter(f"patching Exporter {self.namespace}/{name}", "patch", name, body,
+                                       current=self.seen.get(name))
+        if outcome.status == writer.GONE:
+            return
+        if outcome.status == writer.CONFLICT:
+            self._fail(f"patching Exporter {self.namespace}/{name}", outcome.error)
+        self._patched(name, outcome.obj)
         if name not in self.result["patched"]:
             self.result["patched"].append(name)
 
@@ -390,16 +374,13 @@ class PlanApplier:
                 return False
         except ApiException as exc:
             self._fail(f"checking the credential Secret of Exporter {self.namespace}/{name}", exc)
-        if not self.check:
-            try:
-                self.custom.create_namespaced_custom_object(*constants.EXPORTER.at(self.namespace), manifest)
-            except ApiException as exc:
-                if exc.status != 409:
-                    self._fail(f"creating Exporter {self.namespace}/{name}", exc)
-                # AlreadyExists: the name was taken since the plan was made (a
-                # stale read); the next plan sees it and picks another name.
-                return False
-        self.changes.record(f"{constants.EXPORTER.kind}/{name}", None, manifest)
+        outcome = self._write_exporter(f"creating Exporter {self.namespace}/{name}", "create", manifest)
+        if outcome.status == writer.EXISTS:
+            # The name was taken since the plan was made (a stale read); the
+            # next plan sees it and picks another name.
+            return False
+        if outcome.status == writer.GONE:
+            self._fail(f"creating Exporter {self.namespace}/{name}", outcome.error)
         self.result["created"].append(name)
         return True
 
@@ -409,8 +390,6 @@ class PlanApplier:
         and resourceVersion as preconditions; returns whether it was adopted.
         One taken meanwhile (by another set, leased, changed) is left alone
         quietly: the next plan looks again."""
-        from kubernetes.client.rest import ApiException
-
         name = entry["name"]
         current = self._read_exporter(name)
         why = "gone"
@@ -424,16 +403,12 @@ class PlanApplier:
             self.not_adopted.add(name)
             return False
         body = adoption.adoption_patch(self.set, current)
-        if not self.check:
-            try:
-                self._patched(name, self.custom.patch_namespaced_custom_object(
-                    *constants.EXPORTER.at(self.namespace), name, body))
-            except ApiException as exc:
-                if exc.status in (404, 409):
-                    self.not_adopted.add(name)
-                    return False
-                self._fail(f"adopting Exporter {self.namespace}/{name}", exc)
-        self._record_patch(name, current, body)
+        outcome = self._write_exporter(f"adopting Exporter {self.namespace}/{name}", "patch", name, body,
+                                       current=current)
+        if not outcome.written:
+            self.not_adopted.add(name)
+            return False
+        self._patched(name, outcome.obj)
         if name not in self.result["patched"]:
             self.result["patched"].append(name)
         return True

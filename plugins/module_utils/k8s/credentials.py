@@ -21,6 +21,7 @@ import base64
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.api import core as k8s_core
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.api import objects as k8s_objects
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.api import writer
 
 TOKEN_KEY = "token"
 
@@ -95,14 +96,5 @@ def blocking_secret(api_client, namespace, exporter_name):
 
 def delete_secret(api_client, namespace, secret):
     """Delete this very Secret (UID precondition); False when it was already gone or replaced."""
-    from kubernetes.client.rest import ApiException
-
     meta = secret["metadata"]
-    try:
-        k8s_core.CoreApi(api_client).delete("Secret", namespace, meta["name"],
-                                            body=k8s_core.delete_options(uid=meta["uid"]))
-    except ApiException as exc:
-        if exc.status in (404, 409):
-            return False
-        raise
-    return True
+    return writer.Writer(api_client).delete("Secret", namespace, meta["name"], uid=meta["uid"]).written

@@ -20,8 +20,8 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils impo
     provisioners,
 )
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.api import objects as k8s_objects
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.api import writer
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.api.client import ClusterModule
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.api.core import delete_options
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import apply as k8s_apply
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import config_sync, credentials
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s import pod as k8s_pod
@@ -69,6 +69,7 @@ class PodManager(ClusterModule):
         self.by_name = {e["metadata"]["name"]: e for e in self.p["owned_exporters"]}
         self.result = {"created": [], "deleted": [], "waiting": [], "resynced": [], "noted": [], "reset": []}
         self.changes = Changes()
+        self.writer = writer.Writer(self.api_client, check_mode=module.check_mode, changes=self.changes)
         try:
             self.granted = permissions.Permissions.from_denied(self.p["denied_permissions"])
         except ValueError as exc:
@@ -76,6 +77,17 @@ class PodManager(ClusterModule):
 
     def _api_error(self, what, exc):
         raise InstanceError(f"{what}: {exc.status} {exc.reason}")
+
+    def _write(self, what, verb, *args, ok=(), **kwargs):
+        """One write (``verb`` of the writer); an outcome neither written
+        nor in ``ok``, or an error, fails as ``what``."""
+        try:
+            outcome = getattr(self.writer, verb)(*args, **kwargs)
+        except writer.WriteError as exc:
+            self._api_error(what, exc)
+        if not outcome.written and outcome.status not in ok:
+            self._api_error(what, outcome.error)
+        return outcome
 
     def _read(self, kind, name):
         from kubernetes.client.rest import ApiException
@@ -106,8 +118,6 @@ class PodManager(ClusterModule):
         return secret
 
     def present(self, name):
-        from kubernetes.client.rest import ApiException
-
         exporter = self.by_name.get(name)
         if exporter is None:
             raise InstanceError(f"Exporter {self.namespace}/{name} is not among owned_exporters")
@@ -136,24 +146,19 @@ class PodManager(ClusterModule):
         if self._someone_elses(existing, name):
             return
         self.result["created"].append(name)
-        self.changes.record(f"Secret/{secret['metadata']['name']}", _config_parts(existing), _config_parts(secret))
-        self.changes.record(f"Pod/{name}", None, pod)
-        if self.module.check_mode:
-            return
-        try:
-            if existing is None:
-                self.core.create("Secret", self.namespace, secret)
-            else:
-                self.core.replace("Secret", self.namespace, secret["metadata"]["name"], secret)
-            self.core.create("Pod", self.namespace, pod)
-        except ApiException as exc:
-            if exc.status != 409:
-                self._api_error(f"creating the instance of {self.namespace}/{name}", exc)
+        what = f"creating the instance of {self.namespace}/{name}"
+        parts = (_config_parts(existing), _config_parts(secret))
+        # A 409 (made or changed meanwhile): the next run looks again.
+        if existing is None:
+            outcome = self._write(what, "create", "Secret", self.namespace, secret, record=parts, ok=(writer.EXISTS,))
+        else:
+            outcome = self._write(what, "replace", "Secret", self.namespace, secret["metadata"]["name"], secret,
+                                  record=parts, ok=(writer.CONFLICT,))
+        if outcome.written:
+            self._write(what, "create", "Pod", self.namespace, pod, ok=(writer.EXISTS,))
 
     def synced(self, name):
         """Re-sync the config of the running instance of Exporter ``name``."""
-        from kubernetes.client.rest import ApiException
-
         exporter = self.by_name.get(name)
         if exporter is None:
             raise InstanceError(f"Exporter {self.namespace}/{name} is not among owned_exporters")
@@ -176,18 +181,19 @@ class PodManager(ClusterModule):
         # Just before acting, on fresh reads: a leased exporter keeps the
         # config it runs with until its lease ends. The restart follows the
         # reset's protocol (disabled first, then seen unleased).
+        # Run only when not in check mode; what it changes is recorded below.
         def restart():
-            try:
-                if existing is None:
-                    self.core.create("Secret", self.namespace, secret)
-                else:
-                    secret["metadata"]["resourceVersion"] = existing["metadata"]["resourceVersion"]
-                    self.core.replace("Secret", self.namespace, secret["metadata"]["name"], secret)
-                self.core.delete("Pod", self.namespace, name, grace_period_seconds=0,
-                                 body=delete_options(uid=pod["metadata"]["uid"]))
-            except ApiException as exc:
-                if exc.status not in (404, 409):
-                    self._api_error(f"re-syncing the config of {self.namespace}/{name}", exc)
+            what = f"re-syncing the config of {self.namespace}/{name}"
+            if existing is None:
+                outcome = self._write(what, "create", "Secret", self.namespace, secret, record=None,
+                                      ok=(writer.EXISTS, writer.GONE))
+            else:
+                secret["metadata"]["resourceVersion"] = existing["metadata"]["resourceVersion"]
+                outcome = self._write(what, "replace", "Secret", self.namespace, secret["metadata"]["name"], secret,
+                                      record=None, ok=(writer.CONFLICT, writer.GONE))
+            if outcome.written:
+                self._write(what, "delete", "Pod", self.namespace, name, uid=pod["metadata"]["uid"],
+                            grace_period_seconds=0, record=None, ok=(writer.CONFLICT, writer.GONE))
 
         try:
             why = k8s_apply.restart_unleased(self.api_client, self.p["exporterset"], name,
@@ -204,24 +210,17 @@ class PodManager(ClusterModule):
     def _note_inputs(self, name, existing, secret):
         """An equal config Secret noting an older digest gets the new one (its
         content, and so the exporter, untouched: no lease matters)."""
-        from kubernetes.client.rest import ApiException
-
         digest = config_sync.recorded_digest(secret)
         if config_sync.recorded_digest(existing) == digest:
             return
         self.result["noted"].append(name)
-        self.changes.record(f"Secret/{existing['metadata']['name']}", _config_parts(existing), _config_parts(secret))
-        if self.module.check_mode:
-            return
         # The Secret as read (its resourceVersion the precondition), the digest added.
         body = dict(existing, metadata=dict(existing["metadata"]))
         body["metadata"]["annotations"] = {**(existing["metadata"].get("annotations") or {}),
                                            config_sync.ANNOTATION_CONFIG_INPUTS: digest}
-        try:
-            self.core.replace("Secret", self.namespace, body["metadata"]["name"], body)
-        except ApiException as exc:
-            if exc.status not in (404, 409):
-                self._api_error(f"noting the config inputs of {self.namespace}/{name}", exc)
+        self._write(f"noting the config inputs of {self.namespace}/{name}", "replace", "Secret", self.namespace,
+                    body["metadata"]["name"], body, record=(_config_parts(existing), _config_parts(secret)),
+                    ok=(writer.CONFLICT, writer.GONE))
 
     def _someone_elses(self, secret, name):
         """Whether ``secret`` (read by the name of Exporter ``name``'s config)
@@ -238,19 +237,11 @@ class PodManager(ClusterModule):
         return k8s_objects.controller_of(obj, constants.EXPORTER.kind) == name
 
     def _delete_foreign_pod(self, pod):
-        from kubernetes.client.rest import ApiException
-
         meta = pod["metadata"]
         self.result["deleted"].append(meta["name"])
-        self.changes.record(f"Pod/{meta['name']}", _gone(pod), None)
-        if self.module.check_mode:
-            return
-        try:
-            self.core.delete("Pod", self.namespace, meta["name"], grace_period_seconds=0,
-                             body=delete_options(uid=meta["uid"]))
-        except ApiException as exc:
-            if exc.status not in (404, 409):
-                self._api_error(f"deleting {self.namespace}/{meta['name']}", exc)
+        self._write(f"deleting {self.namespace}/{meta['name']}", "delete", "Pod", self.namespace, meta["name"],
+                    uid=meta["uid"], grace_period_seconds=0, record=(_gone(pod), None),
+                    ok=(writer.CONFLICT, writer.GONE))
 
     def reset(self, name):
         """Reset the instance of Exporter ``name`` in its running Pod, or
@@ -293,8 +284,6 @@ class PodManager(ClusterModule):
         self.changes.record(f"Pod/{name}", {"instance": "as it ran"}, {"instance": "reset in place"})
 
     def absent(self, name):
-        from kubernetes.client.rest import ApiException
-
         # Lease safety, on a fresh read just before the instance goes
         # (k8s/apply.py): a lease taken since the plan keeps it.
         if k8s_apply.backend_held(self.api_client, self.p["exporterset"], name) is not None:
@@ -313,15 +302,9 @@ class PodManager(ClusterModule):
             if found is None or not self._made_for_namesake(found, name):
                 continue
             removed = True
-            self.changes.record(f"{kind}/{object_name}", _gone(found), None)
-            if self.module.check_mode:
-                continue
-            try:
-                self.core.delete(kind, self.namespace, object_name, grace_period_seconds=0,
-                                 body=delete_options(uid=found["metadata"]["uid"]))
-            except ApiException as exc:
-                if exc.status not in (404, 409):
-                    self._api_error(f"deleting {self.namespace}/{object_name}", exc)
+            self._write(f"deleting {self.namespace}/{object_name}", "delete", kind, self.namespace, object_name,
+                        uid=found["metadata"]["uid"], grace_period_seconds=0, record=(_gone(found), None),
+                        ok=(writer.CONFLICT, writer.GONE))
         if removed:
             self.result["deleted"].append(name)
 

@@ -10,8 +10,7 @@ import hashlib
 from datetime import UTC, datetime
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.api import core as k8s_core
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.api import guarded_write
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.api import guarded_write, writer
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import (
     operator_state,
     sizing,
@@ -131,14 +130,11 @@ def write_state(api_client, namespace, name, state, given=None, check_mode=False
 
 def patch_annotations(api_client, gvr, namespace, name, annotations):
     """Merge-patch annotations of a ``gvr`` object (a None value removes the key)."""
-    from kubernetes import client
-
     if not annotations:
         return False
-    api = client.CustomObjectsApi(api_client)
-    api.patch_namespaced_custom_object(
-        *gvr.at(namespace), name, {"metadata": {"annotations": annotations}}
-    )
+    outcome = writer.Writer(api_client).patch(gvr, namespace, name, {"metadata": {"annotations": annotations}})
+    if not outcome.written:
+        raise outcome.error
     return True
 
 
@@ -157,20 +153,15 @@ def event_message(event):
     return event["message"]
 
 
-def _bump(core, namespace, name, now):
+def _bump(write, namespace, name, now):
     """One more occurrence of the existing Event ``name``: its lastTimestamp
     patched (the answer carries its count), then its count, guarded by the
-    version that answer gave (a writer in between: its bump stands)."""
-    from kubernetes.client.rest import ApiException
-
-    try:
-        current = core.patch("Event", namespace, name, {"lastTimestamp": now})
-        core.patch("Event", namespace, name, {
-            "metadata": {"resourceVersion": current["metadata"]["resourceVersion"]},
-            "count": (current.get("count") or 1) + 1})
-    except ApiException as exc:
-        if exc.status not in (404, 409):  # expired meanwhile, or bumped by another writer
-            raise
+    version that answer gave (a writer in between: its bump stands). An
+    Event expired meanwhile (404), or bumped by another writer (409), is left."""
+    first = write.patch("Event", namespace, name, {"lastTimestamp": now})
+    if first.written:
+        write.patch("Event", namespace, name, {"count": (first.obj.get("count") or 1) + 1},
+                    resource_version=first.obj["metadata"]["resourceVersion"])
 
 
 def emit_events(api_client, involved, events, component=COMPONENT):
@@ -186,9 +177,7 @@ def emit_events(api_client, involved, events, component=COMPONENT):
     Exporters recycled for the same reason are two Events, not one with
     count 2).
     """
-    from kubernetes.client.rest import ApiException
-
-    core = k8s_core.CoreApi(api_client)
+    write = writer.Writer(api_client)
     meta = involved["metadata"]
     namespace = meta["namespace"]
     now = format_time(datetime.now(UTC))
@@ -221,11 +210,10 @@ def emit_events(api_client, involved, events, component=COMPONENT):
         if exporter:
             body["related"] = {"apiVersion": constants.EXPORTER.api_version, "kind": constants.EXPORTER.kind,
                                "name": exporter, "namespace": namespace}
-        try:
-            core.create("Event", namespace, body)
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
-            _bump(core, namespace, name, now)
+        outcome = write.create("Event", namespace, body)
+        if outcome.status == writer.EXISTS:
+            _bump(write, namespace, name, now)
+        elif not outcome.written:
+            raise outcome.error
         written += 1
     return written
