@@ -433,3 +433,85 @@ def test_the_core_check_sees_a_provisioners_backend_code(tmp_path, monkeypatch):
     monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
     assert core_imports_of_a_provisioner(edges()) == {
         ("k8s/observe.py", "provisioners.qemu_baremetal.pool"), ("pool/a.py", "provisioners.qemu_pod")}
+
+
+# Every write to the API server goes through the one writer (api/writer.py):
+# outside api/, no call of the client's writes, nor of CoreApi's.
+CLIENT_WRITE = re.compile(r"^(create|patch|replace|delete)_namespaced_")
+CORE_API_WRITES = ("create", "replace", "patch", "delete")
+WRITING_TREES = ("plugins", "operator")
+# (file, call): the writes that stay outside the writer, and why.
+WRITES_OUTSIDE_THE_WRITER = {
+    # The leader election's Lease, released through the client's typed
+    # LeaseLock objects (read, then replaced with the version read).
+    ("operator/exporterset_operator/election.py", "replace_namespaced_lease"),
+}
+
+
+def _is_core_api(node):
+    """Whether ``node`` is a CoreApi: ``CoreApi(...)``, or a name or attribute called ``core`` (``self.core``)."""
+    if isinstance(node, ast.Call):
+        func = node.func
+        return getattr(func, "id", None) == "CoreApi" or getattr(func, "attr", None) == "CoreApi"
+    name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
+    return name == "core" or name.endswith("_core")
+
+
+def writes_outside_the_writer(repository):
+    """(file, call) for each write of the kubernetes client (a
+    ``*_namespaced_*`` create, patch, replace or delete) or of a CoreApi in
+    plugins/ and operator/, outside plugins/module_utils/api/."""
+    found = set()
+    for tree in WRITING_TREES:
+        for path in sorted((repository / tree).rglob("*.py")):
+            relative = str(path.relative_to(repository))
+            if relative.startswith("plugins/module_utils/api/"):
+                continue
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+                    continue
+                if CLIENT_WRITE.match(node.func.attr):
+                    found.add((relative, node.func.attr))
+                elif node.func.attr in CORE_API_WRITES and _is_core_api(node.func.value):
+                    found.add((relative, f"CoreApi.{node.func.attr}"))
+    return found
+
+
+def test_every_write_goes_through_the_writer():
+    found = writes_outside_the_writer(ROOT.parents[1])
+    new = sorted(found - WRITES_OUTSIDE_THE_WRITER)
+    assert not new, ("a write to the API server outside api/writer.py; write through "
+                     "api.writer.Writer (its outcomes, check mode and diff):\n"
+                     + "\n".join(f"  {f}: {call}" for f, call in new))
+    gone = sorted(WRITES_OUTSIDE_THE_WRITER - found)
+    assert not gone, "no longer there, strike from WRITES_OUTSIDE_THE_WRITER:\n" + "\n".join(
+        f"  {f}: {call}" for f, call in gone)
+
+
+def test_the_write_check_sees_the_clients_and_core_apis_writes(tmp_path):
+    """The check above can fail: the client's custom object and typed
+    writes, and CoreApi's, in a module, a module_utils file or the
+    operator, are found; reads, the writer's own calls and api/ are not."""
+    files = {
+        "plugins/modules/m.py": "def f(custom, core):\n"
+                                "    custom.patch_namespaced_custom_object('g', 'v', 'ns', 'p', 'n', {})\n"
+                                "    core.delete('Pod', 'ns', 'n')\n"
+                                "    custom.get_namespaced_custom_object('g', 'v', 'ns', 'p', 'n')\n",
+        "plugins/module_utils/k8s/a.py": "def g(self, api_client):\n"
+                                         "    self.core.create('Secret', 'ns', {})\n"
+                                         "    CoreApi(api_client).replace('Secret', 'ns', 'n', {})\n"
+                                         "    k8s_core.CoreApi(api_client).patch('Event', 'ns', 'n', {})\n"
+                                         "    self.core.read('Pod', 'ns', 'n')\n"
+                                         "    self.writer.delete('Pod', 'ns', 'n')\n"
+                                         "    write.create('Event', 'ns', {})\n",
+        "operator/o/x.py": "def h(api):\n    api.create_namespaced_lease('ns', {})\n",
+        "plugins/module_utils/api/writer.py": "def w(custom):\n"
+                                              "    custom.delete_namespaced_custom_object('g', 'v', 'ns', 'p', 'n')\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert writes_outside_the_writer(tmp_path) == {
+        ("plugins/modules/m.py", "patch_namespaced_custom_object"), ("plugins/modules/m.py", "CoreApi.delete"),
+        ("plugins/module_utils/k8s/a.py", "CoreApi.create"), ("plugins/module_utils/k8s/a.py", "CoreApi.replace"),
+        ("plugins/module_utils/k8s/a.py", "CoreApi.patch"), ("operator/o/x.py", "create_namespaced_lease")}
