@@ -118,7 +118,25 @@ def trace_bursts(rng):
     return arrivals, durations(rng, len(arrivals), median=300.0, sigma=0.4), sizing.DAY
 
 
-TRACES = {"steady": trace_steady, "office": trace_office, "bursts": trace_bursts}
+RECORDED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "traces", "bed-day.json")
+
+
+def trace_bed_day(rng):
+    """A day of lease history recorded on the bed (``record_leases.py``),
+    its times multiplied back by the recording's compression: each Lease's
+    creation as the recorder's watch first saw it, and its length from
+    begin to end. A Lease that never began (none matched) is left out.
+    Measured after its first three hours, the history the model reads
+    while no day is known."""
+    with open(RECORDED) as source:
+        recorded = json.load(source)
+    scale = recorded["compression"]
+    leases = sorted((e["seen"] * scale, (e["ended"] - e["begun"]) * scale)
+                    for e in recorded["leases"] if "begun" in e and "ended" in e)
+    return [a for a, _ in leases], [d for _, d in leases], sizing.RECENT
+
+
+TRACES = {"steady": trace_steady, "office": trace_office, "bursts": trace_bursts, "bed-day": trace_bed_day}
 
 
 def _hours(days, start, end):
