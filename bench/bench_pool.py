@@ -32,7 +32,7 @@ import statistics
 import time
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants as c
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import pool_index
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import operator_state, pool_index
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.merge import (
     deep_merge,
 )
@@ -79,12 +79,12 @@ def exporter(index):
 
 def scenario(size, min_available):
     the_set = {
-        "metadata": {"name": "pool", "namespace": "lab", "generation": 1,
-                     "annotations": {c.ANNOTATION_SURPLUS_SINCE: "2026-11-21T07:00:00Z"}},
+        "metadata": {"name": "pool", "namespace": "lab", "generation": 1},
         "spec": {"minReplicas": 0, "maxReplicas": 0, "minAvailableReplicas": min_available,
                  "scaleDownCooldown": "5m", "virtualTargetClassName": "q",
                  "selector": {"matchLabels": {"board": "rpi4"}},
                  "template": {"metadata": {"labels": {"board": "rpi4"}}}},
+        "status": {operator_state.FIELD: {operator_state.SURPLUS_SINCE: "2026-11-21T07:00:00Z"}},
     }
     klass = {"metadata": {"name": "q"},
              "spec": {"provisioner": c.PROVISIONER_QEMU,

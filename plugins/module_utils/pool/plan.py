@@ -234,7 +234,8 @@ def make_plan(exporter_set, virtual_target_class, exporters, pending_leases, now
                              parameters=wanted.parameters, images=wanted.images,
                              warnings=wanted.warnings, backoff=backoff,
                              sizing=sized[1] if sized else None,
-                             service=service_level.for_plan(exporter_set, as_planned, leases, counters, now))
+                             service=service_level.for_plan(exporter_set, as_planned, leases, counters, now,
+                                                                     surveys))
 
 
 def _park_while_labels_refused(idle, draft):

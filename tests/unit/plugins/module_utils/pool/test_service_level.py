@@ -157,3 +157,29 @@ def test_the_dormant_exporter_is_neither_a_cold_start_nor_idle_stock():
     assert "coldStartP50Seconds" not in plan["status"]["serviceLevel"]
     step = sl.Observed("p", started=0).step([copy.deepcopy(dormant)], [], {}, T0)
     assert step.cold_starts == ()
+
+
+def test_snapshots_of_one_revision_are_read_once_and_a_new_revision_afresh():
+    from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.pool_index import (
+        Snapshot,
+        SurveyCache,
+    )
+
+    surveys = SurveyCache()
+    exporters = [exporter(f"e-{i}", created=-7200 + i * 100) for i in range(3)]
+    leases = [begun("l1", "e-0", created=-3000, begin=-2990)]
+    counters = {"replicas": 3, "leasedReplicas": 1}
+
+    def service(exporters, leases, cache=surveys):
+        return sl.for_plan(exporter_set(), exporters, leases, counters, parse_time(NOW), cache)
+
+    fresh = service(exporters, leases, None)
+    cached = service(Snapshot(exporters, ("x", 1)), Snapshot(leases, ("y", 1)))
+    assert cached == fresh and cached["leases"] == 1
+    # The same revisions are the same objects: what they gave stands.
+    assert service(Snapshot(exporters, ("x", 1)), Snapshot([], ("y", 1))) == cached
+    # A new revision is read again: the Lease is gone, and so is its wait.
+    assert service(Snapshot(exporters, ("x", 1)), Snapshot([], ("y", 2)))["leases"] == 0
+    # Without a revision, or without the caller's cache, the objects are read.
+    assert service(exporters, [])["leases"] == 0
+    assert service(Snapshot(exporters, ("x", 1)), Snapshot([], ("y", 1)), None)["leases"] == 0
