@@ -170,14 +170,15 @@ class Run:
             "Pod", self.namespace, "p1", body=k8s_core.delete_options(uid=pod["metadata"]["uid"])))
         self.step("the Pod gone", lambda: self.core.read("Pod", self.namespace, "p1"))
         # Bound to a node (none of that name: no kubelet finishes it), a Pod
-        # gets its grace period; one in the query is not read beside a body.
+        # gets its grace period: one in the query is not read beside a body,
+        # so core.delete puts it in the body, and a grace of 0 ends it at once.
         self.step("create a bound Pod", lambda: self.pod("p2", nodeName="no-such-node"))
-        self.step("delete it, grace 0 in the query", lambda: self.core.delete(
-            "Pod", self.namespace, "p2", grace_period_seconds=0,
-            body=k8s_core.delete_options(uid=self.core.read("Pod", self.namespace, "p2")["metadata"]["uid"])))
+        self.step("delete it, the grace in the query", lambda: self.core._request(
+            "DELETE", "Pod", self.namespace, "p2", body=k8s_core.delete_options(
+                uid=self.core.read("Pod", self.namespace, "p2")["metadata"]["uid"]), query={"gracePeriodSeconds": 0}))
         self.step("still terminating", lambda: self.core.read("Pod", self.namespace, "p2"))
-        self.step("delete it, grace 0 in the body", lambda: self.core.delete(
-            "Pod", self.namespace, "p2", body={**k8s_core.delete_options(), "gracePeriodSeconds": 0}))
+        self.step("delete it, grace 0", lambda: self.core.delete(
+            "Pod", self.namespace, "p2", grace_period_seconds=0, body=k8s_core.delete_options()))
         self.step("then gone", lambda: self.core.read("Pod", self.namespace, "p2"))
 
         event = {"apiVersion": "v1", "kind": "Event", "metadata": {"name": "e1.held"},

@@ -122,7 +122,13 @@ class CoreApi:
         return self._request("PATCH", kind, namespace, name, body=body, content_type="application/merge-patch+json")
 
     def delete(self, kind, namespace, name, body=None, grace_period_seconds=None):
-        query = None if grace_period_seconds is None else {"gracePeriodSeconds": grace_period_seconds}
+        # The API server reads DeleteOptions from the body when there is one
+        # and then ignores the query's: the grace period goes where it is read.
+        query = None
+        if grace_period_seconds is not None and body is not None:
+            body = {**body, "gracePeriodSeconds": grace_period_seconds}
+        elif grace_period_seconds is not None:
+            query = {"gracePeriodSeconds": grace_period_seconds}
         return self._request("DELETE", kind, namespace, name, body=body, query=query)
 
     def exec(self, namespace, name, container, command, timeout):
