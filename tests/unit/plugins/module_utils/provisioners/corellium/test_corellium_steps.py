@@ -50,7 +50,9 @@ def test_a_busy_instance_is_waited_for_before_its_power_changes(corellium_fake):
 
 
 def test_a_name_being_released_is_waited_for_and_deleted_once(corellium_fake):
-    corellium_fake.delays.delete = 0.2
+    # Long enough that a loaded machine still reads it "deleting" after the
+    # DELETE; released() waits for its end, so the test takes this long.
+    corellium_fake.delays.delete = 2.0
     project = corellium_fake.projects[0].id
     client = _client(corellium_fake)
     created = client.create_instance(project, "going", "kronos", "1.1.1")
