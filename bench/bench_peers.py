@@ -8,6 +8,10 @@ Controllers (run one at a time against the same bed, a fresh namespace for
 each controller and repetition, each with its own client certificate so the
 audit log tells their requests apart):
 - ours: ``python -m exporterset_operator`` from this repository;
+- ours-LABEL, with ``--ours-tree LABEL=PATH``: the same from another
+  checkout (``git worktree add PATH COMMIT``, then ``link_collection`` of
+  its scripts/common.sh there), for a before/after comparison within one
+  run, each repetition running both, so the machine's load falls on both;
 - upstream: Jumpstarter's exporter-set controller, a ``go build`` of the
   package ``./cmd/exporter-set-controller`` of the Go module
   ``github.com/jumpstarter-dev/jumpstarter/controller`` at commit
@@ -221,6 +225,36 @@ class Ours(Controller):
     @property
     def log_path(self) -> Path:
         return self._operator.log_path
+
+
+def ours_at(label: str, tree: Path) -> type:
+    """``ours`` as another checkout of this repository has it (``--ours-tree``):
+    its operator and collection on the path instead of this one's, the
+    Python environment the same. The tree needs its collection link
+    (``link_collection`` of its scripts/common.sh)."""
+    collections = tree / ".cache" / "collections"
+    if not (collections / "ansible_collections" / "jumpstarter" / "virtual_exporters").exists():
+        raise SystemExit(f"--ours-tree {label}={tree}: no collection link; run link_collection there first")
+
+    main = (tree / "operator" / "exporterset_operator" / "__main__.py").read_text()
+
+    class OursAt(Controller):
+        name = f"ours-{label}"
+
+        def command(self):
+            # Its own CLI: a checkout from before the probes had a port of
+            # their own serves them on the metrics port.
+            probes = ["--metrics-bind-address", f"127.0.0.1:{self.port}"]
+            if "--health-probe-bind-address" in main:
+                probes = ["--metrics-bind-address", f"127.0.0.1:{free_port()}",
+                          "--health-probe-bind-address", f"127.0.0.1:{self.port}"]
+            argv = [sys.executable, "-m", "exporterset_operator", "--kubeconfig", str(self.kubeconfig),
+                    "--namespace", self.namespace, *probes, "--artifacts-dir", str(self.workdir / "artifacts"),
+                    "--log-level", "DEBUG", "--provisioner", PROVISIONER]
+            return argv, {"PYTHONPATH": f"{collections}:{tree / 'operator'}",
+                          "ANSIBLE_COLLECTIONS_PATH": str(collections)}
+
+    return OursAt
 
 
 class Upstream(Controller):
@@ -1160,6 +1194,14 @@ def main():
         default="ours,upstream,ansible-operator",
         help="comma-separated subset, in the order each repetition runs them",
     )
+    parser.add_argument(
+        "--ours-tree",
+        action="append",
+        default=[],
+        metavar="LABEL=PATH",
+        help="also a controller ours-LABEL: this operator as the checkout at PATH has it (a before/after run; "
+        "name it in --controllers)",
+    )
     parser.add_argument("--repetitions", type=int, default=3)
     parser.add_argument("--events", type=int, default=10, help="leases per latency measurement")
     parser.add_argument(
@@ -1211,7 +1253,15 @@ def main():
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
     kinds = {"ours": Ours, "upstream": Upstream, "ansible-operator": AnsibleOperator}
+    for entry in args.ours_tree:
+        label, _, tree = entry.partition("=")
+        if not label or not tree:
+            parser.error(f"--ours-tree: {entry!r} is not LABEL=PATH")
+        kinds[f"ours-{label}"] = ours_at(label, Path(tree).resolve())
     controllers = [c.strip() for c in args.controllers.split(",") if c.strip()]
+    strangers = [name for name in controllers if name not in kinds]
+    if strangers:
+        parser.error(f"--controllers: unknown {', '.join(strangers)} (known: {', '.join(kinds)})")
     Upstream.binary = args.upstream_controller
     AnsibleOperator.binary = args.ansible_operator
     AnsibleOperator.plugin_path = args.runner_plugin_path
