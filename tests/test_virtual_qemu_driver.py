@@ -132,7 +132,7 @@ def test_flash_needs_the_target_off_and_the_flashed_image_boots(target):
     client.power.off()
     client.flasher.flash(str(ROOTFS))
     client.power.on()
-    with client.console.pexpect() as console:
+    with client.console.pexpect() as console, showing_the_guest(vm):
         facts = boot_facts(console)
     parameters = guest_parameters()
     assert int(facts["cpus"]) == parameters["resources"]["cpu"]
