@@ -198,14 +198,12 @@ class Writer:
         preconditions when given (``CONFLICT`` when one no longer holds)."""
         options = core.delete_options(uid=uid, resource_version=resource_version,
                                       propagation_policy=propagation_policy)
+        if grace_period_seconds is not None:
+            options["gracePeriodSeconds"] = grace_period_seconds
         if _is_core(resource):
             def call():
-                return self.core.delete(_kind_of(resource), namespace, name, body=options,
-                                        grace_period_seconds=grace_period_seconds)
+                return self.core.delete(_kind_of(resource), namespace, name, body=options)
         else:
-            if grace_period_seconds is not None:
-                options["gracePeriodSeconds"] = grace_period_seconds
-
             def call():
                 return self.custom.delete_namespaced_custom_object(*resource.at(namespace), name, body=options)
         outcome = self._write("deleting", resource, namespace, name, call)
