@@ -19,7 +19,9 @@ arrivals their number is Poisson of mean ``rate * W``, ``W`` the mean of
 for one cold start ``L``, ``W = L - T``, the leases arrived in the ``W``
 before). The buffer is therefore one more than the percentile of that
 count: Poisson of the mean, over arrivals, of the leases an arrival found
-in the ``W`` before it; where those counts vary well over their mean
+in the ``W`` before it (at least the season's rate times ``W``, the rate
+read over spans wide enough to hold a few arrivals); where those counts
+vary well over their mean
 (bursts are not Poisson), at least the percentile of the counts in the
 window of the slow cold start (the one at the percentile, less ``T``).
 ``W = 0``: a cold start meets the target, no buffer.
@@ -91,6 +93,10 @@ EXPECTING = 0.5
 # Earlier cycles are read this much wider on each side, for arrivals that
 # come a little earlier or later than they did.
 SLACK = 600.0
+# The arrivals a seasonal rate is read over, in spans widened up to half
+# an hour each side.
+STEADY_COUNT = 20
+WIDEST = 1800.0
 # Seconds between two decisions of a sized set with nothing else to do.
 RESIZE = 60.0
 # Arrivals a set's status records, and the longest text that may hold them.
@@ -212,6 +218,7 @@ class Demand:
     factor: float = 1.0
     burst_counts: tuple = ()
     spans: tuple = ()  # (start, end): where the counted arrivals came
+    steady: float = 0.0  # the mean count the season's rate alone gives
 
     def pressure(self, percentile):
         """The percentile of the count an arrival finds before it, and the
@@ -222,7 +229,7 @@ class Demand:
         are those whose replacements are slow."""
         if not self.counts:
             return 0, 0.0
-        mean = sum(self.counts) / len(self.counts)
+        mean = max(sum(self.counts) / len(self.counts), self.steady)
         level = max(poisson_quantile(mean * self.factor, percentile), self._own(self.counts, percentile))
         if self.bursty() and self.burst_counts:
             level = max(level, self._own(self.burst_counts, percentile))
@@ -271,9 +278,26 @@ def _seasonal_demand(arrivals, since, now, horizon, window, burst_window):
         same_hours = sum(_count(arrivals, now - shift - HOUR, now - shift) for shift in shifts) / len(shifts)
         factor = min(max((_count(arrivals, now - HOUR, now) + 1.0) / (same_hours + 1.0), low), high)
         rate = len(points) / (len(spans) * (horizon + 2 * SLACK))
-        return Demand(_counts(arrivals, points, window), rate * factor, f"{name} x{len(shifts)}", factor,
-                      _counts(arrivals, points, burst_window), tuple(spans))
+        steady = _rate_around(arrivals, shifts, now, horizon, len(points))
+        return Demand(_counts(arrivals, points, window), max(rate, steady) * factor, f"{name} x{len(shifts)}",
+                      factor, _counts(arrivals, points, burst_window), tuple(spans), steady * window)
     return None
+
+
+def _rate_around(arrivals, shifts, now, horizon, found):
+    """The arrival rate of the earlier cycles around the time to come, read
+    over spans widened (up to ``WIDEST`` each side) until they hold
+    ``STEADY_COUNT`` arrivals; none where the spans hold none (a quiet hour
+    stays quiet up to its edges). A few arrivals tell a rate no better than
+    their count, and two of them within one window, seldom there, are what
+    the mean count needs to read more than none."""
+    if not found:
+        return 0.0
+    slack = SLACK
+    while found < STEADY_COUNT and slack < WIDEST:
+        slack = min(2 * slack, WIDEST)
+        found = sum(_count(arrivals, now - shift - slack, now - shift + horizon + slack) for shift in shifts)
+    return found / (len(shifts) * (horizon + 2 * slack))
 
 
 def expecting(arrivals, since, now, horizon):

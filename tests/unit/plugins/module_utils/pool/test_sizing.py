@@ -571,3 +571,26 @@ def test_a_status_planned_on_an_older_record_keeps_the_current_ones_arrivals(pla
     assert written["since"] == "2026-11-19T00:00:00Z"
     # Over a record that already holds them, writing changes nothing.
     assert desired_status({"sizing": written}, {"sizing": written})["sizing"] == written
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_steady_day_keeps_one_buffer_though_its_week_old_spans_hold_few_arrivals(seed):
+    # One week known, 0.3 leases a minute 8:00-18:00 each weekday: a span of
+    # the week before holds about six arrivals, seldom two within a window.
+    rng = random.Random(seed)
+    arrivals = []
+    for day in range(5):
+        t = day * sizing.DAY + 8 * sizing.HOUR
+        while t < day * sizing.DAY + 18 * sizing.HOUR:
+            t += rng.expovariate(0.3 / 60)
+            arrivals.append(t)
+    arrivals += [sizing.WEEK + a for a in arrivals if a < 2 * sizing.HOUR + 12 * sizing.HOUR]
+    cold = [25.0] * 20
+    buffers = set()
+    for minute in range(9 * 60 + 5, 10 * 60, 5):
+        now = sizing.WEEK + minute * 60.0
+        seen = [a for a in arrivals if a <= now]
+        buffers.add(sizing.decide(TARGET, seen, cold, now, 0.0).buffer)
+    # 0.3 a minute over a window of 20 s: 0.1 leases, whose 95th percentile
+    # is 1; a pair within the window of the last minutes may ask one more.
+    assert min(buffers) == 2 and max(buffers) <= 3
