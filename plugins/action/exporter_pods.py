@@ -11,7 +11,12 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.plugin_utils.modu
     ModuleWorkAction,
 )
 
-WORK = ModuleWork("jumpstarter.virtual_exporters.exporter_pods", exporter_pods.ARGUMENT_SPEC, exporter_pods.run)
+WORK = ModuleWork(
+    "jumpstarter.virtual_exporters.exporter_pods",
+    exporter_pods.ARGUMENT_SPEC,
+    exporter_pods.run,
+    errors=exporter_pods.ERRORS,
+)
 run_here = WORK.run_here
 
 

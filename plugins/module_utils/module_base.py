@@ -24,14 +24,15 @@ def argument_spec(spec, connection=None):
 def call(run, module, errors=()):
     """``run(module)``; an exception of the types of an ``(types, fields)``
     pair of ``errors`` fails the module with its message and
-    ``fields(exception)`` (None: the message only), the first pair that
-    matches winning."""
+    ``fields(exception)`` (None: the message only; a ``msg`` among them
+    is the message, for an exception whose ``str`` is not one), the first
+    pair that matches winning."""
     caught = tuple(kind for kinds, _fields in errors for kind in (kinds if isinstance(kinds, tuple) else (kinds,)))
     try:
         run(module)
     except caught as error:
         fields = next(fields for kinds, fields in errors if isinstance(error, kinds))
-        module.fail_json(msg=str(error), **(fields(error) if fields else {}))
+        module.fail_json(**{"msg": str(error), **(fields(error) if fields else {})})
 
 
 def main(run, spec, connection=None, requires=None, errors=()):

@@ -69,6 +69,7 @@ sets:
 """
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants, module_base, provisioners
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.api import errors as api_errors
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.api import objects as k8s_objects
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.api.client import (
     AUTH_ARG_SPEC,
@@ -95,6 +96,8 @@ ARGUMENT_SPEC = dict(
     namespace=dict(type="str", required=True),
     virtual_target_class=dict(type="str", default=""),
 )
+
+ERRORS = (*api_errors.module_errors(), (k8s_apply.ApplyError, None))
 
 
 def run(module):
@@ -195,7 +198,7 @@ def run(module):
 
 
 def main():
-    module_base.main(run, ARGUMENT_SPEC, connection=AUTH_ARG_SPEC)
+    module_base.main(run, ARGUMENT_SPEC, connection=AUTH_ARG_SPEC, errors=ERRORS)
 
 
 if __name__ == "__main__":

@@ -70,6 +70,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils impo
     exporterset_options,
     module_base,
 )
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.api import errors as api_errors
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.api.client import (
     AUTH_ARG_SPEC,
     module_api_client,
@@ -85,6 +86,8 @@ ARGUMENT_SPEC = dict(
     results=dict(type="dict", required=True),
 )
 
+ERRORS = api_errors.module_errors()
+
 
 def run(module):
     from kubernetes import client
@@ -98,7 +101,7 @@ def run(module):
     except ApiException as exc:
         if exc.status == 404:
             module.exit_json(changed=False, written=False, report={})
-        module.fail_json(msg=f"reading ExporterSet {p['namespace']}/{p['exporterset']}: {exc.status} {exc.reason}")
+        raise api_errors.ApiError(f"reading ExporterSet {p['namespace']}/{p['exporterset']}", exc) from exc
     previous = baremetal_pool.read_report(exporter_set)
     report = baremetal_pool.next_report(previous, p["results"], datetime.now(UTC))
     if not module.check_mode:
@@ -115,7 +118,7 @@ def run(module):
 
 
 def main():
-    module_base.main(run, ARGUMENT_SPEC, connection=AUTH_ARG_SPEC)
+    module_base.main(run, ARGUMENT_SPEC, connection=AUTH_ARG_SPEC, errors=ERRORS)
 
 
 if __name__ == "__main__":

@@ -131,6 +131,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils impo
     exporterset_options,
     module_base,
 )
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.api import errors as api_errors
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.api import writer
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.api.client import (
     AUTH_ARG_SPEC,
@@ -168,7 +169,7 @@ class Targets(ClusterModule):
         except ApiException as exc:
             if exc.status == 404:
                 return None
-            self.module.fail_json(msg=f"reading Secret {self.namespace}/{name}: {exc.status} {exc.reason}")
+            raise api_errors.ApiError(f"reading Secret {self.namespace}/{name}", exc) from exc
 
     def ssh_files(self):
         ref = (self.p["virtual_target_class"].get("spec") or {}).get("credentialsSecretRef") or {}
@@ -231,9 +232,8 @@ class Targets(ClusterModule):
         try:
             return credentials.read_token(self.api, exporter)
         except ApiException as exc:
-            self.module.fail_json(
-                msg=f"reading the credential of {self.namespace}/{exporter['metadata']['name']}: "
-                    f"{exc.status} {exc.reason}")
+            raise api_errors.ApiError(
+                f"reading the credential of {self.namespace}/{exporter['metadata']['name']}", exc) from exc
 
     def configs(self, host_entry, by_name, waiting):
         parameters = self.p["parameters"]
@@ -269,16 +269,16 @@ ARGUMENT_SPEC = dict(
     controller_tls_ca=dict(type="str", default=""),
 )
 
+# The class's image options that do not parse are a ValueError.
+ERRORS = (*api_errors.module_errors(), ((k8s_apply.ApplyError, ValueError), None))
+
 
 def run(module):
     targets = Targets(module)
     p = module.params
-    try:
-        cache_quota = image_fetch.class_cache_quota(p["virtual_target_class"])
-        max_size = image_fetch.class_max_bytes(p["virtual_target_class"])
-        image_hosts = sorted(set_overrides.image_hosts(p["virtual_target_class"]))
-    except ValueError as error:
-        module.fail_json(msg=str(error))
+    cache_quota = image_fetch.class_cache_quota(p["virtual_target_class"])
+    max_size = image_fetch.class_max_bytes(p["virtual_target_class"])
+    image_hosts = sorted(set_overrides.image_hosts(p["virtual_target_class"]))
     if p["action"] in ("remove", "reset"):
         # Lease safety, on a fresh read just before the hosts act (k8s/apply.py):
         # an Exporter leased since the plan keeps its instance (and is kept).
@@ -306,7 +306,7 @@ def run(module):
 
 
 def main():
-    module_base.main(run, ARGUMENT_SPEC, connection=AUTH_ARG_SPEC)
+    module_base.main(run, ARGUMENT_SPEC, connection=AUTH_ARG_SPEC, errors=ERRORS)
 
 
 if __name__ == "__main__":

@@ -170,7 +170,9 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s 
 def main():
     # The work is in module_utils/k8s/exporter_pods.py; the action plugin of
     # this name does it in process on a local connection.
-    module_base.main(exporter_pods.run, exporter_pods.ARGUMENT_SPEC, connection=AUTH_ARG_SPEC)
+    module_base.main(
+        exporter_pods.run, exporter_pods.ARGUMENT_SPEC, connection=AUTH_ARG_SPEC, errors=exporter_pods.ERRORS
+    )
 
 
 if __name__ == "__main__":

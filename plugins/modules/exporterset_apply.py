@@ -163,6 +163,7 @@ finalizer_changed:
 """
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import exporterset_options, module_base
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.api import errors as api_errors
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.api.client import (
     AUTH_ARG_SPEC,
     module_api_client,
@@ -173,21 +174,9 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.module_diff import with_diff
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import decision, permissions
 
-try:
-    from kubernetes.client.rest import ApiException
-except ImportError:  # reported by module_api_client, which needs the kubernetes client
-    ApiException = Exception
-
 
 def _exit(module, applier, **result):
     module.exit_json(**with_diff(module, result, applier.changes.before, applier.changes.after))
-
-
-def _permissions(module):
-    try:
-        return permissions.Permissions.from_denied(module.params["denied_permissions"])
-    except ValueError as exc:
-        module.fail_json(msg=str(exc))
 
 
 ARGUMENT_SPEC = dict(
@@ -201,28 +190,28 @@ ARGUMENT_SPEC = dict(
     **exporterset_options.DENIED,
 )
 
+# denied_permissions that do not parse are a ValueError.
+ERRORS = (*api_errors.module_errors(), ((ApplyError, ValueError), None))
+
 
 def run(module):
     exporterset = module.params["exporterset"]
     api_client = module_api_client(module)
-    denied = _permissions(module)
-    try:
-        if module.params["confirm_only"]:
-            applier = reconcile_pass.pool_applier(api_client, exporterset, check_mode=module.check_mode,
-                                                  permissions=denied)
-            confirmed = applier.confirm(module.params["plan"])
-            if not module.check_mode and applier.held_why:
-                k8s_status.emit_events(applier.api_client, exporterset, applier.held_events())
-            _exit(module, applier, changed=False, plan=confirmed, **applier.result)
-        # The finalizer first, then the plan's writes (pool/decision.py's order).
-        writer = reconcile_pass.RunWriter(
-            api_client, exporterset, module.params["provisioner"], records=reconcile_pass.RECORDED_BY_OPERATOR,
-            write_outcome=module.params["write_outcome"], permissions=denied, check_mode=module.check_mode,
-            finalizer=None, seen=module.params["owned_exporters"])
-        decision.execute(decision.Pass(finalizer=module.params["finalizer"] or None, pool_writes=decision.PoolWrites(
-            module.params["plan"], module.params["write_outcome"])), writer, backends=None)
-    except (ApplyError, ApiException) as exc:
-        module.fail_json(msg=str(exc))
+    denied = permissions.Permissions.from_denied(module.params["denied_permissions"])
+    if module.params["confirm_only"]:
+        applier = reconcile_pass.pool_applier(api_client, exporterset, check_mode=module.check_mode,
+                                              permissions=denied)
+        confirmed = applier.confirm(module.params["plan"])
+        if not module.check_mode and applier.held_why:
+            k8s_status.emit_events(applier.api_client, exporterset, applier.held_events())
+        _exit(module, applier, changed=False, plan=confirmed, **applier.result)
+    # The finalizer first, then the plan's writes (pool/decision.py's order).
+    writer = reconcile_pass.RunWriter(
+        api_client, exporterset, module.params["provisioner"], records=reconcile_pass.RECORDED_BY_OPERATOR,
+        write_outcome=module.params["write_outcome"], permissions=denied, check_mode=module.check_mode,
+        finalizer=None, seen=module.params["owned_exporters"])
+    decision.execute(decision.Pass(finalizer=module.params["finalizer"] or None, pool_writes=decision.PoolWrites(
+        module.params["plan"], module.params["write_outcome"])), writer, backends=None)
     report = writer.report
     result = {key: getattr(report, key) for key in (*report.LISTS, "conflicts", "status_changed", "events")}
     module.exit_json(**with_diff(module, {**result, "changed": report.changed(),
@@ -231,7 +220,7 @@ def run(module):
 
 
 def main():
-    module_base.main(run, ARGUMENT_SPEC, connection=AUTH_ARG_SPEC)
+    module_base.main(run, ARGUMENT_SPEC, connection=AUTH_ARG_SPEC, errors=ERRORS)
 
 
 if __name__ == "__main__":

@@ -96,6 +96,7 @@ finalizer:
 """
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import module_base
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.api import errors as api_errors
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.api.client import (
     AUTH_ARG_SPEC,
     module_api_client,
@@ -109,13 +110,12 @@ ARGUMENT_SPEC = dict(
     plan_options=dict(type="dict", default={}),
 )
 
+ERRORS = (*api_errors.module_errors(), (lifecycle.LifecycleError, None))
+
 
 def run(module):
     name, namespace = module.params["name"], module.params["namespace"]
-    try:
-        options = lifecycle.plan_options(module.params["plan_options"], where="plan_options")
-    except lifecycle.LifecycleError as exc:
-        module.fail_json(msg=str(exc))
+    options = lifecycle.plan_options(module.params["plan_options"], where="plan_options")
     read = reconcile_pass.observe_by_name(module_api_client(module), namespace, name, options)
     if read is None:
         module.exit_json(changed=False, exists=False)
@@ -128,7 +128,7 @@ def run(module):
 
 
 def main():
-    module_base.main(run, ARGUMENT_SPEC, connection=AUTH_ARG_SPEC)
+    module_base.main(run, ARGUMENT_SPEC, connection=AUTH_ARG_SPEC, errors=ERRORS)
 
 
 if __name__ == "__main__":

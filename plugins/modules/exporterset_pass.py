@@ -150,6 +150,7 @@ report:
 from datetime import UTC, datetime
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import exporterset_options, module_base
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.api import errors as api_errors
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.api.client import (
     AUTH_ARG_SPEC,
     module_api_client,
@@ -159,11 +160,6 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.k8s.apply import ApplyError
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.module_diff import with_diff
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import permissions
-
-try:
-    from kubernetes.client.rest import ApiException
-except ImportError:  # reported by module_api_client, which needs the kubernetes client
-    ApiException = Exception
 
 
 def _exit(module, writer, **result):
@@ -175,12 +171,9 @@ def _exit(module, writer, **result):
 
 def first_call(module, api_client):
     params = module.params
-    try:
-        options = lifecycle.plan_options(params["plan_options"], where="plan_options")
-        denied = permissions.Permissions.from_denied(params["denied_permissions"])
-        records_here = exporterset_options.records_here(params["records"])
-    except (ValueError, lifecycle.LifecycleError) as exc:
-        module.fail_json(msg=str(exc))
+    options = lifecycle.plan_options(params["plan_options"], where="plan_options")
+    denied = permissions.Permissions.from_denied(params["denied_permissions"])
+    records_here = exporterset_options.records_here(params["records"])
     read = reconcile_pass.observe_by_name(api_client, params["namespace"], params["name"], options)
     if read is None:
         module.exit_json(changed=False, exists=False, report=reconcile_pass.Report().to_dict())
@@ -191,13 +184,10 @@ def first_call(module, api_client):
         module.exit_json(changed=False, exists=True, deleting=True, teardown=False, variables={},
                          backends=reconcile_pass.Handoff().to_dict(), finish=False, state={},
                          report=reconcile_pass.Report().to_dict())
-    try:
-        writer, finished = reconcile_pass.begin(
-            api_client, exporter_set, observed, plan, objects, records=params["records"],
-            write_outcome=params["write_outcome"], add_class_finalizer=params["add_class_finalizer"],
-            permissions=denied, check_mode=module.check_mode)
-    except ApplyError as exc:
-        module.fail_json(msg=str(exc), report={})
+    writer, finished = reconcile_pass.begin(
+        api_client, exporter_set, observed, plan, objects, records=params["records"],
+        write_outcome=params["write_outcome"], add_class_finalizer=params["add_class_finalizer"],
+        permissions=denied, check_mode=module.check_mode)
     variables = k8s_observe.playbook_variables(exporter_set, observed, plan, teardown=bool(writer.teardown))
     due = not finished and writer.finish_due(objects if records_here else None, datetime.now(UTC))
     _exit(module, writer, exists=True, deleting=deleting, teardown=bool(writer.teardown), variables=variables,
@@ -214,9 +204,11 @@ def second_call(module, api_client):
 
     try:
         decision.finish(writer.decided(), writer, error=module.params["failure"])
-    except (ApplyError, ApiException) as exc:
+    except (ApplyError, *api_errors.CLIENT_ERRORS) as exc:
         meta = writer.exporter_set.get("metadata") or {}
-        message = f"finishing the pass of ExporterSet {meta.get('namespace')}/{meta.get('name')}: {exc}"
+        message = api_errors.message(
+            exc, f"finishing the pass of ExporterSet {meta.get('namespace')}/{meta.get('name')}"
+        )
         if module.params["failure"] is None and writer.decided().records:
             writer.record(message)
         module.fail_json(msg=message, report=writer.report.to_dict())
@@ -235,6 +227,10 @@ ARGUMENT_SPEC = dict(
     **exporterset_options.DENIED,
 )
 
+# The options that do not parse are a ValueError (plan_options a LifecycleError);
+# a failed write of the first call's (reconcile_pass.begin) an ApplyError.
+ERRORS = (*api_errors.module_errors("ExporterSet pass"), (ApplyError, lambda error: {"report": {}}), (ValueError, None))
+
 
 def run(module):
     params = module.params
@@ -245,17 +241,14 @@ def run(module):
     if params["failure"] is not None and params["finish"] is None:
         module.fail_json(msg="failure: only with finish")
     api_client = module_api_client(module)
-    try:
-        if params["finish"] is not None:
-            second_call(module, api_client)
-        else:
-            first_call(module, api_client)
-    except ApiException as exc:
-        module.fail_json(msg=f"ExporterSet pass: {exc.status} {exc.reason}")
+    if params["finish"] is not None:
+        second_call(module, api_client)
+    else:
+        first_call(module, api_client)
 
 
 def main():
-    module_base.main(run, ARGUMENT_SPEC, connection=AUTH_ARG_SPEC)
+    module_base.main(run, ARGUMENT_SPEC, connection=AUTH_ARG_SPEC, errors=ERRORS)
 
 
 if __name__ == "__main__":

@@ -87,6 +87,7 @@ status:
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants, module_base
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.ansible_compat import diff_mode
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.api import errors as api_errors
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.api.client import (
     AUTH_ARG_SPEC,
     module_api_client,
@@ -99,6 +100,8 @@ ARGUMENT_SPEC = dict(
     namespace=dict(type="str", required=True),
     add_finalizer=dict(type="bool", default=True),
 )
+
+ERRORS = api_errors.module_errors()
 
 
 def run(module):
@@ -137,7 +140,7 @@ def _written_parts(vclass):
 
 
 def main():
-    module_base.main(run, ARGUMENT_SPEC, connection=AUTH_ARG_SPEC)
+    module_base.main(run, ARGUMENT_SPEC, connection=AUTH_ARG_SPEC, errors=ERRORS)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils impo
     exporterset_options,
     provisioners,
 )
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.api import errors as api_errors
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.api import objects as k8s_objects
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.api import writer
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.api.client import ClusterModule
@@ -76,7 +77,7 @@ class PodManager(ClusterModule):
             module.fail_json(msg=str(exc))
 
     def _api_error(self, what, exc):
-        raise InstanceError(f"{what}: {exc.status} {exc.reason}")
+        raise InstanceError(f"{what}: {api_errors.answer(exc)}")
 
     def _write(self, what, verb, *args, ok=(), **kwargs):
         """One write (``verb`` of the writer); an outcome neither written
@@ -321,6 +322,9 @@ ARGUMENT_SPEC = dict(
     state=dict(type="str", choices=["present", "absent", "synced", "reset"], default="present"),
     **exporterset_options.DENIED,
 )
+
+# An instance's failure (InstanceError) is failed in ``run``, with what was done.
+ERRORS = api_errors.module_errors()
 
 
 def run(module):

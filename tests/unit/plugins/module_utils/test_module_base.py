@@ -99,6 +99,16 @@ def test_the_first_pair_that_matches_wins():
     assert ended.value.result["status"] == 500
 
 
+def test_a_msg_among_the_fields_is_the_message():
+    def run(module):
+        raise APIError("(404)\nReason: Not Found\nHTTP response headers: ...", 404)
+
+    said = ((APIError, lambda error: {"msg": f"reading x: {error.status}", "status": error.status}),)
+    with pytest.raises(Ended) as ended:
+        module_base.call(run, TaskModule({}, check_mode=False), said)
+    assert ended.value.result == {"failed": True, "msg": "reading x: 404", "status": 404}
+
+
 def test_other_errors_are_not_caught():
     def run(module):
         raise KeyError("x")

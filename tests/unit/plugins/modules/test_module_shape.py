@@ -1,6 +1,7 @@
 """Every module has one shape: it never builds an ``AnsibleModule`` itself,
 and its ``main()`` is one call of ``module_base.main``
-(plugins/module_utils/module_base.py)."""
+(plugins/module_utils/module_base.py), which for a module on the API server
+(``connection=``) names its errors (``errors=``: api/errors.py's pairs)."""
 
 import ast
 from pathlib import Path
@@ -29,6 +30,8 @@ def faults(source):
     call = body[0].value if len(body) == 1 and isinstance(body[0], ast.Expr) else None
     if not (isinstance(call, ast.Call) and ast.unparse(call.func) == "module_base.main"):
         found.append(f"line {mains[0].lineno}: main() is not one call of module_base.main")
+    elif "connection" in (named := {k.arg for k in call.keywords}) and "errors" not in named:
+        found.append(f"line {mains[0].lineno}: connection= without errors=")
     return found
 
 
@@ -44,4 +47,8 @@ def test_the_shape_check_finds_a_module_of_another_shape():
     wrapped = "def main():\n    module = make()\n    module_base.main(run, {})\n"
     assert faults(wrapped) == ["line 1: main() is not one call of module_base.main"]
     assert faults("def run(module):\n    pass\n") == ["no main()"]
-    assert faults('def main():\n    """Doc."""\n    module_base.main(run, SPEC, connection=AUTH)\n') == []
+    documented = 'def main():\n    """Doc."""\n    module_base.main(run, SPEC, connection=AUTH, errors=ERRORS)\n'
+    assert faults(documented) == []
+    assert faults("def main():\n    module_base.main(run, SPEC, connection=AUTH)\n") == [
+        "line 1: connection= without errors="
+    ]
