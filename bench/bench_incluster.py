@@ -3,7 +3,7 @@
 QEMU started, the sidecar's ``jmp run`` registered over TLS), lease ->
 Ready from a warm pool, and an InPlaceReuse reset (lease ended -> the same
 Exporter Online again on a fresh VM in its running Pod), as
-``tests/test_incluster_pool.py`` measures them.
+``tests/qemu/test_incluster_pool.py`` measures them.
 
 Each run is one run of that test (its own bed, real node, controller
 stand-in and operator); the figures are read from what it prints. Root
@@ -38,7 +38,7 @@ FIGURES = {
 def one_run() -> dict:
     started = time.monotonic()
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "tests/test_incluster_pool.py", "-q", "-s", "-p", "no:cacheprovider"],
+        [sys.executable, "-m", "pytest", "tests/qemu/test_incluster_pool.py", "-q", "-s", "-p", "no:cacheprovider"],
         cwd=ROOT, capture_output=True, text=True)
     figures = {"test_wall_s": round(time.monotonic() - started, 1), "passed": result.returncode == 0}
     for name, pattern in FIGURES.items():

@@ -1,6 +1,6 @@
 #!/bin/sh
 # Installs the operator the way its image holds it (operator/Containerfile
-# runs this; tests/test_operator_image.py runs it into a fresh venv):
+# runs this; tests/install/test_operator_image.py runs it into a fresh venv):
 #
 #   operator/install.sh SOURCE COLLECTIONS_DIR
 #

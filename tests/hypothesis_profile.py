@@ -4,7 +4,7 @@ it fails tests whose property holds. Imported by tests/conftest.py and by
 tests/unit/conftest.py, which the other ansible-core releases' runs
 (``--confcutdir tests/unit``) load; it sits beside tests/conftest.py,
 whose folder every run has on its path (a run of it alone too:
-tests/test_process_ownership.py)."""
+tests/harness/test_process_ownership.py)."""
 
 from hypothesis import HealthCheck, settings
 

@@ -1,7 +1,7 @@
 """Stands in for the get-pip.py that ansible-test downloads from
 ci-files.testing.ansible.com (out of reach here) to put pip into its sanity
 virtual environments: pip comes from the interpreter's own ensurepip and the
-requested version from PyPI. tests/test_lint.py seeds ansible-test's cache
+requested version from PyPI. tests/collection/test_lint.py seeds ansible-test's cache
 with it."""
 
 import subprocess

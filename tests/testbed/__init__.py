@@ -113,7 +113,7 @@ def _sweep_orphans(current: Path) -> None:
 
 # What the run's bed audits besides (tests/testbed/bed.py's audit_policy):
 # the account of upstream's exporter-set slot and its namespace
-# (tests/test_upstream_slot.py).
+# (tests/controller/test_upstream_slot.py).
 SHARED_AUDIT_NAMESPACES = ("jumpstarter-lab",)
 SHARED_AUDIT_USERS = ("system:serviceaccount:jumpstarter-lab:jumpstarter-exporterset-qemu-jumpstarter-dev",)
 

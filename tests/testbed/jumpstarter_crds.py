@@ -5,7 +5,7 @@ brings up its bed with nothing beside it.
 Pruning and validation decide what the API server keeps of an object, so
 the schemas must be field-for-field those of the Jumpstarter release the
 project targets (b1f2bb41, where its controller contract was
-observed); tests/test_crds.py compares them with the
+observed); tests/controller/test_crds.py compares them with the
 release's own files whenever ../shared/anchors holds them.
 """
 

@@ -5,7 +5,7 @@ types and ``ApiException`` run as they do against a cluster, and the code
 under test needs no monkeypatching.
 
 What it keeps of kube-apiserver, and no more than the writers use
-(tests/test_fake_kube_honest.py runs the same calls on the bed's API server
+(tests/harness/test_fake_kube_honest.py runs the same calls on the bed's API server
 and here, and asserts the same outcomes):
 
 - one resourceVersion counter for everything, grown by each write; a write

@@ -4,7 +4,7 @@ and changed as config/default's kustomization changes them: the resources of
 each directory it lists, in one namespace, the operator's ClusterRoles and
 their bindings made Roles there, each operator watching its own namespace, and
 the operator image of config/manager's images: entry under .Values.image.
-tests/test_helm_chart.py compares the two renderings object for object.
+tests/install/test_helm_chart.py compares the two renderings object for object.
 */ -}}
 {{- $namespace := .Values.namespace.name | default .Release.Namespace -}}
 {{- $clusterScoped := list "Namespace" "CustomResourceDefinition" "ClusterRole" "ClusterRoleBinding" "ValidatingAdmissionPolicy" "ValidatingAdmissionPolicyBinding" -}}

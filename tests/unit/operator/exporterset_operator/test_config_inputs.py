@@ -2,7 +2,7 @@
 ConfigMap event becomes the key of the set whose instances' config it feeds
 (controller.py), and the caches of a namespace's Secrets and ConfigMaps are
 started once, only for a set of a Pod provisioner, and are not planned from
-until synced (config_inputs.py). The bed tests are in tests/test_config_resync.py."""
+until synced (config_inputs.py). The bed tests are in tests/pool/test_config_resync.py."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The operator under fewer grants (pool/permissions.py): what it asks the
 API server at start-up, and what its controller and reconcilers leave off
 or do instead; the API server is a script of answers here (the slot's Role
-on a real one: tests/test_upstream_slot.py)."""
+on a real one: tests/controller/test_upstream_slot.py)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ secrets a module process would give. No cluster here: the API server the
 tasks name is a loopback listener that counts the connections it gets and
 closes them (so a run that gets as far as connecting fails, saying it
 could not reach it). Check mode and the work itself on a real cluster,
-both ways side by side: tests/test_exporter_pods_in_process.py."""
+both ways side by side: tests/modules/test_exporter_pods_in_process.py."""
 
 import json
 import socket

@@ -1,5 +1,5 @@
 """plugins/module_utils/ansible_compat.py on the ansible-core it runs
-under (tests/test_ansible_cores.py runs this file on every supported
+under (tests/collection/test_ansible_cores.py runs this file on every supported
 release), and the tree's use of ansible-core: no private name outside it."""
 
 import ast

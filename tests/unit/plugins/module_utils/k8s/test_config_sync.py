@@ -1,7 +1,7 @@
 """Which running instances get their config re-synced, and when the operator
 runs the re-sync on its own (k8s/observe.py): on the pass that sees an
 input of an unleased instance's config change (k8s/config_sync.py), else
-on the fallback period. The writes on a bed are in tests/test_config_resync.py."""
+on the fallback period. The writes on a bed are in tests/pool/test_config_resync.py."""
 
 import base64
 import copy

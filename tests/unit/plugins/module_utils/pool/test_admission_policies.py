@@ -2,7 +2,7 @@
 driver types each provisioner allows by default (``default_driver_types``,
 which ``pool/set_overrides`` applies on every pass) and the digest the
 image fetch takes (``provisioners/qemu/images.py``). On the bed's API server:
-tests/test_admission_set_policy.py."""
+tests/hostile/test_admission_set_policy.py."""
 
 import re
 from pathlib import Path

@@ -1,7 +1,7 @@
 """Adoption by selector and the SelectorOverlap condition (pool/adoption.py,
 selectors.selector_overlaps), through k8s/observe.py as the operator and the
-playbook both plan. The API server's side (CEL) is in tests/test_crds.py,
-the writes and Events on a real bed in tests/test_selector_adoption.py."""
+playbook both plan. The API server's side (CEL) is in tests/controller/test_crds.py,
+the writes and Events on a real bed in tests/pool/test_selector_adoption.py."""
 
 import copy
 

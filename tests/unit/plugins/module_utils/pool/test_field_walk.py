@@ -97,7 +97,7 @@ EFFECT_SHOWN_BY = {
     # Only surplus exporters wait for it.
     "spec.scaleDownCooldown": ("tests/unit/plugins/module_utils/pool/test_plan.py", "test_cooldown"),
     # The Secret's name is read where the credential is fetched (the playbook's).
-    "spec.credentialsSecretRef.name": ("tests/test_corellium_provisioner.py", None),
+    "spec.credentialsSecretRef.name": ("tests/corellium/test_corellium_provisioner.py", None),
 }
 
 

@@ -2,7 +2,7 @@
 written: the class's parameters, and each set's parameters merged over the
 class it names, pass the provisioner's validation with no error. (The API
 server's side, a server-side dry-run of each example, is in
-tests/test_crds.py.)"""
+tests/controller/test_crds.py.)"""
 
 import pytest
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import provisioners
@@ -69,7 +69,7 @@ def test_set_example_parameters_over_their_class_are_valid(exporter_set):
     vclass = vclass and with_real_digests(vclass)
     if vclass is None:
         # The JEP names a class it does not show (android-pixel7): only the set's
-        # own shape can be checked, by the API server (tests/test_crds.py).
+        # own shape can be checked, by the API server (tests/controller/test_crds.py).
         assert exporter_set["spec"]["virtualTargetClassName"] == "android-pixel7"
         return
     resolved = resolve(vclass, exporter_set)
