@@ -126,14 +126,16 @@ def trace_bed_day(rng):
     its times multiplied back by the recording's compression: each Lease's
     creation as the recorder's watch first saw it, and its length from
     begin to end. A Lease that never began (none matched) is left out.
-    Measured after its first three hours, the history the model reads
-    while no day is known."""
+    Its last day is measured, after the days before it; a recording of one
+    day after its first three hours, the history the model reads while no
+    day is known."""
     with open(RECORDED) as source:
         recorded = json.load(source)
     scale = recorded["compression"]
     leases = sorted((e["seen"] * scale, (e["ended"] - e["begun"]) * scale)
                     for e in recorded["leases"] if "begun" in e and "ended" in e)
-    return [a for a, _ in leases], [d for _, d in leases], sizing.RECENT
+    days = recorded.get("days", 1)
+    return [a for a, _ in leases], [d for _, d in leases], (days - 1) * sizing.DAY if days > 1 else sizing.RECENT
 
 
 TRACES = {"steady": trace_steady, "office": trace_office, "bursts": trace_bursts, "bed-day": trace_bed_day}
@@ -407,8 +409,65 @@ class World:
         return out
 
 
+def allowed_late(leases, percentile):
+    """The most late leases of ``leases`` whose p-th percentile wait (nearest
+    rank) is still within the target."""
+    return leases - max(math.ceil(percentile / 100.0 * leases), 1)
+
+
+def schedule_bound(fixed, percentile):
+    """The cheapest buffer schedule by part of the week (``PERIODS``) that
+    the fixed runs' own figures allow: in each part a mix of two adjacent
+    fixed buffers (a share of its hours at each), the parts' mixes chosen
+    together so that no more leases wait than the target allows. Arrivals
+    within a part come as Poisson at one rate, so a share of its hours at a
+    buffer sees that share of its leases; idle hours and late leases are
+    then linear in the shares and the cheapest mix is the greedy walk down
+    each part's lower hull, steepest saving per late first. Returns None
+    where even the largest buffers let too many wait."""
+    fixed = sorted(fixed, key=lambda r: r["buffer"])
+    leases = sum(p["leases"] for p in fixed[0]["by_period"].values())
+    allowed = allowed_late(leases, percentile)
+    parts, hulls = {}, {}
+    for part in PERIODS:
+        points = sorted((r["by_period"][part]["late"], r["by_period"][part]["idle_within_h"]
+                         + r["by_period"][part]["idle_beyond_h"], r["buffer"]) for r in fixed)
+        # The lower hull from the fewest late (the dearest) to the most.
+        hull = []
+        for point in points:
+            if hull and point[0] == hull[-1][0]:
+                if point[1] >= hull[-1][1]:
+                    continue
+                hull.pop()
+            while len(hull) >= 2 and ((hull[-1][1] - hull[-2][1]) * (point[0] - hull[-2][0])
+                                      >= (point[1] - hull[-2][1]) * (hull[-1][0] - hull[-2][0])):
+                hull.pop()
+            if not hull or point[1] < hull[-1][1]:
+                hull.append(point)
+        hulls[part] = hull
+        parts[part] = [hull[0][0], hull[0][1], f"{hull[0][2]}"]
+    late = sum(p[0] for p in parts.values())
+    if late > allowed:
+        return None
+    # Each step gives up idle hours for late leases; cheapest saving per late first.
+    steps = sorted(((b[1] - a[1]) / (b[0] - a[0]), part, a, b) for part, hull in hulls.items()
+                   for a, b in zip(hull, hull[1:], strict=False))
+    for _rate, part, a, b in steps:
+        room = allowed - late
+        if room <= 0:
+            break
+        share = min(1.0, room / (b[0] - a[0]))
+        parts[part] = [a[0] + share * (b[0] - a[0]), a[1] + share * (b[1] - a[1]),
+                       f"{b[2]}" if share == 1.0 else f"{a[2]}/{b[2]} {1 - share:.2f}/{share:.2f}"]
+        late += share * (b[0] - a[0])
+    return {"idle_instance_hours": round(sum(p[1] for p in parts.values()), 1), "late": round(late, 1),
+            "leases": leases, "allowed_late": allowed,
+            "parts": {part: {"buffers": p[2], "late": round(p[0], 1), "idle_h": round(p[1], 1)}
+                      for part, p in parts.items()}}
+
+
 def replay(name, seed, quick, adaptive_only=False, buffers=None, by_hour=False, by_period=False, schedules=(),
-           adaptive=True):
+           adaptive=True, bound=False):
     arrivals, lengths, measure_from = TRACES[name](random.Random(seed))
     peak = peak_concurrency(arrivals, lengths)
     target_wait = sizing.parse_target(TARGET)[0].wait
@@ -454,6 +513,18 @@ def replay(name, seed, quick, adaptive_only=False, buffers=None, by_hour=False, 
         summary["idle_saving_vs_cheapest"] = round(
             1 - adaptive["idle_instance_hours"] / cheapest["idle_instance_hours"], 3) \
             if cheapest["idle_instance_hours"] else None
+    if bound and fixed:
+        summary["schedule_bound"] = found = schedule_bound(fixed, TARGET["percentile"])
+        if found is None:
+            print(f"  {name}: no schedule of the buffers run meets the target", flush=True)
+        else:
+            saving = round(1 - found["idle_instance_hours"] / cheapest["idle_instance_hours"], 3) \
+                if cheapest and cheapest["idle_instance_hours"] else None
+            summary["schedule_bound"]["saving_vs_cheapest"] = saving
+            print(f"  {name}: the cheapest schedule by part of the week: {found['idle_instance_hours']} "
+                  f"instance-h, {found['late']} late of {found['leases']} ({found['allowed_late']} allowed), "
+                  f"saving {saving}: " + "; ".join(f"{part}: {p['buffers']}" for part, p in found["parts"].items()),
+                  flush=True)
     print(f"  {name}: adaptive meets the target: {summary['adaptive_meets_target']}; cheapest fixed "
           f"buffer meeting it: {summary['cheapest_fixed_meeting_target']}; idle saving: "
           f"{summary.get('idle_saving_vs_cheapest')}", flush=True)
@@ -477,6 +548,9 @@ def main():
     parser.add_argument("--schedules", help="fixed buffers by part of the week, night:day:weekend, comma "
                         "separated (e.g. 1:1:0): weekday nights, weekdays 8:00-18:00, weekends")
     parser.add_argument("--no-adaptive", action="store_true", help="the fixed buffers and schedules alone")
+    parser.add_argument("--bound", action="store_true",
+                        help="from the fixed buffers run, the cheapest schedule by part of the week that meets "
+                             "the target (mixes of two adjacent buffers in each part)")
     parser.add_argument("--json")
     args = parser.parse_args()
     print(f"target: p{TARGET['percentile']} lease wait <= {TARGET['target']}", flush=True)
@@ -485,7 +559,7 @@ def main():
                                  [int(b) for b in args.buffers.split(",")] if args.buffers else None,
                                  args.by_hour, args.by_period,
                                  [tuple(int(b) for b in x.split(":")) for x in args.schedules.split(",")]
-                                 if args.schedules else (), not args.no_adaptive)
+                                 if args.schedules else (), not args.no_adaptive, args.bound)
                           for name in args.traces.split(",")]}
     if args.json:
         with open(args.json, "w") as out:

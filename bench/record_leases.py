@@ -1,7 +1,7 @@
-"""Records a day of lease history on a private test bed, compressed in time.
+"""Records days of lease history on a private test bed, compressed in time.
 
     source scripts/common.sh && link_collection && export PATH=$VENV_DIR/bin:$PATH
-    python bench/record_leases.py [--compression 60] [--seed 7] [--out bench/traces/bed-day.json]
+    python bench/record_leases.py [--days 2] [--compression 60] [--seed 7] [--out bench/traces/bed-day.json]
 
 A private bed (etcd, kube-apiserver, kwok), the Jumpstarter controller
 stand-in serving its namespace (``serve_namespace``: it assigns and ends the
@@ -22,7 +22,7 @@ Cold starts and waits on kwok are not those of QEMU: the bench replays the
 arrivals and the lease durations (begin to end) and draws cold starts of
 its own; the bed's waits are kept in the file for reference.
 
-The day's workload (trace time): an office day, 0.25 leases a minute from
+Each day's workload (trace time, each day drawn anew): an office day, 0.25 leases a minute from
 8:00 to 18:00 (0.08 over lunch), 0.4 an hour at night, a nightly job of
 6 leases at 2:00 and a CI fan-out of 4 at the top of every hour 9:00-17:00;
 durations lognormal, median 10 minutes.
@@ -144,11 +144,15 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--compression", type=float, default=60.0, help="trace seconds per second of the run")
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--hours", type=float, default=24.0, help="how much of the day to drive (trace hours)")
+    parser.add_argument("--days", type=int, default=1, help="days of the workload, each drawn anew")
+    parser.add_argument("--hours", type=float, help="how much of the days to drive (trace hours; all by default)")
     parser.add_argument("--out", default=str(ROOT / "bench" / "traces" / "bed-day.json"))
     args = parser.parse_args()
 
-    plan = [(a, d) for a, d in workload(random.Random(args.seed)) if a < args.hours * HOUR]
+    rng = random.Random(args.seed)
+    args.hours = 24.0 * args.days if args.hours is None else args.hours
+    plan = [(day * DAY + a, d) for day in range(args.days) for a, d in workload(rng)
+            if day * DAY + a < args.hours * HOUR]
     namespace = "record-day"
     cooldown = f"{300.0 / args.compression:.0f}s"
     print(f"{len(plan)} leases over {args.hours} h, compressed {args.compression}x: "
@@ -186,7 +190,7 @@ def main():
                 "seconds of the day",
         "command": "python bench/record_leases.py " + " ".join(sys.argv[1:]),
         "recorded_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "compression": args.compression, "seed": args.seed, "hours": args.hours,
+        "compression": args.compression, "seed": args.seed, "days": args.days, "hours": args.hours,
         "set": {"minAvailableReplicas": 2, "recycleStrategy": "InPlaceReuse", "scaleDownCooldown": cooldown},
         "watch_restarts": log.restarts, "watch_error": log.error,
         "leases": leases,
