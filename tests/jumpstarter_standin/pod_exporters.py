@@ -91,6 +91,9 @@ class ExporterProcess:
 
     # -- the container ---------------------------------------------------------
     def _run(self) -> None:
+        # The container's start: a real one takes seconds before it dials.
+        if self.stop_event.wait(self.owner.start_delay):
+            return
         delay = RESTART_DELAY
         while not self.stop_event.is_set():
             config = self.owner.read_config(self.pod_name, self.pod_uid)
@@ -194,9 +197,11 @@ class ExporterProcess:
 class PodExporters:
     """Runs an ``ExporterProcess`` for every running exporter Pod of a namespace."""
 
-    def __init__(self, api_client: client.ApiClient, namespace: str):
+    def __init__(self, api_client: client.ApiClient, namespace: str, start_delay: float = 0.0):
         self.core = client.CoreV1Api(api_client)
         self.namespace = namespace
+        # Seconds from a Pod running to its exporter dialling the controller.
+        self.start_delay = start_delay
         self.processes: dict[str, ExporterProcess] = {}
         # Pods whose exporter a test stopped: not restarted while the Pod lives.
         self.held: dict[str, str] = {}

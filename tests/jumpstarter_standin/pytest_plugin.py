@@ -93,7 +93,7 @@ def standin(testbed, namespace, request):
 
 @contextmanager
 def serve_namespace(kubeconfig, namespace: str, real: str | None = None, node=None, publish_ca: bool = True,
-                    grpc_host: str | None = None, pod_exporters: bool = True):
+                    grpc_host: str | None = None, pod_exporters: bool = True, exporter_start_delay: float = 0.0):
     """What a Jumpstarter installation runs for one namespace (made if it does
     not exist yet): the controller (reconcile loops and gRPC services over TLS
     with a private CA), the CA published as the ConfigMap
@@ -105,7 +105,9 @@ def serve_namespace(kubeconfig, namespace: str, real: str | None = None, node=No
     ``grpc_host``: the address the gRPC services are reached at (default:
     ``default_host``), e.g. a real node's bridge address for its Pods.
     ``pod_exporters=False``: no exporter processes are played, for Pods that
-    run their own ``jmp run`` on a real node.
+    run their own ``jmp run`` on a real node. ``exporter_start_delay``: the
+    seconds a played exporter waits after its Pod runs, as a container's
+    start takes (a cold start of known length on kwok).
 
     In a test, ``@pytest.mark.standin(publish_ca=False)`` passes options to
     the ``standin`` fixture."""
@@ -145,7 +147,7 @@ def serve_namespace(kubeconfig, namespace: str, real: str | None = None, node=No
         if publish_ca:
             publish_controller_ca(core, namespace, ca_pem)
         if pod_exporters:
-            view.pod_exporters = PodExporters(api_client, namespace).start()
+            view.pod_exporters = PodExporters(api_client, namespace, exporter_start_delay).start()
             stack.callback(view.pod_exporters.stop)
         yield view
     finally:
