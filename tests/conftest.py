@@ -19,6 +19,12 @@ import os
 import time
 from pathlib import Path
 
+# Before anything imports grpc: the stand-in serves gRPC in this process,
+# and with gRPC's fork support (on in its wheels) a pty fork's child
+# (ansible-runner's pexpect) restarts gRPC's poller, closes its fds before
+# exec and dies there: a job that never starts.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
 import hypothesis_profile  # noqa: F401
 import pytest
 import split
