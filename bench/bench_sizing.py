@@ -34,7 +34,11 @@ from datetime import UTC, datetime, timedelta
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "unit"))
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants as c  # noqa: E402
-from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import policy, sizing  # noqa: E402
+from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import (  # noqa: E402
+    policy,
+    sizing,
+    timings,
+)
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool.demand import (  # noqa: E402
     attribute_lease_demand,
 )
@@ -412,7 +416,7 @@ class World:
 def allowed_late(leases, percentile):
     """The most late leases of ``leases`` whose p-th percentile wait (nearest
     rank) is still within the target."""
-    return leases - max(math.ceil(percentile / 100.0 * leases), 1)
+    return leases - timings.nearest_rank(leases, percentile)
 
 
 def schedule_bound(fixed, percentile):

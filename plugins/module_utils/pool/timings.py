@@ -31,13 +31,17 @@ def _parsed(text):
         return None
 
 
+def nearest_rank(count, percentile):
+    """The 1-based rank of the ``percentile`` among ``count`` ordered samples."""
+    return max(math.ceil(percentile / 100.0 * count), 1)
+
+
 def quantile(samples, percentile):
     """The ``percentile`` of ``samples`` (nearest rank), None when empty."""
     ordered = sorted(samples)
     if not ordered:
         return None
-    rank = max(math.ceil(percentile / 100.0 * len(ordered)), 1)
-    return ordered[rank - 1]
+    return ordered[nearest_rank(len(ordered), percentile) - 1]
 
 
 def object_key(metadata):
