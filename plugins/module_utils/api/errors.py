@@ -34,7 +34,6 @@ class ApiError(Exception):
 
     def __init__(self, what, cause):
         super().__init__(f"{what}: {answer(cause)}")
-        self.what = what
         self.status, self.reason = cause.status, cause.reason
 
 
