@@ -11,14 +11,14 @@ import subprocess
 import pytest
 from jumpstarter_standin import wait_for
 from kubernetes import client
+from lab_beds import AARCH64_HOST as HOST
+from lab_beds import PROVISIONER, serial_log
 from labhosts import IMAGES
 from pool_helpers import SET_LABEL, make_class, make_set
 from qemu_vm import AARCH64_GUEST_DIR
-from test_baremetal_operator import PROVISIONER
 
 pytestmark = pytest.mark.slow
 
-HOST = "lab3"
 GUEST_FILES = {"vmlinuz": "arm64-vmlinuz", "initramfs.cpio.gz": "arm64-initramfs.cpio.gz"}
 
 
@@ -30,13 +30,6 @@ def sa8295_parameters(lab_hosts):
         "board": {"soc": "sa8295"},
         "resources": {"cpu": 1, "memory": "256Mi", "storage": "32Mi"},
     }
-
-
-def serial_log(lab_hosts, namespace, name, host=HOST):
-    try:
-        return (lab_hosts.instance_dir(host, namespace, name) / "serial.log").read_text(errors="replace")
-    except OSError:
-        return ""
 
 
 def test_the_sa8295_profile_boots_the_arm64_guest_on_a_lab_host(api, namespace, standin, operator, lab_hosts):

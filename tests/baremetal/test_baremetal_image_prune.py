@@ -15,9 +15,9 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.prov
 )
 from image_servers import ImageServer
 from jumpstarter_standin import wait_for
+from lab_beds import Bed
 from labhosts import GUEST
 from test_baremetal_images import HOST, guest_images
-from test_baremetal_role import Bed
 
 HOUR = 3600
 

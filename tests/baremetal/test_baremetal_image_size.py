@@ -11,9 +11,9 @@ import shutil
 import pytest
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu import images
 from image_servers import ImageServer
+from lab_beds import Bed
 from labhosts import GUEST
 from test_baremetal_images import HOST, qemu_running_for
-from test_baremetal_role import Bed
 
 
 @pytest.fixture

@@ -14,11 +14,11 @@ import pytest
 from image_servers import ImageServer, Registry, free_port, sha256
 from jumpstarter_standin import wait_for
 from kubernetes import client
+from lab_beds import PROVISIONER, Bed
 from labhosts import GUEST
 from pool_helpers import condition, get_set, make_class, make_set
-from test_baremetal_role import Bed, phases
+from test_baremetal_role import phases
 
-PROVISIONER = "qemu-baremetal.jumpstarter.dev"
 WRONG = "sha256:" + "0" * 64
 HOST = "lab1"
 

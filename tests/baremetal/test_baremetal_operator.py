@@ -16,13 +16,11 @@ import time
 
 from jumpstarter_standin import wait_for
 from kubernetes import client
+from lab_beds import BOARD, PROVISIONER, Lab
 from operator_process import watches_file
 from pool_helpers import GROUP, condition, get_set, make_class, make_set
 
-PROVISIONER = "qemu-baremetal.jumpstarter.dev"
-HOST_LABEL = "virtualtarget.jumpstarter.dev/host"
 REPORT = "hostReport"  # of status.operatorState (pool/operator_state.py)
-BOARD = "lab-x86"
 # Short enough to cost the test one probe interval (5 s at least), not
 # two, long enough that a host slow to answer under load is not lost.
 RECONNECT_TIMEOUT = 6
@@ -31,39 +29,6 @@ RECONNECT_TIMEOUT = 6
 # longer than the reconnect timeout itself. The test checks the
 # replacement, not the backoff (tests/pool/test_pool_healing.py does): 1 s.
 FAILURE_BACKOFF_BASE = 1
-
-
-class Lab:
-    """The set's view of the lab hosts and of the controller."""
-
-    def __init__(self, standin, lab):
-        self.custom = standin.custom
-        self.standin = standin
-        self.namespace = standin.namespace
-        self.lab = lab
-
-    def placed(self):
-        """{Exporter name: host} of the set's live Exporters."""
-        return {e["metadata"]["name"]: e["metadata"]["labels"].get(HOST_LABEL)
-                for e in self.standin.exporters("virtualtarget.jumpstarter.dev/exporterset=pool")
-                if not e["metadata"].get("deletionTimestamp")}
-
-    def running(self, name, host):
-        return bool(self.lab.service_pid(host, self.namespace, name, "vm")
-                    and self.lab.service_pid(host, self.namespace, name, "exporter"))
-
-    def settle(self, available, timeout=180, **expected):
-        expected["availableReplicas"] = available
-
-        def step():
-            status = get_set(self.custom, self.namespace).get("status") or {}
-            return status if all(status.get(k) == v for k, v in expected.items()) else None
-
-        return wait_for(step, timeout=timeout, interval=0.5, message=f"{expected}")
-
-    def vm_status(self, host, name):
-        """QMP query-status of an instance."""
-        return self.lab.vm_status(host, self.namespace, name)
 
 
 def _fast_failure_backoff(entry):

@@ -10,9 +10,9 @@ import subprocess
 
 from jumpstarter_standin import wait_for
 from kubernetes import client
+from lab_beds import BOARD, PROVISIONER, Lab
 from operator_process import ROOT
 from pool_helpers import GROUP, condition, get_set, make_class, make_set
-from test_baremetal_operator import BOARD, PROVISIONER, Lab
 
 DRAINED = "virtualtarget.jumpstarter.dev/drained-hosts"
 

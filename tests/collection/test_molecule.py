@@ -7,8 +7,8 @@ modules, which bring up the lab hosts and the Corellium fake they need.
 
 
 import pytest
+from molecule_runs import molecule_test
 from operator_process import ROOT
-from test_molecule_baremetal import molecule_test
 
 SCENARIOS = ["operator_install", "qemu_pod", "reconcile"]
 

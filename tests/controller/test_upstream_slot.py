@@ -29,13 +29,13 @@ from datetime import UTC, datetime
 
 import pytest
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import permissions
+from audit_log import SELF_REVIEWS, audited, written_after
 from jumpstarter_standin import condition_true, wait_for
 from jumpstarter_standin.pytest_plugin import serve_namespace
 from kubernetes import client
 from operator_pod import OPERATOR_IMAGE
 from pool_helpers import GROUP, SET_LABEL, condition, get_set, make_set
-from test_incluster_pool import BOARD, guest_class
-from test_operator_rbac import SELF_REVIEWS, _written_after, audited
+from realnode_guest import BOARD, guest_class
 from testbed.node import NODE_LABEL, TAINT_KEY
 from upstream_slot import granted, slot_name, slot_objects
 
@@ -167,7 +167,7 @@ def check_audit(bed, account):
         # A request of the test's own in the namespace, audited after the
         # operator's last: once it is in the log, so is everything before it.
         bed.kubectl("get", "configmaps", "-n", NAMESPACE, check=False)
-        return _written_after(bed.audit_log, stopped)
+        return written_after(bed.audit_log, stopped)
     wait_for(flushed, timeout=30, message="the audit log flushed")
     used, refused = audited(bed.audit_log, f"system:serviceaccount:{NAMESPACE}:{account}")
     assert refused == [], refused

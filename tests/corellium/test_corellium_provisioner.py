@@ -21,9 +21,9 @@ from corellium_fake.server import Delays, FakeCorellium
 from jumpstarter_standin import wait_for
 from jumpstarter_standin.pytest_plugin import serve_namespace
 from kubernetes import client
+from molecule_runs import scenario_namespace
 from operator_process import ROOT, watches_file
 from pool_helpers import GROUP, assert_no_event, condition, get_set, make_class, make_set, no_event
-from test_molecule_baremetal import scenario_namespace
 
 PROVISIONER = "corellium.jumpstarter.dev"
 CLASS = "corellium-kronos"

@@ -253,7 +253,7 @@ def test_a_pod_with_the_pools_labels_but_no_owner_is_neither_counted_nor_deleted
 def test_runs_with_two_credentials_never_share_an_ssh_master(testbed, namespace, standin, lab_hosts, tmp_path):
     """Two classes reach the same lab hosts as the same user, one with another
     known_hosts: each run's ssh opens its own master, on its own socket."""
-    from test_baremetal_role import Bed
+    from lab_beds import Bed
 
     bed = Bed(testbed, namespace, standin, lab_hosts, tmp_path)
     data_a = lab_hosts.secret_data()

@@ -30,9 +30,9 @@ from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.prov
 from image_servers import ImageServer, instance_pod, run_images_container, sha256
 from jumpstarter_standin import wait_for
 from kubernetes import client
+from lab_beds import Bed
 from labhosts import GUEST
 from pool_helpers import QEMU_PARAMETERS, condition, get_set, make_class, make_set, settle_pool
-from test_baremetal_role import Bed
 
 LOCAL = "127.0.0.1"
 IMAGE = os.urandom(64 * 1024)

@@ -33,9 +33,9 @@ import time
 
 from jumpstarter_standin import LEASE_ENDED_LABEL, condition_true, wait_for
 from kubernetes import client
+from lab_beds import BOARD, PROVISIONER, Lab
 from labhosts import GUEST
 from pool_helpers import SET_LABEL, make_class, make_set
-from test_baremetal_operator import BOARD, PROVISIONER, Lab
 
 JMP = os.path.join(os.path.dirname(sys.executable), "jmp")
 USER = "e2e-user"

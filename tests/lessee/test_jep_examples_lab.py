@@ -16,9 +16,8 @@ import pytest
 from jep_examples import jep_examples, require_jep
 from jumpstarter_standin import wait_for
 from kubernetes import client
+from lab_beds import HOST_LABEL, PROVISIONER, serial_log
 from pool_helpers import GROUP
-from test_aarch64_lab_host import serial_log
-from test_baremetal_operator import HOST_LABEL, PROVISIONER
 from test_jep_examples_walk import PLURALS, as_a_user_writes_it
 
 pytestmark = pytest.mark.slow

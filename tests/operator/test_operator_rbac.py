@@ -12,12 +12,11 @@ reason, and docs/install.md says the same.
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
-from pathlib import Path
 
 import pytest
 import yaml
+from audit_log import SELF_REVIEWS, audited, written_after
 from jumpstarter_standin import wait_for
 from jumpstarter_standin.pytest_plugin import serve_namespace
 from kubernetes import client
@@ -36,11 +35,6 @@ TIMING = {
     # the existing one; whether a message recurs within the run is timing.
     ("", "events", "patch"): "Event repeat within the run",
 }
-# What the operator asks at start-up of its own account
-# (exporterset_operator/permissions.py): every authenticated user may
-# (Kubernetes' system:basic-user), no Role of ours grants it.
-SELF_REVIEWS = {("authorization.k8s.io", "selfsubjectrulesreviews", "create"),
-                ("authorization.k8s.io", "selfsubjectaccessreviews", "create")}
 UNREACHED = {
     # The OwnerReferencesPermissionEnforcement admission plugin (on in
     # OpenShift, off in the bed) checks `update` on the owner's finalizers
@@ -70,31 +64,6 @@ def granted() -> set[tuple[str, str, str]]:
                     for verb in rule["verbs"]:
                         grants.add((group, resource, verb))
     return grants
-
-
-def audited(log: Path, username: str) -> tuple[set[tuple[str, str, str]], list[str]]:
-    """(group, resource[/subresource], verb) of every request ``username``
-    made, and a line for each one the API server refused."""
-    used, refused = set(), []
-    for line in log.read_text().splitlines():
-        entry = json.loads(line)
-        if entry.get("user", {}).get("username") != username or entry.get("stage") != "ResponseComplete":
-            continue
-        ref = entry.get("objectRef")
-        if not ref:
-            continue  # discovery (/api, /apis): every authenticated user may
-        resource = ref["resource"] + (f"/{ref['subresource']}" if ref.get("subresource") else "")
-        key = (ref.get("apiGroup", ""), resource, entry["verb"])
-        if entry.get("responseStatus", {}).get("code") == 403:
-            refused.append(f"{key} in {ref.get('namespace')}: {entry['requestURI']}")
-        else:
-            used.add(key)
-    return used, refused
-
-
-def _written_after(log: Path, moment: datetime) -> bool:
-    lines = log.read_text().splitlines()
-    return bool(lines) and datetime.fromisoformat(json.loads(lines[-1])["stageTimestamp"]) > moment
 
 
 @pytest.mark.testbed
@@ -155,7 +124,7 @@ def test_every_grant_is_used_and_nothing_is_refused(testbed_factory, tmp_path):
     # The audit backend writes in batches: once it holds an entry from after
     # the operator's exit, it holds all of the operator's.
     stopped = datetime.now(UTC)
-    wait_for(lambda: _written_after(bed.audit_log, stopped), timeout=30, message="the audit log flushed")
+    wait_for(lambda: written_after(bed.audit_log, stopped), timeout=30, message="the audit log flushed")
     used, refused = audited(bed.audit_log, USERNAME)
     assert refused == [], "requests the Roles do not allow"
     grants = granted()

@@ -20,7 +20,8 @@ import pytest
 from jumpstarter_standin import wait_for
 from pool_helpers import make_class, make_set
 from qemu_vm import AARCH64_GUEST_DIR
-from test_incluster_pool import BOARD, MARK, make_client, pool, run_lessee  # noqa: F401 (fixtures)
+from realnode_guest import BOARD
+from test_incluster_pool import MARK, make_client, pool, run_lessee  # noqa: F401 (fixtures)
 from testbed.node import NODE_LABEL, TAINT_KEY
 
 pytestmark = [pytest.mark.realnode, pytest.mark.testbed, pytest.mark.slow]

@@ -39,14 +39,13 @@ from jumpstarter_standin import condition_true, wait_for
 from jumpstarter_standin.pytest_plugin import serve_namespace
 from kubernetes import client
 from operator_pod import OperatorPod
-from pool_helpers import GROUP, SET_LABEL, make_class, make_set
-from qemu_vm import GUEST_BANNER, GUEST_DIR, guest_parameters
+from pool_helpers import GROUP, SET_LABEL, make_set
+from qemu_vm import GUEST_BANNER, GUEST_DIR
+from realnode_guest import BOARD, guest_class
 from testbed import namespace_name
-from testbed.node import NODE_LABEL, TAINT_KEY
 
 pytestmark = [pytest.mark.realnode, pytest.mark.testbed]
 
-BOARD = "incluster-x86"
 USER = "incluster-user"
 # JEP-0014's template: the VM and its SSH port, by port alone.
 DRIVERS = [
@@ -158,18 +157,6 @@ def pool(testbed, pod_real_node, request, tmp_path):
                     print(testbed.kubectl(*what, "-n", namespace, check=False).stdout[-4000:])
             operator.stop()
             client.CoreV1Api(api_client).delete_namespace(namespace)
-
-
-def guest_class(pool, name):
-    """A class whose guest is the test guest, fetched from the node's address, on the real node."""
-    kernel_url, kernel_digest = pool.images.add("vmlinuz", GUEST_DIR / "vmlinuz")
-    initrd_url, initrd_digest = pool.images.add("initramfs.cpio.gz", GUEST_DIR / "initramfs.cpio.gz")
-    parameters = guest_parameters(kvm=False, kernel={"url": kernel_url, "digest": kernel_digest},
-                                  initrd={"url": initrd_url, "digest": initrd_digest})
-    make_class(pool.custom, pool.namespace, name=name, parameters=parameters, scheduling={
-        "nodeSelector": {NODE_LABEL: "true"},
-        "tolerations": [{"key": TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}],
-    })
 
 
 def make_client(pool, name):
