@@ -157,10 +157,13 @@ def _report(runner) -> dict | None:
 
 
 def _failure_message(runner) -> str:
-    """The message of the first failed task, the way a user reads it."""
+    """The message of the first failed task, the way a user reads it (a
+    failure the play ignores is not the run's)."""
     for event in runner.events:
         if event.get("event") in ("runner_on_failed", "runner_on_unreachable"):
             data = event.get("event_data", {})
+            if data.get("ignore_errors"):
+                continue
             result = data.get("res", {})
             message = result.get("msg") or result.get("message") or json.dumps(result)[:2000]
             return f"task {data.get('task', '?')!r} failed: {message}"

@@ -242,3 +242,30 @@ def test_a_server_that_ended_is_started_again_and_closing_ends_it(tmp_path):
         runner.close()
     assert not alive(second)
     assert not Path(runner.fork_server.directory).exists()
+
+
+# A censored failure the play ignores, then the failure the play reports
+# (roles/qemu_baremetal/tasks/hosts.yml's pattern).
+IGNORED_THEN_FAILED_PLAYBOOK = """
+- hosts: localhost
+  connection: local
+  gather_facts: false
+  tasks:
+    - name: Fail with a secret in the result
+      ansible.builtin.fail:
+        msg: "the token is s3cret"
+      register: censored
+      no_log: true
+      ignore_errors: true
+    - name: Say what failed
+      ansible.builtin.fail:
+        msg: "host lab9: {{ censored.msg | replace('s3cret', '********') }}"
+"""
+
+
+def test_the_failure_message_is_the_first_failure_the_play_does_not_ignore(tmp_path):
+    (tmp_path / "play.yml").write_text(IGNORED_THEN_FAILED_PLAYBOOK)
+    with PlaybookRunner(str(tmp_path), str(tmp_path / "artifacts")) as runner:
+        result = runner.run("play.yml", ("ns", "pool"), {})
+    assert not result.ok
+    assert result.message == "task 'Say what failed' failed: host lab9: the token is ********", result.message
