@@ -147,3 +147,29 @@ def test_pool_on_lab_hosts(api, namespace, standin, operator, lab_hosts, tmp_pat
         assert lab_hosts.service_pid(host, namespace, name, "vm") == pids[name]
     assert proc.metric("jumpstarter_exporterset_playbook_runs_total", 'result="failed"') == 0
     print(f"operator test on lab hosts: {time.monotonic() - started:.0f}s")
+
+
+def test_a_credential_secret_missing_a_key_is_named_on_the_set(api, namespace, standin, operator):
+    """The role's first task reads the class's SSH Secret with no_log (its
+    result carries the exporter tokens): a Secret without ``known_hosts``
+    fails the run with the module's own words on the set's Failure
+    condition and its Event, not a censored result. No host is reached."""
+    custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
+    core.create_namespaced_secret(namespace, client.V1Secret(
+        metadata=client.V1ObjectMeta(name="lab-ssh"), string_data={"ssh-privatekey": "not a key"}))
+    # An address of the lab hosts' range that no host takes.
+    parameters = {"arch": "x86_64", "resources": {"cpu": 1, "memory": "128Mi", "storage": "64Mi"},
+                  "kernel": {"path": "/var/lib/jumpstarter-virtual/images/vmlinuz"},
+                  "hosts": [{"name": "lab9", "address": "10.213.0.250", "slots": 1}]}
+    make_class(custom, namespace, name="lab", parameters=parameters, provisioner=PROVISIONER,
+               credentialsSecretRef={"name": "lab-ssh"})
+    make_set(custom, namespace, board=BOARD, virtualTargetClassName="lab", minAvailableReplicas=1)
+    operator(provisioners=(PROVISIONER,))
+    said = f"Secret {namespace}/lab-ssh: missing known_hosts"
+    failure = wait_for(lambda: (c := condition(get_set(custom, namespace), "Failure")) and c["status"] == "True"
+                       and c, timeout=90, message="the set's Failure condition")
+    assert failure["reason"] == "ReconcileFailed" and said in failure["message"], failure
+    assert "censored" not in failure["message"], failure
+    events = [e for e in core.list_namespaced_event(namespace).items
+              if e.involved_object.name == "pool" and e.reason == "ReconcileFailed"]
+    assert events and said in events[0].message, events
