@@ -189,6 +189,20 @@ def _namespace_report(bed, namespace: str) -> str:
     return "\n".join(lines) or "(empty)"
 
 
+def pytest_collection_finish(session):
+    # Importing jumpstarter_cli (unit/scripts/test_demo_usage.py takes jmp's
+    # click group) swaps ssl.SSLContext for truststore's, which reads the
+    # system CA store again on every TLS connection: about 19 ms of CPU for
+    # each of the thousands this process opens to its beds. The tests' own
+    # clients take Python's; jmp's processes inject it as ever.
+    import ssl
+
+    if ssl.SSLContext.__module__.startswith("truststore"):
+        import truststore
+
+        truststore.extract_from_ssl()
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     # Every test on the lab hosts (machine-wide network namespaces) carries

@@ -51,3 +51,14 @@ def test_the_lease_ends_through_jmp_not_through_the_api():
     assert "jmp delete leases" in printed
     assert "delete lease " not in printed.replace("jmp delete leases", "")
     assert "kind\\\": \\\"Lease" not in printed and "kubectl -n demo create" not in printed
+
+
+def test_the_test_process_keeps_pythons_ssl_context_though_it_imported_jmp():
+    """jumpstarter_cli's import, above, swapped in truststore's context;
+    tests/conftest.py puts Python's back once collection is done."""
+    import ssl
+
+    import urllib3.util.ssl_
+
+    assert ssl.SSLContext.__module__ == "ssl", ssl.SSLContext
+    assert urllib3.util.ssl_.SSLContext is ssl.SSLContext
