@@ -52,7 +52,14 @@ def beside_lab_hosts(files, lab_files, durations, together=()) -> set[str]:
     measured time so far; the lab hosts' process starts with its lab files.
     The files of each set in ``together`` (those sharing a session fixture)
     go as one, to the lab hosts' process if one of them is a lab file.
+    Times are summed as whole milliseconds: a float sum depends on the order
+    of a set's iteration, which differs between processes (hash seeds), and
+    at a tie the processes would split differently and run neither's share.
     """
+
+    def millis(unit) -> int:
+        return sum(round(durations.get(name, 0.0) * 1000) for name in unit)
+
     files, lab_files = set(files), set(lab_files)
     units: list[set[str]] = []
     for group in together:
@@ -64,22 +71,21 @@ def beside_lab_hosts(files, lab_files, durations, together=()) -> set[str]:
             units.append(group)
     grouped = set().union(*units)
     units += [{name} for name in files - grouped]
-    first, second = 0.0, 0.0
+    first, second = 0, 0
     chosen, others = set(), []
     for unit in units:
         if unit & lab_files:
             chosen |= unit
-            first += sum(durations.get(name, 0.0) for name in unit)
+            first += millis(unit)
         elif any(name in durations for name in unit):
             others.append(unit)
-    others.sort(key=lambda unit: (-sum(durations.get(name, 0.0) for name in unit), min(unit)))
+    others.sort(key=lambda unit: (-millis(unit), min(unit)))
     for unit in others:
-        seconds = sum(durations.get(name, 0.0) for name in unit)
         if first < second:
             chosen |= unit
-            first += seconds
+            first += millis(unit)
         else:
-            second += seconds
+            second += millis(unit)
     return chosen - lab_files
 
 
