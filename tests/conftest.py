@@ -235,6 +235,7 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.second_process)
     # Stable: files keep their order within each group.
     items.sort(key=lambda item: item.path.name not in lab_files)
+    _phases["collected"] = len(items)
 
 
 # -- ownership: nothing outlives its test ---------------------------------------
@@ -389,6 +390,8 @@ def _profile(config) -> dict:
     return {
         "selection": config.getoption("markexpr") or "",
         "tests": phases["tests"],
+        # Before -m and -k: scripts/test checks its processes ran them all.
+        "collected": phases.get("collected", 0),
         "wall_seconds": round(wall, 1),
         "bed_startup_seconds": round(beds, 1),
         "beds_started": len(STARTUPS),
