@@ -18,6 +18,8 @@ tests/unit/plugins/module_utils/pool/test_adoption.py.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils import constants as c
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.pool import adoption
 from jumpstarter_standin import wait_for
@@ -93,7 +95,12 @@ def test_an_orphan_is_adopted_others_are_never_taken_and_overlaps_show_on_both(a
     assert "board-1: not made by a pool" in overlap["message"]
     assert "held-0: controlled by ConfigMap holder" in overlap["message"]
 
-    # A later set whose labels the first one's selector selects.
+    # A later set whose labels the first one's selector selects. Later by its
+    # creationTimestamp, whole seconds: in the same second the tie goes by
+    # name, and "copy" sorts first.
+    created = datetime.fromisoformat(get_set(custom, namespace)["metadata"]["creationTimestamp"].replace("Z", "+00:00"))
+    wait_for(lambda: datetime.now(UTC) >= created + timedelta(seconds=1), timeout=5, interval=0.05,
+             message="a second after the first set's creationTimestamp")
     make_set(custom, namespace, name="copy", board=BOARD, minAvailableReplicas=1, maxReplicas=3)
 
     def overlapping(name):
