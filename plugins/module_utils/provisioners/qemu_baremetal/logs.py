@@ -9,7 +9,8 @@ the service: every ``CHECK_SECONDS``, a log that takes more than
 ``MAX_LOG_BYTES`` of disk keeps its last ``MAX_LOG_BYTES / 2`` bytes in
 ``<log>.1`` and starts again empty. So one log holds at most about
 ``MAX_LOG_BYTES`` plus what the service writes in ``CHECK_SECONDS``, and
-its ``.1`` half of that.
+its ``.1`` half of that. The ``.1`` is replaced whole (a rename), so a
+reader sees the last cut's or the one before, never one being written.
 
 The disk taken (allocated blocks) is measured, not the length: QEMU does not
 open its log for appending, so after the cut it writes on at its old offset,
@@ -32,7 +33,7 @@ keep_logs() {{
         for log in {logs}; do
             used=$(( $(stat -c '%b * %B' "$log" 2>/dev/null || echo 0) ))
             if [ "$used" -gt {max_bytes} ]; then
-                tail -c {half} "$log" | tr -d '\\000' > "$log.1"
+                tail -c {half} "$log" | tr -d '\\000' > "$log.1.new" && mv -f "$log.1.new" "$log.1"
                 : > "$log"
             fi
         done

@@ -6,6 +6,7 @@ worth of disk, and the last half before each cut stays readable in ``.1``."""
 import os
 import subprocess
 import sys
+import threading
 import time
 
 from ansible_collections.jumpstarter.virtual_exporters.plugins.module_utils.provisioners.qemu_baremetal import logs
@@ -32,7 +33,26 @@ def test_a_flooded_log_stays_bounded_and_keeps_its_tail(tmp_path):
     script.write_text(logs.run_script(_flood(log, 3, count), [str(log), str(service_log)], max_bytes=BOUND,
                                       seconds=0.2))
     script.chmod(0o755)
-    subprocess.run([str(script)], check=True, timeout=30)
+    kept_path = tmp_path / "serial.log.1"
+    seen, done = [], threading.Event()
+
+    def read_kept():
+        # Read as a lessee's tail would, while the keeper cuts.
+        while not done.is_set():
+            try:
+                seen.append(len(kept_path.read_bytes()))
+                time.sleep(0.002)
+            except FileNotFoundError:
+                pass
+
+    reader = threading.Thread(target=read_kept)
+    reader.start()
+    try:
+        subprocess.run([str(script)], check=True, timeout=30)
+    finally:
+        done.set()
+        reader.join()
+    assert seen and 0 not in seen, "a reader found the kept half empty while it was cut"
     assert int(count.read_text()) > 20 * BOUND, "the flood was too small to show anything"
     assert log.stat().st_blocks * 512 <= 8 * BOUND
     kept = (tmp_path / "serial.log.1").read_bytes()
