@@ -384,12 +384,17 @@ def test_deleting_sets_deletes_or_retains_instances(api, namespace, standin, ope
         return not custom.list_namespaced_custom_object(*GROUP, namespace, "exportersets")["items"]
 
     wait_for(sets_gone, message="both sets deleted")
+    # The set's deletion ends once its Exporter is going (the operator
+    # deleted it); with the Orphan policy the garbage collector removes it after.
+    going = [e["metadata"]["name"] for e in standin.exporters() if not e["metadata"].get("deletionTimestamp")]
+    assert going == ["kept-0"]
     remaining = instances_by_name(corellium_fake, standin)
     assert list(remaining) == ["kept-0"]
     wait_for(lambda: instances_by_name(corellium_fake, standin)["kept-0"]["state"] == "off",
              message="retained instance powered off")
-    exporters = {e["metadata"]["name"]: e for e in standin.exporters()}
-    assert list(exporters) == ["kept-0"]
+    exporters = wait_for(lambda: (found := {e["metadata"]["name"]: e for e in standin.exporters()})
+                         and list(found) == ["kept-0"] and found,
+                         message="only the retained Exporter left")
     assert not exporters["kept-0"]["metadata"].get("ownerReferences")
     assert [p.metadata.name for p in standin.pods()] == ["kept-0"]
 
