@@ -777,6 +777,11 @@ def test_installed_operator_reaches_a_warm_pool(install, request, tmp_path):
             custom.delete_namespaced_custom_object(*GROUP, POOL_NAMESPACE, "exportersets", "pool")
             wait_for(lambda: not custom.list_namespaced_custom_object(*GROUP, POOL_NAMESPACE, "exportersets")["items"],
                      timeout=120, message="the set torn down")
+            # The class's in-use finalizer goes once no set uses it; the
+            # namespace's deletion after the module waits for it.
+            wait_for(lambda: not custom.get_namespaced_custom_object(
+                *GROUP, POOL_NAMESPACE, "virtualtargetclasses", "qemu-small")["metadata"].get("finalizers"),
+                timeout=60, message="the class's finalizer released")
         finally:
             proc.stop()
             print(f"--- operator log ---\n{proc.log_tail(30)}")
