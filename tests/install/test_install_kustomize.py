@@ -761,7 +761,7 @@ def test_installed_operator_reaches_a_warm_pool(install, request, tmp_path):
     assert proc.kubeconfig != str(bed.kubeconfig)
     with bed.api_client() as api, serve_namespace(bed.kubeconfig, POOL_NAMESPACE) as standin:
         custom = client.CustomObjectsApi(api)
-        make_class(custom, POOL_NAMESPACE)
+        vclass = make_class(custom, POOL_NAMESPACE)
         make_set(custom, POOL_NAMESPACE)
         proc.start()
         try:
@@ -779,8 +779,9 @@ def test_installed_operator_reaches_a_warm_pool(install, request, tmp_path):
                      timeout=120, message="the set torn down")
             # The class's in-use finalizer goes once no set uses it; the
             # namespace's deletion after the module waits for it.
+            class_name = vclass["metadata"]["name"]
             wait_for(lambda: not custom.get_namespaced_custom_object(
-                *GROUP, POOL_NAMESPACE, "virtualtargetclasses", "qemu-small")["metadata"].get("finalizers"),
+                *GROUP, POOL_NAMESPACE, "virtualtargetclasses", class_name)["metadata"].get("finalizers"),
                 timeout=60, message="the class's finalizer released")
         finally:
             proc.stop()
